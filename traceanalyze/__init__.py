@@ -1,0 +1,46 @@
+"""traceanalyze: GPU profiler outputs of deep-learning training, normalized and analyzed.
+
+    import traceanalyze as ta
+    t = ta.read("trace.pt.trace.json.gz")          # Tables: one polars DataFrame per table
+    ta.ingest(["a.csv", "b.sqlite"], "store/")      # into a hive-partitioned Parquet store
+    ta.Store("store/").scan("kernels")               # polars LazyFrame over every source
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    CollectError,
+    MalformedInput,
+    MissingColumn,
+    NotAnswerable,
+    StoreError,
+    ToolNotFound,
+    TraceanalyzeError,
+    UnknownFormat,
+    UnknownUnit,
+)
+from .readers import READERS, detect_format, read
+from .store import IngestResult, Store, ingest
+from .tables import Tables
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "read",
+    "ingest",
+    "detect_format",
+    "Store",
+    "Tables",
+    "IngestResult",
+    "READERS",
+    "TraceanalyzeError",
+    "UnknownFormat",
+    "MalformedInput",
+    "UnknownUnit",
+    "MissingColumn",
+    "StoreError",
+    "ToolNotFound",
+    "CollectError",
+    "NotAnswerable",
+    "__version__",
+]

@@ -1,0 +1,213 @@
+"""The `traceanalyze` command: a thin click layer over the library.
+
+Each command parses options and calls one library function; `TraceanalyzeError` becomes a
+one-line message and exit code 1. Commands living in other modules are registered in `_LAZY` and
+imported only when used, so `traceanalyze --help` stays fast and torch/matplotlib load on demand.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import render, schema
+from .errors import TraceanalyzeError
+
+# name -> "module:attribute" of a click.Command defined elsewhere.
+_LAZY: dict[str, str] = {}
+
+
+class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *_LAZY])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in _LAZY:
+            mod, attr = _LAZY[name].split(":")
+            cmd: click.Command = getattr(importlib.import_module(mod), attr)
+            return cmd
+        return super().get_command(ctx, name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TraceanalyzeError as e:
+            click.echo(f"traceanalyze: error: {e}", err=True)
+            ctx.exit(1)
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="traceanalyze")
+def main() -> None:
+    """Normalize GPU profiler outputs into Parquet tables and analyze them."""
+
+
+# --- shared option decorators ----------------------------------------------------------------
+
+
+def store_option(required: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option(
+        "--store",
+        "store_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        required=required,
+        help="Store directory (hive-partitioned Parquet).",
+    )
+
+
+def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    from .readers import READERS
+
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(list(READERS)),
+        default=None,
+        help="Input format (reader slug); detected when omitted.",
+    )(f)
+
+
+def output_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option("--csv", "out_csv", is_flag=True, help="Print CSV instead of a table.")(f)
+    f = click.option("--json", "out_json", is_flag=True, help="Print JSON instead of a table.")(f)
+    return f
+
+
+def quiet_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--quiet", "-q", is_flag=True, help="No progress or chatter.")(f)
+
+
+def emit(df: Any, out_json: bool, out_csv: bool, title: str | None = None) -> None:
+    """Print one frame as a table, JSON or CSV."""
+    if out_json and out_csv:
+        raise click.UsageError("--json and --csv are exclusive")
+    if out_json:
+        click.echo(render.to_json(df))
+    elif out_csv:
+        click.echo(render.to_csv(df), nl=False)
+    else:
+        if title:
+            click.echo(title)
+        click.echo(render.text_table(df))
+
+
+# --- commands --------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@store_option()
+@format_option
+@click.option("--force", is_flag=True, help="Re-ingest files already in the store.")
+@click.option(
+    "--tz",
+    default=None,
+    help="Timezone of local wall-clock stamps (nvidia-smi logs); default the machine's.",
+)
+@quiet_option
+def ingest(
+    files: tuple[Path, ...], store_dir: Path, fmt: str | None, force: bool, tz: str | None,
+    quiet: bool,
+) -> None:
+    """Read FILE... and add them to the store."""
+    from .store import ingest as do_ingest
+
+    options: dict[str, Any] = {}
+    if tz is not None:
+        options["tz"] = tz
+    show_progress = not quiet and sys.stderr.isatty()
+    if show_progress:
+        from rich.progress import Progress
+
+        with Progress(transient=True) as progress:
+            task = progress.add_task("ingesting", total=len(files))
+            results = do_ingest(
+                files, store_dir, format=fmt, force=force,
+                on_result=lambda r: progress.advance(task), **options,
+            )
+    else:
+        results = do_ingest(files, store_dir, format=fmt, force=force, **options)
+    if not quiet:
+        for r in results:
+            click.echo(r.message())
+
+
+@main.command()
+@store_option()
+@click.option("--source", "sources", multiple=True, help="Only these source ids (repeatable).")
+@click.option("--top", default=10, show_default=True, help="Top kernels per source.")
+@output_options
+def summary(
+    store_dir: Path, sources: tuple[str, ...], top: int, out_json: bool, out_csv: bool
+) -> None:
+    """Per source: kernels, top kernels, copies, telemetry, iterations."""
+    from .report import summary_report
+
+    rep = summary_report(store_dir, sources=list(sources) or None, top=top)
+    if out_json:
+        click.echo(render.to_json(rep))
+        return
+    if out_csv:
+        raise click.UsageError("summary has several tables; use --json, or query the store")
+    for title, df in rep.items():
+        if df.height == 0:
+            continue
+        click.echo(f"== {title.replace('_', ' ')}")
+        click.echo(render.text_table(df))
+        click.echo("")
+
+
+@main.command("schema")
+@click.argument("table", required=False)
+@click.option("--markdown", is_flag=True, help="Print docs/schema.md.")
+@output_options
+def schema_cmd(table: str | None, markdown: bool, out_json: bool, out_csv: bool) -> None:
+    """Show the normalized schema (all tables, or one TABLE)."""
+    import polars as pl
+
+    if markdown:
+        click.echo(schema.render_markdown(), nl=False)
+        click.echo("")
+        return
+    if table is not None and table not in schema.TABLES:
+        raise TraceanalyzeError(
+            f"unknown table {table!r}; tables: {', '.join(schema.TABLE_NAMES)}"
+        )
+    names = [table] if table else list(schema.TABLE_NAMES)
+    df = pl.DataFrame(
+        [
+            {
+                "table": t,
+                "column": c.name,
+                "type": str(c.dtype),
+                "nullable": c.nullable,
+                "description": c.description,
+            }
+            for t in names
+            for c in schema.TABLES[t].columns
+        ]
+    )
+    emit(df, out_json, out_csv)
+
+
+@main.command()
+@output_options
+def formats(out_json: bool, out_csv: bool) -> None:
+    """List the input formats (reader slugs)."""
+    import polars as pl
+
+    from .readers import READERS
+
+    df = pl.DataFrame(
+        [{"format": r.slug, "description": r.description} for r in READERS.values()]
+    )
+    emit(df, out_json, out_csv)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,180 @@
+"""Helpers shared by readers: cheap file sniffing, read-only SQLite, unit tables, demangling."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import sqlite3
+import warnings
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+
+import polars as pl
+
+from ..errors import MalformedInput, UnknownUnit
+
+PathLike = str | os.PathLike[str]
+
+GZIP_MAGIC = b"\x1f\x8b"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def head_bytes(path: PathLike, n: int = 65536) -> bytes:
+    """The first `n` bytes of the file, decompressed when it is gzip; b'' when unreadable."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(n)
+            if raw.startswith(GZIP_MAGIC):
+                f.seek(0)
+                with gzip.GzipFile(fileobj=f) as g:
+                    try:
+                        return g.read(n)
+                    except (OSError, EOFError):
+                        return b""
+            return raw
+    except OSError:
+        return b""
+
+
+def head_text(path: PathLike, n: int = 65536) -> str:
+    """The first `n` bytes as text (BOM stripped, undecodable bytes replaced)."""
+    return head_bytes(path, n).decode("utf-8", "replace").lstrip("\ufeff")
+
+
+def is_sqlite(path: PathLike) -> bool:
+    return head_bytes(path, 16) == SQLITE_MAGIC
+
+
+def connect_readonly(path: PathLike) -> sqlite3.Connection:
+    """Open an SQLite file read-only (URI mode=ro), tolerant of non-UTF-8 text.
+
+    Untrusted input: never opened writable, so a reader can't modify or create the file.
+    """
+    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    try:
+        con = sqlite3.connect(uri, uri=True)
+        # nsys TARGET_INFO_SYSTEM_ENV holds non-UTF-8 bytes (formats.md §3.2).
+        con.text_factory = lambda b: b.decode("utf-8", "replace")
+        con.execute("PRAGMA query_only = ON")
+        con.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.DatabaseError as e:
+        raise MalformedInput(f"not a readable SQLite database ({e})", path=path) from None
+    return con
+
+
+def sqlite_tables(path_or_con: PathLike | sqlite3.Connection) -> set[str]:
+    """Table names of an SQLite file; empty when it is not one."""
+    if isinstance(path_or_con, sqlite3.Connection):
+        rows = path_or_con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+        return {r[0] for r in rows}
+    if not is_sqlite(path_or_con):
+        return set()
+    try:
+        con = connect_readonly(path_or_con)
+    except MalformedInput:
+        return set()
+    try:
+        return sqlite_tables(con)
+    finally:
+        con.close()
+
+
+def table_columns(con: sqlite3.Connection, table: str) -> list[str]:
+    """Column names via PRAGMA table_info (empty when the table does not exist)."""
+    # The table name comes from sqlite_master or a constant, but quote it anyway.
+    quoted = '"' + table.replace('"', '""') + '"'
+    return [r[1] for r in con.execute(f"PRAGMA table_info({quoted})").fetchall()]
+
+
+# --- units ------------------------------------------------------------------------------------
+# Every unit string a reader meets maps to (base unit, factor). Unknown units raise UnknownUnit:
+# never guessed (house style). nvprof's KB/MB are binary (1 KB = 1024 B: a 320x320 float matrix,
+# 409,600 B, prints as 400.000000 KB in the magus trace); ncu's Kbyte/Mbyte are decimal.
+
+TIME_TO_NS: dict[str, float] = {
+    "s": 1e9,
+    "sec": 1e9,
+    "second": 1e9,
+    "ms": 1e6,
+    "msecond": 1e6,
+    "us": 1e3,
+    "usecond": 1e3,
+    "µs": 1e3,
+    "ns": 1.0,
+    "nsecond": 1.0,
+}
+
+NVPROF_SIZE_TO_BYTES: dict[str, float] = {
+    "B": 1.0,
+    "KB": 1024.0,
+    "MB": 1024.0**2,
+    "GB": 1024.0**3,
+    "TB": 1024.0**4,
+}
+
+NVPROF_RATE_TO_BYTES_PER_S: dict[str, float] = {
+    "B/s": 1.0,
+    "KB/s": 1024.0,
+    "MB/s": 1024.0**2,
+    "GB/s": 1024.0**3,
+    "TB/s": 1024.0**4,
+}
+
+
+def unit_factor(
+    unit: str, table: dict[str, float], *, path: PathLike, line: int | None = None,
+    column: str | None = None,
+) -> float:
+    try:
+        return table[unit.strip()]
+    except KeyError:
+        raise UnknownUnit(
+            f"unknown unit {unit!r} (known: {', '.join(sorted(table))})",
+            path=path, line=line, column=column,
+        ) from None
+
+
+# --- demangling -------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=200_000)
+def demangle(name: str) -> str:
+    """Demangle an Itanium C++ name (`_Z…`); other names come back unchanged.
+
+    Uses cxxfilt (libstdc++'s __cxa_demangle). A name that fails to demangle stays as it was.
+    """
+    if not name.startswith("_Z"):
+        return name
+    import cxxfilt
+
+    try:
+        out: str = cxxfilt.demangle(name, external_only=False)
+    except cxxfilt.InvalidName:
+        return name
+    return out
+
+
+def demangle_column(s: pl.Series) -> pl.Series:
+    """Demangle a string column, calling the demangler once per distinct name."""
+    uniq = s.unique().drop_nulls()
+    mapping = {n: demangle(n) for n in uniq.to_list()}
+    return s.replace_strict(mapping, default=None, return_dtype=pl.String).alias(s.name)
+
+
+def warn(message: str) -> None:
+    """A data-quality note; notebooks show it, tests can assert it."""
+    warnings.warn(message, stacklevel=3)
+
+
+def require_columns(
+    have: Iterable[str], need: Iterable[str], *, path: PathLike, table: str | None = None
+) -> None:
+    have = set(have)
+    missing = [c for c in need if c not in have]
+    if missing:
+        from ..errors import MissingColumn
+
+        raise MissingColumn(
+            f"missing column(s) {', '.join(missing)}", path=path, table=table, column=missing[0]
+        )

@@ -1,0 +1,59 @@
+"""Reports that combine several analyses over a store (what `traceanalyze summary` prints)."""
+
+from __future__ import annotations
+
+import os
+
+import polars as pl
+
+from .analyses import summary as s
+from .errors import StoreError
+from .store import MARKER, Store
+
+
+def open_store(root: str | os.PathLike[str]) -> Store:
+    """A Store that must already exist (for reading commands)."""
+    st = Store(root)
+    if not (st.root / MARKER).exists():
+        raise StoreError("no traceanalyze store here (ingest something first)", path=st.root)
+    return st
+
+
+def summary_report(
+    store: Store | str | os.PathLike[str], *, sources: list[str] | None = None, top: int = 10
+) -> dict[str, pl.DataFrame]:
+    """Per source: identity, kernel overview, top kernels, copies, telemetry, iterations."""
+    st = store if isinstance(store, Store) else open_store(store)
+
+    def scan(table: str) -> pl.LazyFrame:
+        lf = st.scan(table)
+        if sources:
+            lf = lf.filter(pl.col("source_id").is_in(sources))
+        return lf
+
+    srcs = (
+        scan("sources")
+        .select("source_id", "format", "tool", "tool_version", "path")
+        .sort("source_id")
+        .collect()
+    )
+    if sources:
+        missing = sorted(set(sources) - set(srcs["source_id"].to_list()))
+        if missing:
+            raise StoreError(f"no such source(s): {', '.join(missing)}", path=st.root)
+    return {
+        "sources": srcs,
+        "kernels": s.kernel_overview(scan("kernels")).with_columns(
+            (pl.col("total_kernel_ns") / 1e6).alias("total_kernel_ms")
+        ).drop("total_kernel_ns"),
+        "top_kernels": s.top_kernels(scan("kernels"), top)
+        .with_columns(
+            (pl.col("total_ns") / 1e6).alias("total_ms"), (pl.col("mean_ns") / 1e3).alias("mean_us")
+        )
+        .select("source_id", "name", "launch_count", "total_ms", "mean_us", "share_pct"),
+        "copies": s.copies_by_kind(scan("memcpy")).with_columns(
+            (pl.col("total_ns") / 1e6).alias("total_ms")
+        ).drop("total_ns"),
+        "telemetry": s.telemetry_stats(scan("gpu_samples")),
+        "iterations": s.iteration_stats(scan("iterations")),
+    }

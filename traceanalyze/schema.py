@@ -1,0 +1,379 @@
+"""The normalized schema, as data.
+
+Every reader produces these tables; the store writes them; every analysis reads them. The docs
+(`docs/schema.md`) are generated from this module (`traceanalyze schema --markdown`), and a test
+fails when they drift.
+
+Rules (see the house style):
+* snake_case; every numeric quantity carries its unit as a suffix (`_ns`, `_bytes`, `_w`, …);
+  unitless integers are listed in `UNITLESS_ALLOWLIST`.
+* Times are int64 nanoseconds in the source's own clock; `sources.time_origin_epoch_ns` says how
+  to reach Unix epoch time when the format tells it.
+* Missing values are nulls, never sentinels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+SCHEMA_VERSION = 1
+
+# Suffixes that carry a unit. `_id` marks identifiers (not quantities, but numeric).
+UNIT_SUFFIXES: tuple[str, ...] = (
+    "_ns",
+    "_bytes",
+    "_bytes_per_s",
+    "_per_s",
+    "_w",
+    "_j",
+    "_c",
+    "_mhz",
+    "_pct",
+    "_ratio",
+    "_count",
+    "_id",
+)
+
+# Numeric columns that are legitimately unitless. Anything else numeric without a unit suffix is a
+# schema error (tests/test_schema.py).
+UNITLESS_ALLOWLIST: frozenset[str] = frozenset(
+    {
+        "grid_x",
+        "grid_y",
+        "grid_z",
+        "block_x",
+        "block_y",
+        "block_z",
+        "registers_per_thread",
+        "iteration",
+        "rank",
+        "world_size",
+        "batch_size",
+        "return_code",
+        "clock_event_reasons",
+        "schema_version",
+        "value",  # kernel_metrics / gpu_metrics: long tables carry their unit in `unit`
+    }
+)
+
+_INT = pl.Int64()
+_F = pl.Float64()
+_S = pl.String()
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    dtype: pl.DataType
+    description: str
+    nullable: bool = True
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    description: str
+    columns: tuple[Column, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def polars_schema(self) -> pl.Schema:
+        return pl.Schema({c.name: c.dtype for c in self.columns})
+
+
+def _c(name: str, dtype: pl.DataType, description: str, nullable: bool = True) -> Column:
+    return Column(name, dtype, description, nullable)
+
+
+SOURCE_ID = _c("source_id", _S, "First 16 hex digits of the input file's SHA-256.", False)
+
+_TIMES = (
+    _c("start_ns", _INT, "Start time, ns in the source's clock."),
+    _c("end_ns", _INT, "End time, ns in the source's clock."),
+    _c("duration_ns", _INT, "end_ns - start_ns, or the duration the source states."),
+)
+
+TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (
+        Table(
+            "sources",
+            "One row per ingested input file.",
+            (
+                SOURCE_ID,
+                _c("path", _S, "Path of the file as given at ingest."),
+                _c("format", _S, "Reader slug (nvprof_csv, kineto_json, …)."),
+                _c("tool", _S, "Producing tool (nvprof, nsys, ncu, pytorch-profiler, …)."),
+                _c("tool_version", _S, "Producing tool's version when the file states it."),
+                _c("sha256", _S, "SHA-256 of the file's bytes."),
+                _c("size_bytes", _INT, "File size."),
+                _c(
+                    "time_origin_epoch_ns",
+                    _INT,
+                    "Unix epoch ns of the source's time 0 (so epoch = this + *_ns); "
+                    "null when the format does not tell.",
+                ),
+                _c("timezone", _S, "Timezone used to convert local wall-clock stamps, if any."),
+                _c("rank", _INT, "Distributed rank of the process that wrote the file, if known."),
+                _c("world_size", _INT, "Distributed world size, if known."),
+                _c("schema_version", _INT, "traceanalyze schema version of the rows."),
+            ),
+        ),
+        Table(
+            "devices",
+            "GPUs (and other devices) the source saw.",
+            (
+                SOURCE_ID,
+                _c("device_id", _INT, "Device ordinal as the activity tables use it."),
+                _c("name", _S, "Marketing name (e.g. 'NVIDIA H100 80GB HBM3')."),
+                _c("uuid", _S, "Device UUID ('GPU-…'), when known."),
+                _c("compute_capability", _S, "Major.minor, e.g. '9.0'."),
+                _c("sm_count", _INT, "Number of SMs (multiprocessors)."),
+                _c("memory_bytes", _INT, "Total device memory."),
+                _c("vendor", _S, "NVIDIA, AMD, … when known."),
+            ),
+        ),
+        Table(
+            "kernels",
+            "GPU kernel executions, one row per launch.",
+            (
+                SOURCE_ID,
+                _c("kernel_id", _INT, "Row identity within the source (launch index).", False),
+                _c("process_id", _INT, "OS process id of the launching process."),
+                _c("device_id", _INT, "Device ordinal."),
+                _c("context_id", _INT, "CUDA context id."),
+                _c("stream_id", _INT, "CUDA stream id."),
+                _c("correlation_id", _INT, "CUPTI correlation id (joins to api_calls)."),
+                _c("name", _S, "Demangled kernel name."),
+                _c("short_name", _S, "Base name without signature, when the source gives one."),
+                _c("mangled_name", _S, "Mangled name, when the source gives one."),
+                *_TIMES,
+                _c("grid_x", _INT, "Grid size x."),
+                _c("grid_y", _INT, "Grid size y."),
+                _c("grid_z", _INT, "Grid size z."),
+                _c("block_x", _INT, "Block size x."),
+                _c("block_y", _INT, "Block size y."),
+                _c("block_z", _INT, "Block size z."),
+                _c("registers_per_thread", _INT, "Registers per thread."),
+                _c("static_smem_bytes", _INT, "Static shared memory per block."),
+                _c("dynamic_smem_bytes", _INT, "Dynamic shared memory per block."),
+            ),
+        ),
+        Table(
+            "memcpy",
+            "Memory copies and memsets on the GPU.",
+            (
+                SOURCE_ID,
+                _c("process_id", _INT, "OS process id."),
+                _c("device_id", _INT, "Device ordinal."),
+                _c("context_id", _INT, "CUDA context id."),
+                _c("stream_id", _INT, "CUDA stream id."),
+                _c("correlation_id", _INT, "CUPTI correlation id."),
+                _c("kind", _S, "HtoD, DtoH, DtoD, PtoP, HtoH, HtoA, AtoH, AtoA, AtoD, DtoA, memset."),
+                _c("src_kind", _S, "Source memory kind (Pageable, Pinned, Device, …)."),
+                _c("dst_kind", _S, "Destination memory kind."),
+                _c("size_bytes", _INT, "Bytes copied or set."),
+                *_TIMES,
+            ),
+        ),
+        Table(
+            "api_calls",
+            "CUDA runtime and driver API calls on the host.",
+            (
+                SOURCE_ID,
+                _c("process_id", _INT, "OS process id."),
+                _c("thread_id", _INT, "OS thread id."),
+                _c("correlation_id", _INT, "CUPTI correlation id (joins to kernels/memcpy)."),
+                _c("api", _S, "'runtime' or 'driver'."),
+                _c("name", _S, "API function name, version suffix stripped (cudaLaunchKernel)."),
+                _c("callback_id", _INT, "CUPTI callback id, when the source gives it."),
+                _c("return_code", _INT, "Return value, when recorded."),
+                *_TIMES,
+            ),
+        ),
+        Table(
+            "ops",
+            "Framework operators on the host (aten::conv2d, …).",
+            (
+                SOURCE_ID,
+                _c("process_id", _INT, "OS process id."),
+                _c("thread_id", _INT, "OS thread id."),
+                _c("name", _S, "Operator name."),
+                _c("category", _S, "Source category (cpu_op, python_function, …)."),
+                _c("external_id", _INT, "Profiler's external id linking ops to launches."),
+                *_TIMES,
+            ),
+        ),
+        Table(
+            "markers",
+            "NVTX ranges and marks, and user annotations.",
+            (
+                SOURCE_ID,
+                _c("process_id", _INT, "OS process id."),
+                _c("thread_id", _INT, "OS thread id."),
+                _c("device_id", _INT, "Device ordinal, for GPU-side annotations."),
+                _c("name", _S, "Range or mark text."),
+                _c("domain", _S, "NVTX domain, when known."),
+                _c("category", _S, "Source category (nvtx, user_annotation, …)."),
+                _c("start_ns", _INT, "Start time, ns in the source's clock."),
+                _c("end_ns", _INT, "End time; null for instantaneous marks."),
+                _c("duration_ns", _INT, "end_ns - start_ns; null for marks."),
+            ),
+        ),
+        Table(
+            "kernel_metrics",
+            "Per-kernel counters and metrics, long format (ncu, nvprof --metrics).",
+            (
+                SOURCE_ID,
+                _c("kernel_id", _INT, "Launch id (ncu 'ID'); null for aggregates over launches."),
+                _c("process_id", _INT, "OS process id."),
+                _c("device_id", _INT, "Device ordinal."),
+                _c("name", _S, "Kernel name."),
+                _c("metric_name", _S, "Metric name as the tool spells it."),
+                _c("stat", _S, "For aggregates: min, max, avg; null for one launch's value."),
+                _c("unit", _S, "Unit after conversion to the base (ns, bytes, %, …)."),
+                _c("value", _F, "Value in `unit`."),
+                _c("invocations_count", _INT, "Launches behind an aggregate row."),
+            ),
+        ),
+        Table(
+            "gpu_samples",
+            "GPU telemetry samples (NVML, nvidia-smi, nvprof --system-profiling), wide.",
+            (
+                SOURCE_ID,
+                _c("device_id", _INT, "Device ordinal / nvidia-smi index."),
+                _c("device_uuid", _S, "Device UUID, when the log has it."),
+                _c("timestamp_ns", _INT, "Sample time, ns in the source's clock.", False),
+                _c("sm_clock_mhz", _F, "SM (graphics) clock."),
+                _c("mem_clock_mhz", _F, "Memory clock."),
+                _c("power_w", _F, "Power draw."),
+                _c("power_kind", _S, "'instant' or 'average' when the source says."),
+                _c("power_limit_w", _F, "Enforced power limit."),
+                _c("temperature_c", _F, "GPU temperature."),
+                _c("fan_pct", _F, "Fan speed."),
+                _c("gpu_util_pct", _F, "GPU utilization."),
+                _c("mem_util_pct", _F, "Memory-controller utilization."),
+                _c("energy_j", _F, "Cumulative energy counter, when sampled."),
+                _c("clock_event_reasons", _INT, "NVML clock event (throttle) reasons bitmask."),
+            ),
+        ),
+        Table(
+            "gpu_metrics",
+            "Other sampled GPU metrics, long (nsys GPU_METRICS, DCGM profiling fields).",
+            (
+                SOURCE_ID,
+                _c("device_id", _INT, "Device ordinal."),
+                _c("timestamp_ns", _INT, "Sample time, ns in the source's clock.", False),
+                _c("metric_name", _S, "Metric name as the tool spells it."),
+                _c("unit", _S, "Unit, when known."),
+                _c("value", _F, "Value in `unit`."),
+            ),
+        ),
+        Table(
+            "iterations",
+            "Training iterations (steps).",
+            (
+                SOURCE_ID,
+                _c("device_id", _INT, "Device ordinal (or rank's device)."),
+                _c("rank", _INT, "Distributed rank, when known."),
+                _c("iteration", _INT, "Iteration number as the source counts it.", False),
+                _c("start_ns", _INT, "Start time, ns in the source's clock; null if unknown."),
+                _c("end_ns", _INT, "End time; null if unknown."),
+                _c("duration_ns", _INT, "Iteration duration."),
+                _c("batch_size", _INT, "Images per iteration on this device, when known."),
+                _c("images_per_s", _F, "Throughput of this iteration, when known."),
+            ),
+        ),
+    )
+}
+
+TABLE_NAMES: tuple[str, ...] = tuple(TABLES)
+
+def has_unit(name: str) -> bool:
+    """Whether a column name carries a unit suffix or is on the allow-list."""
+    return name in UNITLESS_ALLOWLIST or any(name.endswith(s) for s in UNIT_SUFFIXES)
+
+
+def unit_rule_violations() -> list[str]:
+    """Numeric columns that carry neither a unit suffix nor an allow-list entry."""
+    bad = []
+    for t in TABLES.values():
+        for c in t.columns:
+            if c.dtype.is_numeric() and not has_unit(c.name):
+                bad.append(f"{t.name}.{c.name}")
+    return bad
+
+
+def table(name: str) -> Table:
+    try:
+        return TABLES[name]
+    except KeyError:
+        raise KeyError(f"unknown table {name!r}; tables: {', '.join(TABLE_NAMES)}") from None
+
+
+def empty(name: str) -> pl.DataFrame:
+    """An empty frame with the table's full schema."""
+    return pl.DataFrame(schema=table(name).polars_schema)
+
+
+def conform(name: str, df: pl.DataFrame) -> pl.DataFrame:
+    """Select the table's columns in order, add missing ones as nulls, cast to the schema's dtypes.
+
+    Extra columns are a reader bug (ValueError), not bad input.
+    """
+    t = table(name)
+    extra = [c for c in df.columns if c not in t.polars_schema]
+    if extra:
+        raise ValueError(f"table {name}: columns not in the schema: {extra}")
+    exprs = []
+    for c in t.columns:
+        if c.name in df.columns:
+            exprs.append(pl.col(c.name).cast(c.dtype, strict=True))
+        else:
+            exprs.append(pl.lit(None, dtype=c.dtype).alias(c.name))
+    return df.select(exprs)
+
+
+def validate(name: str, df: pl.DataFrame) -> list[str]:
+    """Problems with a frame against the table's schema; empty when it conforms."""
+    t = table(name)
+    problems = []
+    if df.columns != t.names:
+        problems.append(f"{name}: columns {df.columns} != schema {t.names}")
+    for c in t.columns:
+        if c.name not in df.columns:
+            continue
+        if df.schema[c.name] != c.dtype:
+            problems.append(f"{name}.{c.name}: dtype {df.schema[c.name]} != {c.dtype}")
+        elif not c.nullable and df.height and df[c.name].null_count():
+            problems.append(f"{name}.{c.name}: {df[c.name].null_count()} nulls in a required column")
+    return problems
+
+
+def render_markdown() -> str:
+    """docs/schema.md, generated."""
+    out = [
+        "# traceanalyze schema",
+        "",
+        "Generated from `traceanalyze/schema.py` by `traceanalyze schema --markdown`; do not edit.",
+        f"Schema version {SCHEMA_VERSION}.",
+        "",
+        "Times are int64 nanoseconds in the source's clock (`sources.time_origin_epoch_ns` reaches "
+        "epoch time where the format tells it). Numeric columns carry a unit suffix "
+        f"({', '.join(f'`{s}`' for s in UNIT_SUFFIXES)}) or are on the unitless allow-list: "
+        f"{', '.join(f'`{n}`' for n in sorted(UNITLESS_ALLOWLIST))}. Missing values are nulls.",
+        "",
+    ]
+    for t in TABLES.values():
+        out += [f"## `{t.name}`", "", t.description, "", "| column | type | null | description |"]
+        out.append("|---|---|---|---|")
+        for c in t.columns:
+            null = "yes" if c.nullable else "no"
+            out.append(f"| `{c.name}` | {c.dtype} | {null} | {c.description} |")
+        out.append("")
+    return "\n".join(out)
