@@ -339,8 +339,11 @@ def conform(name: str, df: pl.DataFrame) -> pl.DataFrame:
     return df.select(exprs)
 
 
-def validate(name: str, df: pl.DataFrame) -> list[str]:
-    """Problems with a frame against the table's schema; empty when it conforms."""
+def validate(name: str, df: pl.DataFrame, *, finalized: bool = True) -> list[str]:
+    """Problems with a frame against the table's schema; empty when it conforms.
+
+    `finalized=False` accepts a null `source_id` (a reader's raw output, before `read()` fills it).
+    """
     t = table(name)
     problems = []
     if df.columns != t.names:
@@ -350,6 +353,8 @@ def validate(name: str, df: pl.DataFrame) -> list[str]:
             continue
         if df.schema[c.name] != c.dtype:
             problems.append(f"{name}.{c.name}: dtype {df.schema[c.name]} != {c.dtype}")
+        elif c.name == "source_id" and not finalized:
+            continue
         elif not c.nullable and df.height and df[c.name].null_count():
             problems.append(f"{name}.{c.name}: {df[c.name].null_count()} nulls in a required column")
     return problems

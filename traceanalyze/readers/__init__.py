@@ -26,8 +26,6 @@ from ._common import PathLike
 
 # Slug -> one-line description. Order is the order `--format` lists them in.
 _SLUGS: dict[str, str] = {
-    "nvprof_csv": "nvprof --csv output: GPU trace (with --system-profiling), summary, metrics",
-    "kineto_json": "PyTorch profiler (Kineto) Chrome trace .json / .json.gz",
     "iterlog": "Iteration-duration log ('Iteration Duration <i> <dev> : <s>' lines or JSONL)",
 }
 
