@@ -1,4 +1,4 @@
-"""Shared test helpers: paths to the real captures in ../shared/traces and the project's fixtures."""
+"""Shared test helpers: paths to real captures (../shared/traces) and the project's fixtures."""
 
 from __future__ import annotations
 

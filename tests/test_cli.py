@@ -73,10 +73,13 @@ def test_bad_input_is_one_line_exit_1_store_untouched(
 
 def test_bad_record_names_file(tmp_path: Path, write) -> None:
     p = write("x.txt", "Iteration Duration\n")
-    r = CliRunner().invoke(main, ["ingest", str(p), "--store", str(tmp_path / "st"), "--format",
-                                  "iterlog"])
+    r = CliRunner().invoke(
+        main, ["ingest", str(p), "--store", str(tmp_path / "st"), "--format", "iterlog"]
+    )
     assert r.exit_code == 1
-    assert r.output == f"traceanalyze: error: {p}: no 'Iteration Duration <i> <dev> : <s>' records\n"
+    assert (
+        r.output == f"traceanalyze: error: {p}: no 'Iteration Duration <i> <dev> : <s>' records\n"
+    )
 
 
 def test_summary_of_missing_store(tmp_path: Path) -> None:
@@ -118,6 +121,10 @@ def test_python_dash_m(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, "-m", "traceanalyze", "schema", "iterations", "--csv"],
-                       capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "traceanalyze", "schema", "iterations", "--csv"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert r.stdout.splitlines()[0] == "table,column,type,nullable,description"

@@ -30,15 +30,27 @@ def test_sc22_lines_including_merged_ranks(write) -> None:
 
 
 def test_own_log_round_trip(write) -> None:
-    rows = [(0, 0, 0, 1_700_000_000_000_000_000, 400_000_000, 64, 160.0),
-            (0, 0, 1, 1_700_000_000_400_000_000, 200_000_000, 64, 320.0),
-            (1, 1, 1, None, 250_000_000, 64, None)]
+    rows = [
+        (0, 0, 0, 1_700_000_000_000_000_000, 400_000_000, 64, 160.0),
+        (0, 0, 1, 1_700_000_000_400_000_000, 200_000_000, 64, 320.0),
+        (1, 1, 1, None, 250_000_000, 64, None),
+    ]
     body = "\n".join(",".join("" if v is None else str(v) for v in r) for r in rows)
     p = write("iterations_rank0.csv", f"{MAGIC}\n{HEADER}\n{body}\n")
     t = ta.read(p)
     it = t.iterations.sort("rank", "iteration")
-    assert it.select("rank", "device_id", "iteration", "start_ns", "duration_ns", "batch_size",
-                     "images_per_s").rows() == rows
+    assert (
+        it.select(
+            "rank",
+            "device_id",
+            "iteration",
+            "start_ns",
+            "duration_ns",
+            "batch_size",
+            "images_per_s",
+        ).rows()
+        == rows
+    )
     assert it["end_ns"].to_list() == [1_700_000_000_400_000_000, 1_700_000_000_600_000_000, None]
     assert t.sources["time_origin_epoch_ns"].item() == 0
 

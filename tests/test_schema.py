@@ -77,7 +77,9 @@ def test_conform_rejects_unknown_columns_as_a_bug() -> None:
 
 
 def test_validate_reports_nulls_in_required_columns() -> None:
-    df = schema.conform("kernels", pl.DataFrame({"kernel_id": [None, 1]}, schema={"kernel_id": pl.Int64}))
+    df = schema.conform(
+        "kernels", pl.DataFrame({"kernel_id": [None, 1]}, schema={"kernel_id": pl.Int64})
+    )
     assert any("required" in p for p in schema.validate("kernels", df))
 
 

@@ -14,7 +14,9 @@ from traceanalyze import schema
 from traceanalyze.errors import MalformedInput, StoreError, TraceanalyzeError
 
 LOG_A = "Iteration Duration 0 0 : 0.5\nIteration Duration 1 0 : 0.25\n"
-LOG_B = "Iteration Duration 0 1 : 0.125\nIteration Duration 1 1 : 0.0625\nIteration Duration 2 1 : 1\n"
+LOG_B = (
+    "Iteration Duration 0 1 : 0.125\nIteration Duration 1 1 : 0.0625\nIteration Duration 2 1 : 1\n"
+)
 
 
 def snapshot(root: Path) -> dict[str, str]:

@@ -111,7 +111,11 @@ def emit(df: Any, out_json: bool, out_csv: bool, title: str | None = None) -> No
 )
 @quiet_option
 def ingest(
-    files: tuple[Path, ...], store_dir: Path, fmt: str | None, force: bool, tz: str | None,
+    files: tuple[Path, ...],
+    store_dir: Path,
+    fmt: str | None,
+    force: bool,
+    tz: str | None,
     quiet: bool,
 ) -> None:
     """Read FILE... and add them to the store."""
@@ -127,8 +131,12 @@ def ingest(
         with Progress(transient=True) as progress:
             task = progress.add_task("ingesting", total=len(files))
             results = do_ingest(
-                files, store_dir, format=fmt, force=force,
-                on_result=lambda r: progress.advance(task), **options,
+                files,
+                store_dir,
+                format=fmt,
+                force=force,
+                on_result=lambda r: progress.advance(task),
+                **options,
             )
     else:
         results = do_ingest(files, store_dir, format=fmt, force=force, **options)
@@ -175,9 +183,7 @@ def schema_cmd(table: str | None, markdown: bool, out_json: bool, out_csv: bool)
         click.echo("")
         return
     if table is not None and table not in schema.TABLES:
-        raise TraceanalyzeError(
-            f"unknown table {table!r}; tables: {', '.join(schema.TABLE_NAMES)}"
-        )
+        raise TraceanalyzeError(f"unknown table {table!r}; tables: {', '.join(schema.TABLE_NAMES)}")
     names = [table] if table else list(schema.TABLE_NAMES)
     df = pl.DataFrame(
         [
@@ -203,9 +209,7 @@ def formats(out_json: bool, out_csv: bool) -> None:
 
     from .readers import READERS
 
-    df = pl.DataFrame(
-        [{"format": r.slug, "description": r.description} for r in READERS.values()]
-    )
+    df = pl.DataFrame([{"format": r.slug, "description": r.description} for r in READERS.values()])
     emit(df, out_json, out_csv)
 
 

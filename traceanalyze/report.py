@@ -43,17 +43,17 @@ def summary_report(
             raise StoreError(f"no such source(s): {', '.join(missing)}", path=st.root)
     return {
         "sources": srcs,
-        "kernels": s.kernel_overview(scan("kernels")).with_columns(
-            (pl.col("total_kernel_ns") / 1e6).alias("total_kernel_ms")
-        ).drop("total_kernel_ns"),
+        "kernels": s.kernel_overview(scan("kernels"))
+        .with_columns((pl.col("total_kernel_ns") / 1e6).alias("total_kernel_ms"))
+        .drop("total_kernel_ns"),
         "top_kernels": s.top_kernels(scan("kernels"), top)
         .with_columns(
             (pl.col("total_ns") / 1e6).alias("total_ms"), (pl.col("mean_ns") / 1e3).alias("mean_us")
         )
         .select("source_id", "name", "launch_count", "total_ms", "mean_us", "share_pct"),
-        "copies": s.copies_by_kind(scan("memcpy")).with_columns(
-            (pl.col("total_ns") / 1e6).alias("total_ms")
-        ).drop("total_ns"),
+        "copies": s.copies_by_kind(scan("memcpy"))
+        .with_columns((pl.col("total_ns") / 1e6).alias("total_ms"))
+        .drop("total_ns"),
         "telemetry": s.telemetry_stats(scan("gpu_samples")),
         "iterations": s.iteration_stats(scan("iterations")),
     }

@@ -174,7 +174,11 @@ TABLES: dict[str, Table] = {
                 _c("context_id", _INT, "CUDA context id."),
                 _c("stream_id", _INT, "CUDA stream id."),
                 _c("correlation_id", _INT, "CUPTI correlation id."),
-                _c("kind", _S, "HtoD, DtoH, DtoD, PtoP, HtoH, HtoA, AtoH, AtoA, AtoD, DtoA, memset."),
+                _c(
+                    "kind",
+                    _S,
+                    "HtoD, DtoH, DtoD, PtoP, HtoH, HtoA, AtoH, AtoA, AtoD, DtoA, memset.",
+                ),
                 _c("src_kind", _S, "Source memory kind (Pageable, Pinned, Device, …)."),
                 _c("dst_kind", _S, "Destination memory kind."),
                 _c("size_bytes", _INT, "Bytes copied or set."),
@@ -294,6 +298,7 @@ TABLES: dict[str, Table] = {
 
 TABLE_NAMES: tuple[str, ...] = tuple(TABLES)
 
+
 def has_unit(name: str) -> bool:
     """Whether a column name carries a unit suffix or is on the allow-list."""
     return name in UNITLESS_ALLOWLIST or any(name.endswith(s) for s in UNIT_SUFFIXES)
@@ -356,7 +361,9 @@ def validate(name: str, df: pl.DataFrame, *, finalized: bool = True) -> list[str
         elif c.name == "source_id" and not finalized:
             continue
         elif not c.nullable and df.height and df[c.name].null_count():
-            problems.append(f"{name}.{c.name}: {df[c.name].null_count()} nulls in a required column")
+            problems.append(
+                f"{name}.{c.name}: {df[c.name].null_count()} nulls in a required column"
+            )
     return problems
 
 

@@ -103,7 +103,7 @@ class Store:
         return staged.source_id
 
     def stage(self, tables: Tables, *, replace_existing: bool = False) -> Staged:
-        """Write one source's files under a temporary directory in the store; nothing visible yet."""
+        """Write one source's files under a temporary directory in the store; none visible yet."""
         sids = tables.sources["source_id"].unique().to_list()
         if len(sids) != 1 or sids[0] is None:
             raise ValueError(f"Store.stage takes exactly one source, got {sids}")
@@ -187,7 +187,8 @@ class IngestResult:
         if self.status == "unchanged":
             return f"{self.path}: unchanged (source {self.source_id} already in the store), skipped"
         rows = ", ".join(f"{v:,} {k}" for k, v in self.counts.items() if v and k != "sources")
-        return f"{self.path}: {self.status} as {self.format}, source {self.source_id} ({rows or 'no rows'})"
+        what = rows or "no rows"
+        return f"{self.path}: {self.status} as {self.format}, source {self.source_id} ({what})"
 
 
 def ingest(

@@ -99,9 +99,9 @@ def telemetry_stats(gpu_samples: Frame) -> pl.DataFrame:
             pl.col("v").max().alias("max"),
         )
         .with_columns(
-            pl.col("metric").replace_strict(
-                {m: i for i, m in enumerate(TELEMETRY_COLUMNS)}, return_dtype=pl.Int64
-            ).alias("_o")
+            pl.col("metric")
+            .replace_strict({m: i for i, m in enumerate(TELEMETRY_COLUMNS)}, return_dtype=pl.Int64)
+            .alias("_o")
         )
         .sort(["source_id", "device_id", "_o"], nulls_last=True)
         .drop("_o")

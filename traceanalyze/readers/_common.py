@@ -159,7 +159,8 @@ def demangle_column(s: pl.Series) -> pl.Series:
     """Demangle a string column, calling the demangler once per distinct name."""
     uniq = s.unique().drop_nulls()
     mapping = {n: demangle(n) for n in uniq.to_list()}
-    return s.replace_strict(mapping, default=None, return_dtype=pl.String).alias(s.name)
+    out: pl.Series = s.replace_strict(mapping, default=None, return_dtype=pl.String)
+    return out.alias(s.name)
 
 
 def warn(message: str) -> None:

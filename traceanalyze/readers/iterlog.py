@@ -59,7 +59,8 @@ def sniff(path: PathLike) -> bool:
 
 
 def read_iterlog(path: PathLike) -> Tables:
-    raw = open(path, "rb").read()
+    with open(path, "rb") as f:
+        raw = f.read()
     text = raw.decode("utf-8", "replace").lstrip("\ufeff")
     if text.startswith(MAGIC):
         return _read_own(path, text)
