@@ -26,7 +26,8 @@ from ._common import PathLike
 
 # Slug -> one-line description. Order is the order `--format` lists them in.
 _SLUGS: dict[str, str] = {
-    "iterlog": "Iteration-duration log ('Iteration Duration <i> <dev> : <s>' lines or JSONL)",
+    "iterlog": "Iteration logs: SC22 'Iteration Duration <i> <dev> : <s>' stdout, collector CSV",
+    "nvprof_sqlite": "nvprof SQLite export (-o x.nvvp / .prof / .sql)",
 }
 
 

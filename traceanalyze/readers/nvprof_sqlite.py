@@ -1,0 +1,660 @@
+"""nvprof SQLite export: `nvprof -o x.nvvp` (also `--export-profile x.prof|.nvprof|.sql`).
+
+Tested with a CUDA 10.1 nvprof capture of a PyTorch language model on a V100 (`nvprof -f -o
+net.sql --profile-from-start off`, db `Version` 12, apex.pyprof NVTX markers) and with small
+databases built in the tests with the same tables (formats.md §2). `Version` 11 DBs (2018) are
+not tested here; columns are selected by name (PRAGMA table_info) and absent optional ones become
+null, so a missing required column raises MissingColumn naming the table.
+
+The file is a plain SQLite 3 database, opened read-only (`_common.connect_readonly`). All tables
+`CUPTI_ACTIVITY_KIND_*` exist even when empty. Text lives in `StringTable(_id_, value)` and other
+tables store its ids; id 0 is `'-- null --'` (read as null) and id 1 is the profiled command line,
+which no output ever copies: only the ids a table references are fetched, each distinct string
+once, and joined to the rows in polars. Every activity table is read with one SQL query
+(`fetchall` into a typed polars frame); pairing, enum mapping and BLOB decoding are polars
+expressions, and Python loops only run over distinct kernel names (demangling, short names).
+
+Tables:
+
+* `kernels`: union of `CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL` (default concurrent mode) and
+  `CUPTI_ACTIVITY_KIND_KERNEL` (`--concurrent-kernels off`, analysis/metric mode). Names are
+  stored mangled: `name` is demangled with cxxfilt (once per distinct name), `mangled_name` keeps
+  the `_Z…` original (null for plain C names such as `volta_sgemm_128x64_tn`), `short_name` is the
+  base function name without namespaces, template arguments or parameters. `kernel_id` is the
+  launch index in start-time order.
+* `memcpy`: `CUPTI_ACTIVITY_KIND_MEMCPY` plus `MEMCPY2` (peer-to-peer), with CUPTI's
+  `CUpti_ActivityMemcpyKind` (1 HtoD … 10 PtoP) and `CUpti_ActivityMemoryKind` (1 Pageable,
+  2 Pinned, 3 Device, 4 Array, 5 Managed, 6 Device Static, 7 Managed Static; 0 unknown → null),
+  both checked against `cupti_activity.h` of CUDA 13.0. These differ from nsys's numbering.
+  `CUPTI_ACTIVITY_KIND_MEMSET` rows have kind `memset` and `dst_kind` = their `memoryKind`.
+* `api_calls`: `CUPTI_ACTIVITY_KIND_RUNTIME` (`api` runtime) and `_DRIVER` (driver). The API name
+  is not stored, only CUPTI's callback id `cbid`: it is mapped through
+  `traceanalyze/data/cupti_cbid_{runtime,driver}.csv`, generated from `cupti_runtime_cbid.h` and
+  `cupti_driver_cbid.h` of CUDA 13.0 Update 1 (CUPTI_API_VERSION 130001; ids are append-only, so
+  older traces map too). Runtime names drop CUPTI's `_vNNNN` suffix (`cudaLaunchKernel_v7000` →
+  `cudaLaunchKernel`); `callback_id` keeps the id. An id missing from the table gives a null name
+  and a warning. `threadId` is a signed 32-bit column that is often negative: it is masked with
+  `& 0xFFFFFFFF` (the result matches the thread id packed in NVTX marker `objectId`s).
+* `markers`: NVTX from `CUPTI_ACTIVITY_KIND_MARKER`. CUPTI writes a start row (flags
+  `CUPTI_ACTIVITY_FLAG_MARKER_START` = 2) and an end row (`_END` = 4, name 0) with the same `id`;
+  they are paired with a join on `id`. Instantaneous marks (`_INSTANTANEOUS` = 1) and the NVTX
+  sync flags (8…64) have a null end; a start without an end keeps a null end (warned). `objectId`
+  is the 12-byte `CUpti_ActivityObjectKindId` union: for `objectKind` 2 (thread) it is
+  little-endian `uint32 processId, uint32 threadId`; for 1 (process) only the pid is meaningful.
+  Other object kinds give null ids. `domain` is a StringTable id (0 = default domain → null).
+* `devices`: `CUPTI_ACTIVITY_KIND_DEVICE`; `uuid` (16-byte BLOB) → `GPU-8-4-4-4-12` hex.
+* `gpu_samples` (`--system-profiling on`): `CUPTI_ACTIVITY_KIND_ENVIRONMENT(deviceId, timestamp,
+  environmentKind, data BLOB)`, `data` being the `CUpti_ActivityEnvironment.data` union as
+  little-endian `uint32`s: kind 1 speed (smClock MHz, memoryClock MHz, pcieLinkGen, pcieLinkWidth,
+  clocksThrottleReasons), 2 temperature (gpuTemperature °C), 3 power (power mW, powerLimit mW),
+  4 cooling (fanSpeed %). Records of one device and timestamp are merged into one wide row.
+  CUPTI's throttle-reason bits 0x1–0x8 equal NVML's clock event reasons; the UNKNOWN
+  (0x80000000) and UNSUPPORTED (0x40000000) values become null. PCIe generation/width have no
+  schema column and are dropped. No public sample has these rows: the decoding follows the CUPTI
+  header (the BLOB is assumed to hold the union alone, from offset 0) and is tested on databases
+  built in the tests; a BLOB too short for its kind gives nulls and a warning.
+
+Times are absolute Unix-epoch ns already: stored as is, `sources.time_origin_epoch_ns` = 0.
+`sources.tool_version` is the export's db schema version (`Version` table), the only version the
+file states. GPU rows (kernels, memcpy) carry no pid: when the API tables hold exactly one
+`processId` (nvprof writes one DB per process, `%p`), that pid is filled in; otherwise it stays
+null.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from importlib import resources
+
+import polars as pl
+
+from ..errors import MalformedInput, MissingColumn
+from ..tables import Tables
+from ._common import (
+    PathLike,
+    connect_readonly,
+    demangle_column,
+    is_sqlite,
+    require_columns,
+    sqlite_tables,
+    table_columns,
+    warn,
+)
+
+TOOL = "nvprof"
+
+_K = "CUPTI_ACTIVITY_KIND_"
+KERNEL_TABLES = (f"{_K}CONCURRENT_KERNEL", f"{_K}KERNEL")
+_STRINGS = "StringTable"
+
+# CUpti_ActivityMemcpyKind (cupti_activity.h)
+COPY_KINDS: dict[int, str] = {
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+}
+# CUpti_ActivityMemoryKind (cupti_activity.h); 0 = UNKNOWN is a missing value, not a kind.
+MEMORY_KINDS: dict[int, str] = {
+    1: "Pageable",
+    2: "Pinned",
+    3: "Device",
+    4: "Array",
+    5: "Managed",
+    6: "Device Static",
+    7: "Managed Static",
+}
+# CUpti_ActivityFlag marker bits
+_MARKER_INSTANTANEOUS, _MARKER_START, _MARKER_END = 1, 2, 4
+# CUpti_ActivityObjectKind
+_OBJECT_PROCESS, _OBJECT_THREAD = 1, 2
+# CUpti_ActivityEnvironmentKind
+_ENV_SPEED, _ENV_TEMPERATURE, _ENV_POWER, _ENV_COOLING = 1, 2, 3, 4
+# CUpti_EnvironmentClocksThrottleReason values that mean "no reading"
+_THROTTLE_UNKNOWN, _THROTTLE_UNSUPPORTED = 0x80000000, 0x40000000
+
+_I = pl.Int64
+
+
+def sniff(path: PathLike) -> bool:
+    """SQLite with `StringTable` and a CUPTI kernel table, and without nsys's `StringIds`."""
+    if not is_sqlite(path):
+        return False
+    try:
+        tables = sqlite_tables(path)
+    except (sqlite3.Error, OSError):
+        return False
+    return (
+        _STRINGS in tables and any(t in tables for t in KERNEL_TABLES) and "StringIds" not in tables
+    )
+
+
+def read_nvprof_sqlite(path: PathLike) -> Tables:
+    """Read an nvprof SQLite export into normalized tables."""
+    if not is_sqlite(path):
+        raise MalformedInput("not an SQLite database (nvprof -o export expected)", path=path)
+    con = connect_readonly(path)
+    try:
+        return _read(con, path)
+    except sqlite3.DatabaseError as e:
+        # a truncated or corrupt file fails only when a damaged page is reached
+        raise MalformedInput(f"cannot read the SQLite database ({e})", path=path) from None
+    finally:
+        con.close()
+
+
+def _read(con: sqlite3.Connection, path: PathLike) -> Tables:
+    tables = sqlite_tables(con)
+    if not any(t in tables for t in KERNEL_TABLES):
+        raise MissingColumn(
+            f"not an nvprof export: no {' or '.join(KERNEL_TABLES)} table",
+            path=path,
+            table=KERNEL_TABLES[0],
+        )
+    if _STRINGS not in tables:
+        raise MissingColumn("not an nvprof export: no StringTable", path=path, table=_STRINGS)
+    require_columns(table_columns(con, _STRINGS), ["_id_", "value"], path=path, table=_STRINGS)
+
+    api_calls = _api_calls(con, path, tables)
+    pids = api_calls["process_id"].drop_nulls().unique()
+    pid = int(pids[0]) if pids.len() == 1 else None
+    devices = _devices(con, path, tables)
+    frames = {
+        "sources": _sources(con, tables),
+        "devices": devices,
+        "kernels": _kernels(con, path, tables, pid),
+        "memcpy": _memcpy(con, path, tables, pid),
+        "api_calls": api_calls,
+        "markers": _markers(con, path, tables),
+        "gpu_samples": _gpu_samples(con, path, tables, devices),
+    }
+    return Tables.build(**{name: df for name, df in frames.items() if df is not None})
+
+
+# --- SQL helpers ------------------------------------------------------------------------------
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _select(
+    con: sqlite3.Connection,
+    path: PathLike,
+    table: str,
+    want: Mapping[str, str | None],
+    required: list[str],
+    alias: str = "t",
+) -> list[str]:
+    """`alias."col" AS out` for each wanted column; NULL for a column the table lacks (or None)."""
+    have = table_columns(con, table)
+    require_columns(have, required, path=path, table=table)
+    return [
+        f"{alias}.{_q(col)} AS {out}" if col is not None and col in have else f"NULL AS {out}"
+        for out, col in want.items()
+    ]
+
+
+def _frame(
+    con: sqlite3.Connection,
+    path: PathLike,
+    table: str,
+    sql: str,
+    schema: dict[str, pl.DataType],
+) -> pl.DataFrame:
+    """Run a query and build a frame typed by `schema` (which lists the SELECT's columns).
+
+    SQLite columns are dynamically typed: text or a BLOB in an INT column is bad input."""
+    rows = con.execute(sql).fetchall()
+    try:
+        return pl.DataFrame(rows, schema=schema, orient="row")
+    except pl.exceptions.ComputeError as e:
+        msg = str(e).split("\n", 1)[0]
+        raise MalformedInput(
+            f"a column holds values of the wrong type: {msg}", path=path, table=table
+        ) from None
+
+
+def _with_strings(
+    con: sqlite3.Connection, path: PathLike, df: pl.DataFrame, ref: str, out: str, ids_sql: str
+) -> pl.DataFrame:
+    """Add column `out` = StringTable text of the ids in column `ref`; id 0 ('-- null --') is null.
+
+    Only the ids that `ids_sql` selects are fetched (never the whole table, whose id 1 is the
+    command line), and each distinct string is decoded once, not once per row."""
+    sql = f"SELECT _id_, value FROM {_STRINGS} WHERE _id_ <> 0 AND _id_ IN ({ids_sql})"
+    strings = _frame(con, path, _STRINGS, sql, {ref: _I(), out: pl.String()})
+    return df.join(strings, on=ref, how="left", maintain_order="left")
+
+
+def _string_join(alias: str, column: str, out: str) -> tuple[str, str]:
+    """(select expr, join clause) resolving a StringTable id; id 0 ('-- null --') is null."""
+    s, ref = f"s_{out}", f"{alias}.{_q(column)}"
+    return f"{s}.value AS {out}", f"LEFT JOIN {_STRINGS} {s} ON {s}._id_ = {ref} AND {ref} <> 0"
+
+
+# --- tables -----------------------------------------------------------------------------------
+
+
+def _sources(con: sqlite3.Connection, tables: set[str]) -> pl.DataFrame:
+    version = None
+    if "Version" in tables and "version" in table_columns(con, "Version"):
+        row = con.execute("SELECT version FROM Version LIMIT 1").fetchone()
+        if row is not None and row[0] is not None:
+            version = f"nvprof db version {row[0]}"
+    return pl.DataFrame(
+        {"tool": [TOOL], "tool_version": [version], "time_origin_epoch_ns": [0]},
+        schema={"tool": pl.String, "tool_version": pl.String, "time_origin_epoch_ns": _I},
+    )
+
+
+_KERNEL_COLS = {
+    "device_id": "deviceId",
+    "context_id": "contextId",
+    "stream_id": "streamId",
+    "correlation_id": "correlationId",
+    "start_ns": "start",
+    "end_ns": "end",
+    "grid_x": "gridX",
+    "grid_y": "gridY",
+    "grid_z": "gridZ",
+    "block_x": "blockX",
+    "block_y": "blockY",
+    "block_z": "blockZ",
+    "registers_per_thread": "registersPerThread",
+    "static_smem_bytes": "staticSharedMemory",
+    "dynamic_smem_bytes": "dynamicSharedMemory",
+    "name_id": "name",
+}
+
+
+def _kernels(
+    con: sqlite3.Connection, path: PathLike, tables: set[str], pid: int | None
+) -> pl.DataFrame:
+    parts, used = [], []
+    for table in KERNEL_TABLES:
+        if table not in tables:
+            continue
+        cols = _select(con, path, table, _KERNEL_COLS, ["start", "end", "name"])
+        parts.append(f"SELECT {', '.join(cols)} FROM {_q(table)} t")
+        used.append(table)
+    schema: dict[str, pl.DataType] = {c: _I() for c in _KERNEL_COLS}
+    df = _frame(con, path, " + ".join(used), " UNION ALL ".join(parts), schema)
+    ids = " UNION ".join(f"SELECT name FROM {_q(t)}" for t in used)
+    df = _with_strings(con, path, df, "name_id", "raw_name", ids)
+    _warn_dangling(df, "raw_name", "name_id", "kernels", path)
+
+    raw = df["raw_name"]
+    demangled = demangle_column(raw)
+    uniq = demangled.unique().drop_nulls().to_list()
+    shorts = {n: _short_name(n) for n in uniq}
+    failed = raw.filter(raw.str.starts_with("_Z") & (demangled == raw)).n_unique()
+    if failed:
+        warn(f"{path}: {failed} distinct kernel name(s) could not be demangled; kept mangled")
+    return (
+        df.with_columns(
+            demangled.alias("name"),
+            demangled.replace_strict(shorts, default=None, return_dtype=pl.String).alias(
+                "short_name"
+            ),
+            pl.when(pl.col("raw_name").str.starts_with("_Z"))
+            .then(pl.col("raw_name"))
+            .alias("mangled_name"),
+            (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
+            pl.lit(pid, dtype=_I).alias("process_id"),
+        )
+        .drop("raw_name", "name_id")
+        .sort("start_ns", maintain_order=True, nulls_last=True)
+        .with_columns(pl.int_range(pl.len(), dtype=_I).alias("kernel_id"))
+    )
+
+
+def _short_name(name: str) -> str:
+    """Base function name of a demangled C++ name: no return type, namespaces, template
+    arguments or parameters (`void at::native::k<float>(float*)` → `k`). Plain C names come back
+    unchanged. A bracket-counting heuristic, applied once per distinct name."""
+    if not any(c in name for c in "(<:"):
+        return name
+    s = name.replace("(anonymous namespace)", "{anonymous}")
+    # the parameter list starts at the first '(' outside template arguments and {lambda(...)}
+    depth, cut = 0, len(s)
+    for i, ch in enumerate(s):
+        if ch in "<{":
+            depth += 1
+        elif ch in ">}":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            cut = i
+            break
+    head = s[:cut].rstrip()
+    if head.endswith(">"):  # the function's own template arguments
+        depth = 0
+        for i in range(len(head) - 1, -1, -1):
+            if head[i] in ">}":
+                depth += 1
+            elif head[i] in "<{":
+                depth -= 1
+                if depth == 0:
+                    head = head[:i].rstrip()
+                    break
+    # what follows the last '::' or ' ' (return type) outside brackets
+    depth = 0
+    for i in range(len(head) - 1, -1, -1):
+        ch = head[i]
+        if ch in ">}":
+            depth += 1
+        elif ch in "<{":
+            depth -= 1
+        elif depth == 0 and ch in ": ":
+            return head[i + 1 :] or name
+    return head or name
+
+
+def _memcpy(
+    con: sqlite3.Connection, path: PathLike, tables: set[str], pid: int | None
+) -> pl.DataFrame | None:
+    common: dict[str, str | None] = {
+        "device_id": "deviceId",
+        "context_id": "contextId",
+        "stream_id": "streamId",
+        "correlation_id": "correlationId",
+        "size_bytes": "bytes",
+        "start_ns": "start",
+        "end_ns": "end",
+    }
+    copy_cols = {**common, "copy_kind": "copyKind", "src_mem": "srcKind", "dst_mem": "dstKind"}
+    # a memset has one memory kind, its destination
+    set_cols = {**common, "copy_kind": None, "src_mem": None, "dst_mem": "memoryKind"}
+    parts = []
+    for table, want in (
+        (f"{_K}MEMCPY", copy_cols),
+        (f"{_K}MEMCPY2", copy_cols),
+        (f"{_K}MEMSET", set_cols),
+    ):
+        if table in tables:
+            cols = _select(con, path, table, want, ["start", "end", "bytes"])
+            memset = 1 if table.endswith("MEMSET") else 0
+            parts.append(f"SELECT {', '.join(cols)}, {memset} AS is_memset FROM {_q(table)} t")
+    if not parts:
+        return None
+    schema: dict[str, pl.DataType] = {c: _I() for c in copy_cols}
+    schema["is_memset"] = _I()
+    df = _frame(con, path, f"{_K}MEMCPY/MEMSET", " UNION ALL ".join(parts), schema)
+    unknown = df.filter(
+        (pl.col("is_memset") == 0) & ~pl.col("copy_kind").is_in(list(COPY_KINDS))
+    ).height
+    if unknown:
+        warn(f"{path}: {unknown} memcpy row(s) with an unknown CUPTI copyKind; kind left null")
+    odd = df.filter(
+        pl.any_horizontal(
+            pl.col(c).is_not_null() & ~pl.col(c).is_in([0, *MEMORY_KINDS])
+            for c in ("src_mem", "dst_mem")
+        )
+    ).height
+    if odd:
+        warn(f"{path}: {odd} memcpy/memset row(s) with an unknown CUPTI memory kind; left null")
+
+    def mem(c: str) -> pl.Expr:
+        return pl.col(c).replace_strict(MEMORY_KINDS, default=None, return_dtype=pl.String)
+
+    return (
+        df.with_columns(
+            pl.when(pl.col("is_memset") == 1)
+            .then(pl.lit("memset"))
+            .otherwise(
+                pl.col("copy_kind").replace_strict(COPY_KINDS, default=None, return_dtype=pl.String)
+            )
+            .alias("kind"),
+            mem("src_mem").alias("src_kind"),
+            mem("dst_mem").alias("dst_kind"),
+            (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
+            pl.lit(pid, dtype=_I).alias("process_id"),
+        )
+        .drop("copy_kind", "src_mem", "dst_mem", "is_memset")
+        .sort("start_ns", maintain_order=True, nulls_last=True)
+    )
+
+
+def _cbid_names(api: str) -> pl.DataFrame:
+    """The shipped CUPTI callback-id table for `api` ('runtime' or 'driver')."""
+    ref = resources.files("traceanalyze") / "data" / f"cupti_cbid_{api}.csv"
+    with resources.as_file(ref) as p:
+        df = pl.read_csv(
+            p,
+            comment_prefix="#",
+            schema={"cbid": _I(), "name": pl.String(), "cupti_enum": pl.String()},
+        )
+    return df.select(pl.col("cbid").alias("callback_id"), "name")
+
+
+def _api_calls(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.DataFrame:
+    want = {
+        "callback_id": "cbid",
+        "start_ns": "start",
+        "end_ns": "end",
+        "process_id": "processId",
+        "thread_id": "threadId",
+        "correlation_id": "correlationId",
+        "return_code": "returnValue",
+    }
+    schema: dict[str, pl.DataType] = {c: _I() for c in want}
+    frames = []
+    for api, table in (("runtime", f"{_K}RUNTIME"), ("driver", f"{_K}DRIVER")):
+        if table not in tables:
+            continue
+        cols = _select(con, path, table, want, ["cbid", "start", "end"])
+        df = _frame(con, path, table, f"SELECT {', '.join(cols)} FROM {_q(table)} t", schema)
+        if df.height == 0:
+            continue
+        df = df.join(_cbid_names(api), on="callback_id", how="left", maintain_order="left")
+        missing = df.filter(pl.col("name").is_null())
+        if missing.height:
+            ids = sorted(missing["callback_id"].drop_nulls().unique().to_list())
+            warn(
+                f"{path}: {missing.height} {api} API call(s) with callback ids not in the CUPTI "
+                f"13.0 table ({', '.join(map(str, ids[:10]))}); name left null"
+            )
+        frames.append(df.with_columns(pl.lit(api).alias("api")))
+    if not frames:
+        return pl.DataFrame(schema={**schema, "name": pl.String(), "api": pl.String()})
+    return (
+        pl.concat(frames, how="vertical")
+        .with_columns(
+            # threadId is stored as a signed 32-bit value (formats.md §2)
+            (pl.col("thread_id") & 0xFFFFFFFF).alias("thread_id"),
+            (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
+        )
+        .sort("start_ns", maintain_order=True, nulls_last=True)
+    )
+
+
+def _u32(blob: str, offset: int) -> pl.Expr:
+    """Little-endian uint32 at `offset` of a BLOB column; null when the BLOB is too short."""
+    return pl.col(blob).bin.slice(offset, 4).bin.reinterpret(dtype=pl.UInt32, endianness="little")
+
+
+def _markers(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.DataFrame | None:
+    table = f"{_K}MARKER"
+    if table not in tables:
+        return None
+    want = {
+        "flags": "flags",
+        "timestamp": "timestamp",
+        "id": "id",
+        "object_kind": "objectKind",
+        "object_id": "objectId",
+        "name_id": "name",
+        "domain_id": "domain",
+    }
+    cols = _select(con, path, table, want, ["flags", "timestamp", "id", "name"])
+    schema: dict[str, pl.DataType] = {c: _I() for c in want}
+    schema["object_id"] = pl.Binary()
+    df = _frame(con, path, table, f"SELECT {', '.join(cols)} FROM {_q(table)} t", schema)
+    # end rows carry name 0; only start/mark rows' strings are fetched
+    ids = f"SELECT name FROM {_q(table)} WHERE (flags & {_MARKER_END}) = 0"
+    df = _with_strings(con, path, df, "name_id", "name", ids)
+    _warn_dangling(df, "name", "name_id", "markers", path)
+    if "domain" in table_columns(con, table):
+        ids = f"SELECT DISTINCT domain FROM {_q(table)}"
+        df = _with_strings(con, path, df, "domain_id", "domain", ids)
+    else:
+        df = df.with_columns(pl.lit(None, dtype=pl.String).alias("domain"))
+    df = df.drop("name_id", "domain_id")
+    is_end = (pl.col("flags") & _MARKER_END) != 0
+    ends = (
+        df.filter(is_end)
+        .select("id", pl.col("timestamp").alias("end_ns"))
+        .unique("id", keep="first", maintain_order=True)
+    )
+    starts = df.filter(~is_end)
+    is_range = (pl.col("flags") & _MARKER_START) != 0
+    out = starts.join(ends, on="id", how="left", maintain_order="left").with_columns(
+        pl.when(is_range).then(pl.col("end_ns")).alias("end_ns")
+    )
+    open_ranges = out.filter(is_range & pl.col("end_ns").is_null()).height
+    if open_ranges:
+        warn(f"{path}: {open_ranges} NVTX range(s) without an end row; end left null")
+    orphans = ends.join(starts.filter(is_range), on="id", how="anti").height
+    if orphans:
+        warn(f"{path}: {orphans} NVTX end row(s) without a start row; dropped")
+    kind = pl.col("object_kind")
+    return (
+        out.with_columns(
+            pl.when(kind.is_in([_OBJECT_PROCESS, _OBJECT_THREAD]))
+            .then(_u32("object_id", 0))
+            .cast(_I)
+            .alias("process_id"),
+            pl.when(kind == _OBJECT_THREAD).then(_u32("object_id", 4)).cast(_I).alias("thread_id"),
+            pl.col("timestamp").alias("start_ns"),
+            (pl.col("end_ns") - pl.col("timestamp")).alias("duration_ns"),
+            pl.lit("nvtx").alias("category"),
+        )
+        .drop("flags", "timestamp", "id", "object_kind", "object_id")
+        .sort("start_ns", maintain_order=True, nulls_last=True)
+    )
+
+
+def _devices(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.DataFrame | None:
+    table = f"{_K}DEVICE"
+    if table not in tables:
+        return None
+    want = {
+        "device_id": "id",
+        "memory_bytes": "globalMemorySize",
+        "sm_count": "numMultiprocessors",
+        "cc_major": "computeCapabilityMajor",
+        "cc_minor": "computeCapabilityMinor",
+        "uuid_blob": "uuid",
+    }
+    cols = _select(con, path, table, want, ["id"])
+    sel, join = _string_join("t", "name", "name")
+    if "name" not in table_columns(con, table):
+        sel, join = "NULL AS name", ""
+    schema: dict[str, pl.DataType] = {c: _I() for c in want}
+    schema["uuid_blob"] = pl.Binary()
+    schema["name"] = pl.String()
+    df = _frame(
+        con, path, table, f"SELECT {', '.join(cols)}, {sel} FROM {_q(table)} t {join}", schema
+    )
+    hexed = pl.col("uuid_blob").bin.encode("hex")
+    uuid = pl.concat_str(
+        pl.lit("GPU-"),
+        hexed.str.slice(0, 8),
+        pl.lit("-"),
+        hexed.str.slice(8, 4),
+        pl.lit("-"),
+        hexed.str.slice(12, 4),
+        pl.lit("-"),
+        hexed.str.slice(16, 4),
+        pl.lit("-"),
+        hexed.str.slice(20, 12),
+    )
+    return (
+        df.with_columns(
+            pl.when(pl.col("uuid_blob").bin.size() == 16).then(uuid).alias("uuid"),
+            pl.concat_str(
+                pl.col("cc_major").cast(pl.String), pl.lit("."), pl.col("cc_minor").cast(pl.String)
+            ).alias("compute_capability"),
+            pl.lit("NVIDIA").alias("vendor"),
+        )
+        .drop("uuid_blob", "cc_major", "cc_minor")
+        .sort("device_id")
+    )
+
+
+def _gpu_samples(
+    con: sqlite3.Connection, path: PathLike, tables: set[str], devices: pl.DataFrame | None
+) -> pl.DataFrame | None:
+    table = f"{_K}ENVIRONMENT"
+    if table not in tables:
+        return None
+    want = {
+        "device_id": "deviceId",
+        "timestamp_ns": "timestamp",
+        "env_kind": "environmentKind",
+        "data": "data",
+    }
+    cols = _select(con, path, table, want, ["timestamp", "environmentKind", "data"])
+    schema: dict[str, pl.DataType] = {c: _I() for c in want}
+    schema["data"] = pl.Binary()
+    df = _frame(con, path, table, f"SELECT {', '.join(cols)} FROM {_q(table)} t", schema)
+    if df.height == 0:
+        return None
+    known = [_ENV_SPEED, _ENV_TEMPERATURE, _ENV_POWER, _ENV_COOLING]
+    unknown = df.filter(~pl.col("env_kind").is_in(known)).height
+    if unknown:
+        warn(f"{path}: {unknown} environment sample(s) of an unknown kind; dropped")
+    no_time = df.filter(pl.col("timestamp_ns").is_null() | (pl.col("timestamp_ns") == 0)).height
+    if no_time:
+        # CUPTI: a timestamp of 0 means it could not be collected
+        warn(f"{path}: {no_time} environment sample(s) without a timestamp; dropped")
+    k = pl.col("env_kind")
+    # bytes each kind's struct needs: speed 5 x uint32, temperature 1, power 2, cooling 1
+    need = k.replace_strict({1: 20, 2: 4, 3: 8, 4: 4}, default=0, return_dtype=pl.Int64)
+    short = df.filter(k.is_in(known) & (pl.col("data").bin.size().fill_null(0) < need)).height
+    if short:
+        warn(f"{path}: {short} environment sample(s) with a short data BLOB; values left null")
+
+    def field(kind: int, offset: int) -> pl.Expr:
+        return pl.when(k == kind).then(_u32("data", offset)).cast(pl.Float64)
+
+    reasons = pl.when(k == _ENV_SPEED).then(_u32("data", 16)).cast(_I)
+    wide = (
+        df.filter(k.is_in(known) & (pl.col("timestamp_ns") > 0))
+        .with_columns(
+            field(_ENV_SPEED, 0).alias("sm_clock_mhz"),
+            field(_ENV_SPEED, 4).alias("mem_clock_mhz"),
+            pl.when(~reasons.is_in([_THROTTLE_UNKNOWN, _THROTTLE_UNSUPPORTED]))
+            .then(reasons)
+            .alias("clock_event_reasons"),
+            field(_ENV_TEMPERATURE, 0).alias("temperature_c"),
+            (field(_ENV_POWER, 0) / 1000.0).alias("power_w"),
+            (field(_ENV_POWER, 4) / 1000.0).alias("power_limit_w"),
+            field(_ENV_COOLING, 0).alias("fan_pct"),
+        )
+        .drop("env_kind", "data")
+    )
+    values = [c for c in wide.columns if c not in ("device_id", "timestamp_ns")]
+    wide = (
+        wide.group_by("device_id", "timestamp_ns", maintain_order=True)
+        .agg(pl.col(c).drop_nulls().first() for c in values)
+        .sort("timestamp_ns", "device_id", maintain_order=True)
+    )
+    if devices is not None and devices.height:
+        uuids = devices.select("device_id", pl.col("uuid").alias("device_uuid"))
+        wide = wide.join(uuids, on="device_id", how="left", maintain_order="left")
+    return wide
+
+
+def _warn_dangling(df: pl.DataFrame, text: str, ref: str, what: str, path: PathLike) -> None:
+    """Warn about StringTable ids that the table does not hold (never guessed)."""
+    n = df.filter(pl.col(text).is_null() & pl.col(ref).is_not_null() & (pl.col(ref) != 0)).height
+    if n:
+        warn(f"{path}: {n} {what} row(s) name a StringTable id that is absent; name left null")
