@@ -27,6 +27,11 @@ from ._common import PathLike
 # Slug -> one-line description. Order is the order `--format` lists them in.
 _SLUGS: dict[str, str] = {
     "iterlog": "Iteration logs: SC22 'Iteration Duration <i> <dev> : <s>' stdout, collector CSV",
+    "kineto_json": "PyTorch profiler (Kineto) Chrome trace .json / .json.gz",
+    "nsys_sqlite": "Nsight Systems SQLite export (nsys export --type sqlite), schema 2.x and 3.x",
+    "nvprof_csv": "nvprof --csv output: GPU trace (with --system-profiling), summary, metrics",
+    "ncu_csv": "Nsight Compute CSV (--csv long format, every header era; --page raw wide)",
+    "smi_csv": "GPU telemetry logs: nvidia-smi --query-gpu CSV, NVML sampler CSV, dcgmi dmon",
     "nvprof_sqlite": "nvprof SQLite export (-o x.nvvp / .prof / .sql)",
 }
 

@@ -1,0 +1,326 @@
+"""The less common GPU telemetry logs read by the `smi_csv` reader (see its module docstring).
+
+* Timestamped NVML sampler CSVs other than the project's own (formats.md §6.2), e.g.
+  GPU-Roofline-Profiler `results/sample_run/nvml.csv`:
+  `timestamp,power_w,temperature_c,sm_clock_mhz,memory_clock_mhz,gpu_util_pct` with ISO-8601
+  `2026-07-22T21:41:45.304Z` stamps. A header with a time column (`timestamp` ISO-8601, or
+  `timestamp_ns` epoch ns) and at least one known column name (`_ALIASES`); other numeric columns
+  go to `gpu_metrics` with the unit their suffix names (`_mhz` → MHz, `_w` → W, `_pct` → %, …).
+  ISO stamps with `Z`/an offset are exact; stamps without a zone are local time and use `tz`.
+* SC22 `nvml_power_measuring/dumpGpuPower.cpp` stdout (formats.md §0.3), one line per sample:
+  `[<n>] Power: <W %.4f>, Util: <%>, CoreClockMhz: <MHz>, MemClockMHz: <MHz>, Timestamp_ns:
+  <epoch ns>, Temp: <C>`, `<n>` being the sample count. Power is `nvmlDeviceGetPowerUsage` / 1000
+  (W; an average on Ampere and newer, instant before: `power_kind` stays null). The device is the
+  `Selected device <d>: <name>` line when present. The framing lines `Starting power measurement
+  with energy <mJ> at <ns>` / `… Closing profiler with energy <mJ> at <ns>` give two samples with
+  only `energy_j` (mJ / 1000). `Timestamp_ns` is `std::chrono::high_resolution_clock` since the
+  epoch (libstdc++: the system clock), so `time_origin_epoch_ns` = 0.
+* `dcgmi dmon -e <ids> [-d ms]` text (formats.md §6.3; DCGM 2.x/3.x layout, no real file seen):
+  `#Entity  SMCLK  POWER …` header, a units line starting `ID`, rows `GPU 0   1410  70.2 …`,
+  `N/A` = null, headers may repeat. There are no timestamps: the sample index (the n-th row of
+  an entity) times the option `interval_ms` (the `-d` used at capture) gives `timestamp_ns`
+  relative to the first sample (DERIVED, and `time_origin_epoch_ns` is null). Without
+  `interval_ms` reading fails and says so. `SMCLK` → sm_clock_mhz, `MMCLK` → mem_clock_mhz,
+  `POWER` → power_w, `GTEMP` → temperature_c, `GPUTL` → gpu_util_pct, `MCUTL` → mem_util_pct;
+  other fields → `gpu_metrics` (metric_name = the dmon tag, unit = the units-line label, values
+  as printed). Only `GPU <n>` entities are read (MIG `GPU-I`/`GPU-CI` rows are skipped with a
+  warning).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from ..errors import MalformedInput, TraceanalyzeError
+from ..tables import Tables
+from ._common import PathLike, warn
+
+
+def build_tables(**frames: pl.DataFrame | None) -> Tables:
+    from .smi_csv import build_tables as b
+
+    return b(**frames)
+
+
+# --- timestamped sampler CSVs -----------------------------------------------------------------
+
+_ALIASES: dict[str, str] = {
+    "power_w": "power_w",
+    "power_draw_w": "power_w",
+    "temperature_c": "temperature_c",
+    "temp_c": "temperature_c",
+    "sm_clock_mhz": "sm_clock_mhz",
+    "graphics_clock_mhz": "sm_clock_mhz",
+    "memory_clock_mhz": "mem_clock_mhz",
+    "mem_clock_mhz": "mem_clock_mhz",
+    "gpu_util_pct": "gpu_util_pct",
+    "mem_util_pct": "mem_util_pct",
+    "memory_util_pct": "mem_util_pct",
+    "fan_pct": "fan_pct",
+    "power_limit_w": "power_limit_w",
+    "energy_j": "energy_j",
+    "device_id": "device_id",
+    "gpu_index": "device_id",
+    "device_uuid": "device_uuid",
+    "power_kind": "power_kind",
+    "clock_event_reasons": "clock_event_reasons",
+}
+_TIME_COLUMNS = ("timestamp", "timestamp_ns")
+_SUFFIX_UNITS = {"_mhz": "MHz", "_w": "W", "_pct": "%", "_c": "C", "_j": "J", "_bytes": "bytes"}
+_DUMP_LINE = re.compile(
+    r"^\[(\d+)\] Power: ([-+\d.eE]+), Util: (-?\d+), CoreClockMhz: (\d+), MemClockMHz: (\d+), "
+    r"Timestamp_ns: (-?\d+), Temp: (-?\d+)\s*$",
+    re.MULTILINE,
+)
+_DUMP_ENERGY = re.compile(
+    r"(?:Starting power measurement|Closing profiler) with energy (\d+) at (\d+)"
+)
+
+
+def variant_of(first: str, head: str) -> str | None:
+    """ "generic", "dump", "dcgmi" or None, from the first non-empty line and the head."""
+    if first.lstrip().startswith("#Entity"):
+        return "dcgmi"
+    if _DUMP_LINE.search(head) or _DUMP_ENERGY.search(head):
+        return "dump"
+    if ", " not in first and "," in first:
+        cols = [c.strip().strip('"') for c in first.split(",")]
+        if (
+            cols[0] in _TIME_COLUMNS
+            and all(re.fullmatch(r"[a-z][a-z0-9_]*", c) for c in cols)
+            and any(c in _ALIASES for c in cols)
+        ):
+            return "generic"
+    return None
+
+
+def _unit_of(col: str) -> str | None:
+    return next((u for s, u in _SUFFIX_UNITS.items() if col.endswith(s)), None)
+
+
+def read_generic(raw: bytes, path: PathLike, *, tz: str | None) -> Tables:
+    from .smi_csv import check_timezone, local_timezone, local_to_epoch_ns
+
+    try:
+        tbl = pacsv.read_csv(
+            pa.py_buffer(raw),
+            read_options=pacsv.ReadOptions(block_size=1 << 24),
+            parse_options=pacsv.ParseOptions(ignore_empty_lines=True),
+            # Stamps stay text: the zone rules below decide how to read them.
+            convert_options=pacsv.ConvertOptions(
+                strings_can_be_null=True, column_types={"timestamp": pa.string()}
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        m = re.search(r"[Rr]ow #(\d+)", str(e))
+        raise MalformedInput(
+            f"bad sampler CSV row ({str(e).splitlines()[0]})",
+            path=path,
+            line=int(m.group(1)) if m else None,
+        ) from None
+    df = pl.from_arrow(tbl)
+    assert isinstance(df, pl.DataFrame)
+    tcol = df.columns[0]
+    zone: str | None = None
+    if tcol == "timestamp_ns":
+        ts = df[tcol].cast(pl.Int64, strict=False)
+    else:
+        s = df[tcol].cast(pl.String)
+        zoned = s.str.contains(r"(?:Z|[+-]\d{2}:?\d{2})$")
+        if zoned.all():
+            ts = s.str.to_datetime(
+                "%Y-%m-%dT%H:%M:%S%.f%#z", time_unit="ns", time_zone="UTC", strict=False
+            ).dt.epoch("ns")
+        else:
+            zone = check_timezone(tz, path) if tz is not None else local_timezone()
+            naive = s.str.to_datetime(time_unit="ns", strict=False)
+            ts = local_to_epoch_ns(naive, zone, path, lambda i: i + 2)
+    bad = ts.is_null().arg_true()
+    if bad.len():
+        i = int(bad[0])
+        raise MalformedInput(
+            f"bad {tcol} value {df[tcol][i]!r} (expected ISO-8601 or epoch ns)",
+            path=path,
+            line=i + 2,
+            column=tcol,
+        )
+    samples: dict[str, pl.Series] = {"timestamp_ns": ts.alias("timestamp_ns")}
+    metrics = []
+    for c in df.columns[1:]:
+        if c in _ALIASES:
+            samples[_ALIASES[c]] = df[c].alias(_ALIASES[c])
+        elif df[c].dtype.is_numeric():
+            metrics.append(
+                pl.DataFrame(
+                    {
+                        "timestamp_ns": ts,
+                        "metric_name": pl.repeat(c, df.height, dtype=pl.String, eager=True),
+                        "unit": pl.repeat(_unit_of(c), df.height, dtype=pl.String, eager=True),
+                        "value": df[c].cast(pl.Float64),
+                    }
+                ).drop_nulls("value")
+            )
+    gs = pl.DataFrame(list(samples.values()))
+    if "device_id" in gs.columns:
+        gs = gs.with_columns(pl.col("device_id").cast(pl.Int64, strict=False))
+        if metrics:
+            metrics = [m.with_columns(gs["device_id"]) for m in metrics]
+    return build_tables(
+        sources=pl.DataFrame(
+            {"tool": ["nvml-sampler"], "time_origin_epoch_ns": [0], "timezone": [zone]},
+            schema={"tool": pl.String, "time_origin_epoch_ns": pl.Int64, "timezone": pl.String},
+        ),
+        gpu_samples=gs,
+        gpu_metrics=pl.concat(metrics) if metrics else None,
+    )
+
+
+# --- dumpGpuPower -----------------------------------------------------------------------------
+
+
+def read_dump(raw: bytes, path: PathLike) -> Tables:
+    text = raw.decode("utf-8", "replace")
+    lines = pl.Series("line", text.splitlines(), dtype=pl.String)
+    g = lines.str.extract_groups(_DUMP_LINE.pattern)
+    df = pl.DataFrame(g.struct.unnest()).drop_nulls("1")
+    if df.height == 0:
+        raise MalformedInput("no dumpGpuPower sample lines ('[n] Power: …')", path=path)
+    dev = re.search(r"Selected device (\d+): (.+)", text)
+    device_id = int(dev.group(1)) if dev else None
+    samples = df.select(
+        pl.col("6").cast(pl.Int64).alias("timestamp_ns"),
+        pl.col("2").cast(pl.Float64).alias("power_w"),
+        pl.col("3").cast(pl.Float64).alias("gpu_util_pct"),
+        pl.col("4").cast(pl.Float64).alias("sm_clock_mhz"),
+        pl.col("5").cast(pl.Float64).alias("mem_clock_mhz"),
+        pl.col("7").cast(pl.Float64).alias("temperature_c"),
+    )
+    energy = _DUMP_ENERGY.findall(text)
+    if energy:
+        e = pl.DataFrame(
+            {
+                "timestamp_ns": [int(t) for _, t in energy],
+                "energy_j": [int(mj) / 1000.0 for mj, _ in energy],
+            }
+        )
+        samples = pl.concat([samples, e], how="diagonal").sort("timestamp_ns", maintain_order=True)
+    samples = samples.with_columns(pl.lit(device_id, dtype=pl.Int64).alias("device_id"))
+    devices = None
+    if dev:
+        devices = pl.DataFrame(
+            {"device_id": [device_id], "name": [dev.group(2).strip()], "vendor": ["NVIDIA"]}
+        )
+    return build_tables(
+        sources=pl.DataFrame({"tool": ["dumpGpuPower"], "time_origin_epoch_ns": [0]}),
+        gpu_samples=samples,
+        devices=devices,
+    )
+
+
+# --- dcgmi dmon -------------------------------------------------------------------------------
+
+DCGMI_FIELDS: dict[str, str] = {
+    "SMCLK": "sm_clock_mhz",
+    "MMCLK": "mem_clock_mhz",
+    "POWER": "power_w",
+    "GTEMP": "temperature_c",
+    "GPUTL": "gpu_util_pct",
+    "MCUTL": "mem_util_pct",
+}
+
+
+def read_dcgmi(raw: bytes, path: PathLike, *, interval_ms: Any) -> Tables:
+    if interval_ms is None:
+        raise TraceanalyzeError(
+            "dcgmi dmon text has no timestamps; pass the sampling interval used at capture "
+            "(dcgmi dmon -d, default 1000 ms) as the option interval_ms=… to place the samples",
+            path=path,
+        )
+    step_ns = float(interval_ms) * 1e6
+    if not step_ns > 0:
+        raise TraceanalyzeError(f"interval_ms must be positive, got {interval_ms}", path=path)
+    text = raw.decode("utf-8", "replace")
+    lines = text.splitlines()
+    header_i = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("#Entity"))
+    header = lines[header_i]
+    tags = header.split()[1:]
+    units: dict[str, str | None] = dict.fromkeys(tags)
+    # The units line aligns its labels under the tags: a label belongs to the tag whose span
+    # (from its first character to the next tag's) contains the label's last character.
+    starts = [m.start() for m in re.finditer(r"\S+", header)][1:]
+    if header_i + 1 < len(lines) and lines[header_i + 1].lstrip().startswith("ID"):
+        for m in list(re.finditer(r"\S+", lines[header_i + 1]))[1:]:
+            end = m.end() - 1
+            k = max((j for j, s in enumerate(starts) if s <= end), default=None)
+            if k is not None:
+                units[tags[k]] = m.group()
+    s = pl.Series("line", lines, dtype=pl.String).str.strip_chars()
+    # Data rows: not headers, units lines or blank; repeated headers must be identical.
+    heads = s.filter(s.str.starts_with("#Entity")).unique().to_list()
+    if len(heads) > 1 and len({tuple(h.split()) for h in heads}) > 1:
+        raise MalformedInput("dcgmi dmon header changes mid-file", path=path)
+    rows = s.filter(
+        ~(s.str.starts_with("#") | s.str.starts_with("ID") | (s == "") | s.str.starts_with("Error"))
+    )
+    parts = rows.str.replace_all(r"\s+", " ").str.split(" ")
+    n = parts.list.len()
+    bad = (n != len(tags) + 2).arg_true()
+    if bad.len():
+        raise MalformedInput(
+            f"dcgmi dmon row with {n[int(bad[0])]} fields, expected {len(tags) + 2}: "
+            f"{rows[int(bad[0])]!r}",
+            path=path,
+        )
+    df = pl.DataFrame(
+        {
+            "entity": parts.list.get(0),
+            "id": parts.list.get(1),
+            **{t: parts.list.get(i + 2) for i, t in enumerate(tags)},
+        }
+    )
+    gpu = df.filter(pl.col("entity") == "GPU")
+    if gpu.height < df.height:
+        warn(f"{path}: skipped {df.height - gpu.height} dcgmi row(s) of non-GPU entities")
+    gpu = gpu.with_columns(
+        pl.col("id").cast(pl.Int64).alias("device_id"),
+        (pl.int_range(pl.len()).over("id") * step_ns).round(0).cast(pl.Int64).alias("timestamp_ns"),
+    )
+
+    def num(t: str) -> pl.Expr:
+        v = pl.col(t)
+        return pl.when(v == "N/A").then(None).otherwise(v).cast(pl.Float64, strict=False)
+
+    for t in tags:
+        bad = gpu.filter(num(t).is_null() & (pl.col(t) != "N/A"))
+        if bad.height:
+            raise MalformedInput(f"dcgmi dmon {t}: not a number: {bad[t][0]!r}", path=path)
+    samples = gpu.select(
+        "device_id",
+        "timestamp_ns",
+        *[num(t).alias(DCGMI_FIELDS[t]) for t in tags if t in DCGMI_FIELDS],
+    )
+    others = [t for t in tags if t not in DCGMI_FIELDS]
+    metrics = None
+    if others:
+        metrics = (
+            gpu.select("device_id", "timestamp_ns", *[num(t).alias(t) for t in others])
+            .unpivot(index=["device_id", "timestamp_ns"], variable_name="metric_name")
+            .with_columns(
+                pl.col("metric_name")
+                .replace_strict({t: units[t] for t in others}, default=None, return_dtype=pl.String)
+                .alias("unit")
+            )
+            .drop_nulls("value")
+        )
+    devices = gpu.select("device_id").unique(maintain_order=True)
+    return build_tables(
+        sources=pl.DataFrame({"tool": ["dcgmi"]}),
+        gpu_samples=samples,
+        gpu_metrics=metrics,
+        devices=devices,
+    )

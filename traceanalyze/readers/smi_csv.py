@@ -1,0 +1,649 @@
+"""GPU telemetry logs: `nvidia-smi --query-gpu … --format=csv`, NVML sampler CSVs, `dcgmi dmon`.
+
+Variants (formats.md §6, §0.3), told apart by their first line:
+
+1. **nvidia-smi** `--query-gpu=<fields> --format=csv[,nounits][,noheader] [-l s|-lms ms]`
+   (driver 450–580 field names; formats.md §6.1). Header `timestamp, index, power.draw [W], …`,
+   separator ", " (never quoted: the parser splits on "," and strips the space), values with
+   units (`77.08 W`, `1755 MHz`, `0 %`, `81559 MiB`) unless `nounits`; `[N/A]`,
+   `[Not Supported]`, `N/A` are null, and so is any other bracketed `[…]` state in a numeric
+   field (with a warning).
+   Any subset and order of fields. With `noheader` the field list must be given as the option
+   `fields=` ("timestamp,index,power.draw" or a list); without it reading fails and says so.
+   Fields mapped to `gpu_samples`:
+   `clocks.current.sm`/`clocks.sm` → sm_clock_mhz, `clocks.current.memory`/`clocks.mem` →
+   mem_clock_mhz, `power.draw.instant` / `power.draw` / `power.draw.average` → power_w (the first
+   present, in that order; `power_kind` instant / null (the field does not say) / average; the
+   others go to gpu_metrics), `enforced.power.limit` / `power.limit` → power_limit_w,
+   `temperature.gpu` → temperature_c, `fan.speed` → fan_pct, `utilization.gpu` → gpu_util_pct,
+   `utilization.memory` → mem_util_pct, `clocks_event_reasons.active` /
+   `clocks_throttle_reasons.active` (the pre-535 name; hex `0x…`) → clock_event_reasons.
+   `index` → device_id, `uuid` → device_uuid; `name`, `uuid`, `index`, `memory.total` →
+   `devices`. Every other field whose values are numbers goes to `gpu_metrics` (metric_name = the
+   nvidia-smi field, sizes MiB/KiB/GiB → `bytes`, times → `ns`); fields with text values
+   (`pstate`, the per-reason `Active`/`Not Active` flags, `driver_version`, …) are ignored.
+   Units come from the `[W]` header brackets and the values; an unknown one raises UnknownUnit.
+   `timestamp` (`YYYY/MM/DD HH:MM:SS.mmm`) is LOCAL time without a zone: it is converted with the
+   option `tz` (an IANA name such as "Europe/Berlin", "UTC", or an offset "+01:00"); by default
+   the machine's zone (from /etc/localtime, else its current UTC offset). The zone used is
+   recorded in `sources.timezone`; `timestamp_ns` is Unix epoch ns and
+   `sources.time_origin_epoch_ns` is 0. Wall-clock times repeated by a DST fall-back are taken
+   at the earlier offset (with a warning); times that do not exist in the zone are an error.
+2. **The project's NVML sampler log** (`traceanalyze.collect.sampler`), defined here::
+
+       # traceanalyze-nvml-sampler v1 interval_ms=50
+       timestamp_ns,device_id,device_uuid,sm_clock_mhz,mem_clock_mhz,power_w,power_kind,…
+
+   i.e. the magic comment line (`NVML_SAMPLER_MAGIC` + ` interval_ms=<n>`), then a CSV header
+   equal to `NVML_SAMPLER_HEADER` (the `gpu_samples` columns, in that order), then one row per
+   device per sample: `timestamp_ns` Unix epoch ns (integer), units as the column suffixes,
+   `power_kind` `instant`/`average`, `clock_event_reasons` the NVML bitmask as a decimal
+   integer, an empty cell = null. `time_origin_epoch_ns` is 0.
+3. **Other NVML sampler CSVs** (`_smi_variants`), e.g. GPU-Roofline-Profiler's
+   `timestamp,power_w,temperature_c,sm_clock_mhz,memory_clock_mhz,gpu_util_pct` with ISO-8601
+   `…Z` stamps (tested on `../shared/traces/smi_logs/roofline_custom_nvml_sampler_rtx5070.csv`).
+4. **SC22 `dumpGpuPower`** stdout (`[n] Power: <W>, Util: <%>, CoreClockMhz: …, MemClockMHz: …,
+   Timestamp_ns: <epoch ns>, Temp: <C>`), see `_smi_variants`.
+5. **`dcgmi dmon`** text (whitespace aligned, `#Entity` header, units line, `GPU 0` rows, no
+   timestamps): needs the option `interval_ms` (the `-d` used at capture), see `_smi_variants`.
+
+Every variant is read columnar (pyarrow CSV / polars string expressions), no per-row loops.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import zoneinfo
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from ..errors import MalformedInput, MissingColumn, TraceanalyzeError, UnknownUnit
+from ..tables import Tables
+from ._common import GZIP_MAGIC, TIME_TO_NS, PathLike, head_text, warn
+
+# --- the project's own sampler format (variant 2) ---------------------------------------------
+
+NVML_SAMPLER_MAGIC = "# traceanalyze-nvml-sampler v1"
+NVML_SAMPLER_HEADER: tuple[str, ...] = (
+    "timestamp_ns",
+    "device_id",
+    "device_uuid",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "power_w",
+    "power_kind",
+    "power_limit_w",
+    "temperature_c",
+    "fan_pct",
+    "gpu_util_pct",
+    "mem_util_pct",
+    "energy_j",
+    "clock_event_reasons",
+)
+_SAMPLER_TYPES: dict[str, pa.DataType] = {
+    "timestamp_ns": pa.int64(),
+    "device_id": pa.int64(),
+    "device_uuid": pa.string(),
+    "power_kind": pa.string(),
+    "clock_event_reasons": pa.int64(),
+}
+
+
+def build_tables(**frames: pl.DataFrame | None) -> Tables:
+    """`Tables.build` with absent (None) frames left out."""
+    return Tables.build(**{k: v for k, v in frames.items() if v is not None})
+
+
+def nvml_sampler_magic_line(interval_ms: float) -> str:
+    """The first line of a sampler log (`interval_ms` written as an integer when whole)."""
+    iv = int(interval_ms) if float(interval_ms).is_integer() else interval_ms
+    return f"{NVML_SAMPLER_MAGIC} interval_ms={iv}"
+
+
+# --- nvidia-smi field names (variant 1) -------------------------------------------------------
+
+# nvidia-smi field → gpu_samples column. Several names per column: the first present wins.
+SMI_FIELDS: dict[str, tuple[str, ...]] = {
+    "sm_clock_mhz": ("clocks.current.sm", "clocks.sm"),
+    "mem_clock_mhz": ("clocks.current.memory", "clocks.mem"),
+    "power_w": ("power.draw.instant", "power.draw", "power.draw.average"),
+    "power_limit_w": ("enforced.power.limit", "power.limit"),
+    "temperature_c": ("temperature.gpu",),
+    "fan_pct": ("fan.speed",),
+    "gpu_util_pct": ("utilization.gpu",),
+    "mem_util_pct": ("utilization.memory",),
+}
+_POWER_KIND = {"power.draw.instant": "instant", "power.draw": None, "power.draw.average": "average"}
+_REASONS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
+# The unit each mapped column is in (nvidia-smi documents these; `nounits` drops them).
+_COLUMN_UNIT = {
+    "sm_clock_mhz": "MHz",
+    "mem_clock_mhz": "MHz",
+    "power_w": "W",
+    "power_limit_w": "W",
+    "temperature_c": "C",
+    "fan_pct": "%",
+    "gpu_util_pct": "%",
+    "mem_util_pct": "%",
+}
+# Value/header unit → (base unit, factor). Sizes are binary: nvidia-smi prints MiB.
+SMI_UNITS: dict[str, tuple[str, float]] = {
+    "W": ("W", 1.0),
+    "MHz": ("MHz", 1.0),
+    "%": ("%", 1.0),
+    "C": ("C", 1.0),
+    "B": ("bytes", 1.0),
+    "KiB": ("bytes", 1024.0),
+    "MiB": ("bytes", 1024.0**2),
+    "GiB": ("bytes", 1024.0**3),
+    "RPM": ("RPM", 1.0),
+    **{u: ("ns", f) for u, f in TIME_TO_NS.items()},
+}
+_NULL_TOKENS = (
+    "",
+    "N/A",
+    "[N/A]",
+    "[Not Supported]",
+    "[Unknown Error]",
+    "[Insufficient Permissions]",
+)
+_SMI_STAMP = re.compile(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?$")
+_SMI_FIELD = re.compile(r"^[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*(?: \[[^\]]*\])?$")
+_KNOWN_SMI = frozenset(
+    {
+        "timestamp",
+        "index",
+        "uuid",
+        "name",
+        "pci.bus_id",
+        "driver_version",
+        "pstate",
+        "memory.total",
+        "memory.used",
+        "memory.free",
+        *_REASONS,
+    }
+    | {f for names in SMI_FIELDS.values() for f in names}
+)
+
+
+def _split_smi_header(line: str) -> list[str]:
+    return [c.strip() for c in line.split(",")]
+
+
+def _is_smi_header(line: str) -> bool:
+    cells = _split_smi_header(line)
+    if not all(_SMI_FIELD.match(c) for c in cells):
+        return False
+    base = [c.split(" [", 1)[0] for c in cells]
+    # nvidia-smi separates with ", "; other CSVs with our column names use plain ",".
+    return any(b in _KNOWN_SMI for b in base) and (len(cells) == 1 or ", " in line)
+
+
+def _variant(head: str) -> str | None:
+    """Which variant the first lines belong to; None when none."""
+    lines = [ln.strip("\r") for ln in head.split("\n")]
+    first = next((ln for ln in lines if ln.strip()), "")
+    if first.startswith(NVML_SAMPLER_MAGIC):
+        return "sampler"
+    from . import _smi_variants as v
+
+    if _is_smi_header(first):
+        return "smi"
+    if _SMI_STAMP.match(first.split(",", 1)[0].strip()) and ", " in first:
+        return "smi_noheader"
+    return v.variant_of(first, head)
+
+
+def sniff(path: PathLike) -> bool:
+    head = head_text(path, 16384)
+    if "\x00" in head:
+        return False
+    try:
+        return _variant(head) is not None
+    except (ValueError, IndexError):
+        return False
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+def read_bytes(path: PathLike) -> bytes:
+    import gzip
+
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw.startswith(GZIP_MAGIC):
+        raw = gzip.decompress(raw)
+    return raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
+
+
+def read_smi_csv(
+    path: PathLike,
+    *,
+    tz: str | None = None,
+    fields: str | Sequence[str] | None = None,
+    interval_ms: float | None = None,
+) -> Tables:
+    """Read a GPU telemetry log (see the module docstring for the variants and options)."""
+    raw = read_bytes(path)
+    if not raw[:65536].strip():
+        raise MalformedInput("empty file", path=path)
+    if b"\x00" in raw[:65536]:
+        raise MalformedInput("binary data, not a GPU telemetry log", path=path)
+    head = raw[:16384].decode("utf-8", "replace")
+    kind = _variant(head)
+    from . import _smi_variants as v
+
+    if kind == "sampler":
+        return _read_sampler(raw, path)
+    if kind == "smi":
+        return _read_smi(raw, path, tz=tz, fields=None)
+    if kind == "smi_noheader" or (kind is None and fields is not None):
+        if fields is None:
+            raise MissingColumn(
+                "nvidia-smi log without a header (--format=csv,noheader): pass the query's "
+                "field list as the option fields='timestamp,index,power.draw,…'",
+                path=path,
+                line=1,
+            )
+        return _read_smi(raw, path, tz=tz, fields=fields)
+    if kind == "generic":
+        return v.read_generic(raw, path, tz=tz)
+    if kind == "dump":
+        return v.read_dump(raw, path)
+    if kind == "dcgmi":
+        return v.read_dcgmi(raw, path, interval_ms=interval_ms)
+    raise MalformedInput(
+        "not a recognized GPU telemetry log (nvidia-smi --query-gpu CSV, traceanalyze NVML "
+        "sampler CSV, timestamped NVML sampler CSV, dumpGpuPower text, dcgmi dmon text)",
+        path=path,
+    )
+
+
+def _read_sampler(raw: bytes, path: PathLike) -> Tables:
+    nl = raw.find(b"\n")
+    body = raw[nl + 1 :] if nl >= 0 else b""
+    hdr_end = body.find(b"\n")
+    header = (body if hdr_end < 0 else body[:hdr_end]).decode("utf-8", "replace").strip()
+    if tuple(header.split(",")) != NVML_SAMPLER_HEADER:
+        raise MalformedInput(
+            f"traceanalyze NVML sampler log: header must be {','.join(NVML_SAMPLER_HEADER)}",
+            path=path,
+            line=2,
+        )
+    types = {c: _SAMPLER_TYPES.get(c, pa.float64()) for c in NVML_SAMPLER_HEADER}
+    try:
+        tbl = pacsv.read_csv(
+            pa.py_buffer(body),
+            read_options=pacsv.ReadOptions(block_size=1 << 24),
+            parse_options=pacsv.ParseOptions(ignore_empty_lines=True),
+            convert_options=pacsv.ConvertOptions(
+                column_types=types, strings_can_be_null=True, quoted_strings_can_be_null=True
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        m = re.search(r"[Rr]ow #(\d+)", str(e))
+        raise MalformedInput(
+            f"bad sampler row ({str(e).splitlines()[0]})",
+            path=path,
+            line=int(m.group(1)) + 2 if m else None,
+        ) from None
+    df = pl.from_arrow(tbl)
+    assert isinstance(df, pl.DataFrame)
+    if df["timestamp_ns"].null_count():
+        raise MalformedInput("sampler row without timestamp_ns", path=path)
+    devices = (
+        df.select("device_id", pl.col("device_uuid").alias("uuid"))
+        .unique(maintain_order=True)
+        .with_columns(pl.lit("NVIDIA").alias("vendor"))
+    )
+    return build_tables(
+        sources=pl.DataFrame({"tool": ["traceanalyze-nvml-sampler"], "time_origin_epoch_ns": [0]}),
+        gpu_samples=df,
+        devices=devices,
+    )
+
+
+# --- time zones -------------------------------------------------------------------------------
+
+
+def local_timezone() -> str:
+    """The machine's zone as an IANA name (from /etc/localtime or /etc/timezone), else its
+    current UTC offset as "+HH:MM" (which ignores DST; a warning says so)."""
+    try:
+        target = os.path.realpath("/etc/localtime")
+        if "zoneinfo/" in target:
+            name = target.split("zoneinfo/", 1)[1]
+            zoneinfo.ZoneInfo(name)
+            return name
+    except (OSError, ValueError, zoneinfo.ZoneInfoNotFoundError):
+        pass
+    try:
+        name = Path("/etc/timezone").read_text().strip()
+        zoneinfo.ZoneInfo(name)
+        return name
+    except (OSError, ValueError, zoneinfo.ZoneInfoNotFoundError):
+        pass
+    off = time.localtime().tm_gmtoff
+    sign = "+" if off >= 0 else "-"
+    h, m = divmod(abs(off) // 60, 60)
+    warn(f"no IANA time zone name found; using the fixed offset {sign}{h:02d}:{m:02d}")
+    return f"{sign}{h:02d}:{m:02d}"
+
+
+def check_timezone(tz: str, path: PathLike) -> str:
+    if re.fullmatch(r"[+-]\d{2}:\d{2}", tz):
+        return tz
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        raise TraceanalyzeError(
+            f"unknown time zone {tz!r} (give an IANA name like 'Europe/Berlin', 'UTC', or an "
+            "offset like '+01:00')",
+            path=path,
+        ) from None
+    return tz
+
+
+def local_to_epoch_ns(naive: pl.Series, tz: str, path: PathLike, line_of: Any = None) -> pl.Series:
+    """Naive local datetimes → epoch ns in zone `tz`; DST-repeated times at the earlier offset."""
+    early = naive.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
+    bad = (early.is_null() & naive.is_not_null()).arg_true()
+    if bad.len():
+        i = int(bad[0])
+        raise MalformedInput(
+            f"local time {naive[i]} does not exist in time zone {tz} (a DST gap); pass the zone "
+            "the log was written in as tz=",
+            path=path,
+            line=line_of(i) if line_of else None,
+        )
+    if re.fullmatch(r"[+-]\d{2}:\d{2}|UTC|GMT|Etc/.*", tz):
+        return early.dt.epoch("ns")  # fixed offsets: nothing is ambiguous
+    late = naive.dt.replace_time_zone(tz, ambiguous="latest", non_existent="null")
+    n_amb = int((early != late).sum())
+    if n_amb:
+        warn(
+            f"{path}: {n_amb} local timestamp(s) fall in a repeated DST hour of {tz}; "
+            "taken at the earlier offset"
+        )
+    return early.dt.epoch("ns")
+
+
+# --- nvidia-smi CSV ---------------------------------------------------------------------------
+
+
+def _read_smi(
+    raw: bytes, path: PathLike, *, tz: str | None, fields: str | Sequence[str] | None
+) -> Tables:
+    # nvidia-smi separates fields with ", " and never quotes: the CSV parser splits on "," and
+    # every cell but the first keeps one leading space (stripped per used column below; the
+    # null states are matched with and without it).
+    if fields is not None:
+        names = _split_smi_header(fields) if isinstance(fields, str) else [*fields]
+        body: bytes | memoryview = raw
+        first_line = 1
+    else:
+        nl = raw.find(b"\n")
+        header = raw[: nl if nl >= 0 else len(raw)].decode("utf-8", "replace").strip()
+        names = _split_smi_header(header)
+        body, first_line = (memoryview(raw)[nl + 1 :] if nl >= 0 else b""), 2
+    base: list[str] = []
+    header_units: dict[str, str | None] = {}
+    for n in names:
+        m = re.fullmatch(r"(.+?)(?: \[([^\]]*)\])?", n.strip())
+        assert m is not None
+        base.append(m.group(1))
+        header_units[m.group(1)] = m.group(2)
+    if len(set(base)) != len(base):
+        raise MalformedInput(f"repeated nvidia-smi field in {names}", path=path, line=1)
+    if "timestamp" not in base:
+        raise MissingColumn(
+            "nvidia-smi log without a timestamp field (add timestamp to --query-gpu)",
+            path=path,
+            column="timestamp",
+        )
+    cols = [f"c{i}" for i in range(len(base))]
+    try:
+        tbl = pacsv.read_csv(
+            pa.py_buffer(body),
+            read_options=pacsv.ReadOptions(column_names=cols, block_size=1 << 24),
+            parse_options=pacsv.ParseOptions(quote_char=False, ignore_empty_lines=True),
+            convert_options=pacsv.ConvertOptions(
+                column_types={c: pa.string() for c in cols},
+                strings_can_be_null=True,
+                null_values=[*_NULL_TOKENS, *(" " + t for t in _NULL_TOKENS)],
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        m = re.search(r"[Rr]ow #(\d+)", str(e))
+        raise MalformedInput(
+            f"bad nvidia-smi row ({str(e).splitlines()[0]}); expected {len(base)} fields "
+            f"({', '.join(base)})",
+            path=path,
+            line=int(m.group(1)) + first_line - 1 if m else None,
+        ) from None
+    df = pl.from_arrow(tbl)
+    assert isinstance(df, pl.DataFrame)
+    df = df.rename(dict(zip(cols, base, strict=True)))
+    text_cols = [b for b in ("timestamp", "index", "uuid", "name", *_REASONS) if b in base]
+    df = df.with_columns(pl.col(text_cols).str.strip_chars())
+
+    def line_of(i: int) -> int:
+        # Rows are one per line; blank lines are rare in nvidia-smi output.
+        return first_line + i
+
+    # Timestamps (local wall clock) → epoch ns.
+    zone = check_timezone(tz, path) if tz is not None else local_timezone()
+    naive = df["timestamp"].str.strptime(pl.Datetime("ns"), "%Y/%m/%d %H:%M:%S%.f", strict=False)
+    bad = (naive.is_null() & df["timestamp"].is_not_null()).arg_true()
+    if bad.len() or df["timestamp"].null_count():
+        i = int(bad[0]) if bad.len() else int(df["timestamp"].is_null().arg_true()[0])
+        raise MalformedInput(
+            f"bad nvidia-smi timestamp {df['timestamp'][i]!r} (expected YYYY/MM/DD HH:MM:SS.mmm)",
+            path=path,
+            line=line_of(i),
+            column="timestamp",
+        )
+    ts = local_to_epoch_ns(naive, zone, path, line_of)
+
+    split = _split_values(
+        df,
+        [b for b in base if b not in ("timestamp", "uuid", "name", "index", *_REASONS)],
+        header_units,
+    )
+    out: dict[str, pl.Series] = {"timestamp_ns": ts.alias("timestamp_ns")}
+    if "index" in base:
+        out["device_id"] = _ints(df, "index", path, line_of).alias("device_id")
+    if "uuid" in base:
+        out["device_uuid"] = df["uuid"].alias("device_uuid")
+    used = {"timestamp", "index", "uuid", "name"}
+    power_kind: str | None = None
+    for col, candidates in SMI_FIELDS.items():
+        f = next((c for c in candidates if c in base), None)
+        if f is None:
+            continue
+        used.add(f)
+        unit, vals = _numbers(df, f, header_units.get(f), path, line_of, split=split)
+        if vals is None:
+            raise MalformedInput(f"nvidia-smi field {f} has no numeric values", path=path, column=f)
+        want = _COLUMN_UNIT[col]
+        if unit is not None and unit != want:
+            raise UnknownUnit(
+                f"nvidia-smi field {f} in {unit!r}, expected {want!r}", path=path, column=f
+            )
+        out[col] = vals.alias(col)
+        if col == "power_w":
+            power_kind = _POWER_KIND[f]
+            out["power_kind"] = pl.repeat(power_kind, df.height, dtype=pl.String, eager=True).alias(
+                "power_kind"
+            )
+    reasons = next((c for c in _REASONS if c in base), None)
+    if reasons is not None:
+        used.add(reasons)
+        s = df[reasons].str.strip_chars().str.to_lowercase()
+        hexs = s.str.strip_prefix("0x")
+        val = hexs.str.to_integer(base=16, strict=False)
+        bad = (val.is_null() & s.is_not_null()).arg_true()
+        if bad.len():
+            i = int(bad[0])
+            raise MalformedInput(
+                f"{reasons}: not a hex bitmask: {df[reasons][i]!r}",
+                path=path,
+                line=line_of(i),
+                column=reasons,
+            )
+        out["clock_event_reasons"] = val.cast(pl.Int64).alias("clock_event_reasons")
+    samples = pl.DataFrame(list(out.values()))
+
+    # Other numeric fields → gpu_metrics (long).
+    metrics = []
+    for f in base:
+        if f in used or f.startswith(("clocks_event_reasons.", "clocks_throttle_reasons.")):
+            continue
+        unit, vals = _numbers(df, f, header_units.get(f), path, line_of, split=split, optional=True)
+        if vals is None:
+            continue
+        metrics.append(
+            pl.DataFrame(
+                {
+                    "device_id": out.get(
+                        "device_id", pl.repeat(None, df.height, dtype=pl.Int64, eager=True)
+                    ),
+                    "timestamp_ns": ts,
+                    "metric_name": pl.repeat(f, df.height, dtype=pl.String, eager=True),
+                    "unit": pl.repeat(unit, df.height, dtype=pl.String, eager=True),
+                    "value": vals,
+                }
+            ).drop_nulls("value")
+        )
+    gpu_metrics = pl.concat(metrics) if metrics else None
+
+    dev_cols = {}
+    if "index" in base:
+        dev_cols["device_id"] = out["device_id"]
+    if "uuid" in base:
+        dev_cols["uuid"] = df["uuid"]
+    if "name" in base:
+        dev_cols["name"] = df["name"]
+    if "memory.total" in base:
+        mt = "memory.total"
+        unit, vals = _numbers(df, mt, header_units.get(mt), path, line_of, split=split)
+        if unit == "bytes" and vals is not None:
+            dev_cols["memory_bytes"] = vals.round(0).cast(pl.Int64)
+        elif vals is not None:  # nounits: nvidia-smi reports memory.total in MiB
+            dev_cols["memory_bytes"] = (vals * 1024**2).round(0).cast(pl.Int64)
+    devices = None
+    if dev_cols:
+        devices = (
+            pl.DataFrame({k: v.alias(k) for k, v in dev_cols.items()})
+            .unique(maintain_order=True)
+            .with_columns(pl.lit("NVIDIA").alias("vendor"))
+        )
+    return build_tables(
+        sources=pl.DataFrame(
+            {"tool": ["nvidia-smi"], "time_origin_epoch_ns": [0], "timezone": [zone]}
+        ),
+        gpu_samples=samples,
+        gpu_metrics=gpu_metrics,
+        devices=devices,
+    )
+
+
+def _ints(df: pl.DataFrame, col: str, path: PathLike, line_of: Any) -> pl.Series:
+    s = df[col]
+    out: pl.Series = s.cast(pl.Int64, strict=False)
+    bad = (out.is_null() & s.is_not_null()).arg_true()
+    if bad.len():
+        i = int(bad[0])
+        raise MalformedInput(f"not an integer: {s[i]!r}", path=path, line=line_of(i), column=col)
+    return out.alias(col)
+
+
+def _split_values(
+    df: pl.DataFrame, fields: list[str], header_units: dict[str, str | None]
+) -> pl.DataFrame:
+    """`n:<f>`, the number of every field, in one parallel pass: the header's unit (`[W]`) is
+    stripped from the end of the values (`77.08 W`) and the rest cast. Fields where that fails
+    for some value (no header unit but units in values, text fields) are redone by `_numbers`."""
+    exprs = []
+    for f in fields:
+        hu = header_units.get(f)
+        v = pl.col(f).str.strip_chars_start()
+        v = v.str.strip_suffix(f" {hu}") if hu else v
+        exprs.append(v.cast(pl.Float64, strict=False).alias(f"n:{f}"))
+    return df.select(exprs)
+
+
+def _numbers(
+    df: pl.DataFrame,
+    col: str,
+    header_unit: str | None,
+    path: PathLike,
+    line_of: Any,
+    *,
+    split: pl.DataFrame,
+    optional: bool = False,
+) -> tuple[str | None, pl.Series | None]:
+    """(base unit, values in it) of a field; (None, None) when its values are not numbers.
+
+    A value's own unit (`77.08 W`) must agree with the header's (`power.draw [W]`); either may
+    be absent (`nounits`, `noheader`). Not-a-number values in a numeric field are an error
+    unless `optional` and no value at all is a number (a text field such as `pstate`).
+    """
+    s = df[col]
+    num = split[f"n:{col}"]
+    vunit = pl.Series(col, [], dtype=pl.String)
+    # A null cell gives a null number, so more null numbers than null cells = failed values.
+    if num.null_count() > s.null_count():
+        s = s.str.strip_chars()
+        # Slow path for this field only: units in the values without a header unit, a text
+        # field, an unknown `[…]` state or a bad value.
+        sp = s.str.splitn(" ", 2)
+        num = sp.struct.field("field_0").cast(pl.Float64, strict=False)
+        vunit = sp.struct.field("field_1").str.strip_chars()
+        state = s.str.starts_with("[") & num.is_null()
+        if state.any() and not (optional and num.is_null().all()):
+            n_state, example = int(state.sum()), s.filter(state)[0]
+            warn(f"{path}: {col}: {n_state} value(s) like {example!r} read as null")
+            s = pl.select(pl.when(state).then(None).otherwise(s)).to_series()
+            vunit = pl.select(pl.when(state).then(None).otherwise(vunit)).to_series()
+    if num.null_count() > s.null_count():
+        if optional and num.null_count() == num.len():
+            return None, None
+        i = int((num.is_null() & s.is_not_null()).arg_true()[0])
+        raise MalformedInput(
+            f"nvidia-smi field {col}: not a number: {s[i]!r}",
+            path=path,
+            line=line_of(i),
+            column=col,
+        )
+    if optional and num.null_count() == num.len():
+        return None, None
+    units = set(vunit.drop_nulls().unique().to_list()) - {""}
+    if header_unit:
+        units.add(header_unit)
+    if len(units) > 1:
+        raise MalformedInput(
+            f"nvidia-smi field {col}: mixed units {sorted(units)}", path=path, column=col
+        )
+    if not units:
+        return None, num.alias(col)
+    u = units.pop()
+    if u not in SMI_UNITS:
+        j = int((vunit == u).arg_true()[0]) if (vunit == u).any() else None
+        raise UnknownUnit(
+            f"unknown nvidia-smi unit {u!r} (known: {', '.join(sorted(SMI_UNITS))})",
+            path=path,
+            line=line_of(j) if j is not None else 1,
+            column=col,
+        )
+    b, factor = SMI_UNITS[u]
+    return b, (num * factor).alias(col)
