@@ -1,0 +1,275 @@
+"""ResNet-50 training workload with device-synchronized per-iteration timing.
+
+Run by `traceanalyze collect` (directly, under torchrun, or under a profiler); also usable alone::
+
+    python -m traceanalyze.collect.resnet50 --out DIR --batch-size 64 --iterations 500 \
+        [--device cuda|cpu] [--precision fp32|amp-fp16|amp-bf16] [--channels-last] [--compile] \
+        [--data IMAGENET_DIR] [--profile-window START:END] [--torch-profile WAIT,WARMUP,ACTIVE]
+
+Tested with torch 2.14 / torchvision 0.29 (CPU). torchvision `resnet50(weights=None)`: random
+weights, never downloaded. Data are synthetic tensors made once on the device (no loader, so the
+input pipeline is not measured) unless `--data` names an ImageNet-layout folder (ImageFolder,
+DataLoader with workers and pinned memory).
+
+Timing: on CUDA a pair of CUDA events brackets forward + backward + optimizer step and the end
+event is synchronized at the end of every iteration, so `duration_ns` is device time of the step
+(unlike the SC22 script's unsynchronized host deltas, formats.md §0.2). On CPU it is a
+`time.perf_counter_ns` delta. Fetching the next batch happens before the timed region. `start_ns`
+is the host epoch clock when the iteration began.
+Every iteration is written to `iterations_bs<B>_rank<R>.csv` (the `iterlog` format), warm-up
+iterations included; the first `--warmup` are excluded from the throughput statistics by the
+collector, which records the count in the run manifest.
+
+On CUDA each iteration is an NVTX range `iteration N`, and `torch.cuda.profiler.start()/stop()`
+(cudaProfilerStart/Stop) bracket `--profile-window START:END` (iterations START..END-1) so that
+nsys (`--capture-range=cudaProfilerApi`) and ncu (`--profile-from-start off`) record only that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+ITERLOG_MAGIC = "# traceanalyze-iterlog v1"
+ITERLOG_COLUMNS = (
+    "rank",
+    "device_id",
+    "iteration",
+    "start_ns",
+    "duration_ns",
+    "batch_size",
+    "images_per_s",
+)
+PRECISIONS = ("fp32", "amp-fp16", "amp-bf16")
+
+
+def iterlog_name(batch_size: int, rank: int) -> str:
+    return f"iterations_bs{batch_size}_rank{rank}.csv"
+
+
+def parse_window(text: str) -> tuple[int, int]:
+    """`START:END` → (START, END), END exclusive, 0 <= START < END."""
+    try:
+        a, b = text.split(":")
+        start, end = int(a), int(b)
+    except ValueError:
+        raise ValueError(f"profile window must be START:END (integers), got {text!r}") from None
+    if not 0 <= start < end:
+        raise ValueError(f"profile window needs 0 <= START < END, got {text!r}")
+    return start, end
+
+
+def parse_schedule(text: str) -> tuple[int, int, int]:
+    """`WAIT,WARMUP,ACTIVE` for torch.profiler.schedule."""
+    try:
+        w, wu, a = (int(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(
+            f"torch profiler schedule must be WAIT,WARMUP,ACTIVE, got {text!r}"
+        ) from None
+    if w < 0 or wu < 0 or a < 1:
+        raise ValueError(
+            f"torch profiler schedule needs WAIT,WARMUP >= 0 and ACTIVE >= 1: {text!r}"
+        )
+    return w, wu, a
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m traceanalyze.collect.resnet50", description="ResNet-50 training workload."
+    )
+    ap.add_argument("--out", required=True, help="Directory for the iteration log and traces.")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--iterations", type=int, default=500)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    ap.add_argument("--channels-last", action="store_true")
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--image-size", type=int, default=224)
+    ap.add_argument("--device", choices=("cuda", "cpu"), default=None)
+    ap.add_argument("--data", default=None, help="ImageNet-layout folder (default synthetic).")
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile-window", default=None, help="START:END for cudaProfilerStart/Stop.")
+    ap.add_argument("--torch-profile", default=None, help="WAIT,WARMUP,ACTIVE: torch.profiler.")
+    ap.add_argument("--record-shapes", action="store_true")
+    return ap
+
+
+def _batches(args: argparse.Namespace, device: Any, world: int, rank: int) -> Iterator[Any]:
+    import torch
+
+    if args.data is None:
+        g = torch.Generator(device="cpu").manual_seed(args.seed + rank)
+        x = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=g)
+        y = torch.randint(0, 1000, (args.batch_size,), generator=g)
+        x, y = x.to(device), y.to(device)
+        while True:
+            yield x, y
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+    from torchvision import datasets, transforms
+
+    tf = transforms.Compose(
+        [
+            transforms.RandomResizedCrop(args.image_size),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+        ]
+    )
+    ds = datasets.ImageFolder(args.data, tf)
+    sampler: Any = DistributedSampler(ds, num_replicas=world, rank=rank) if world > 1 else None
+    loader = DataLoader(
+        ds,
+        batch_size=args.batch_size,
+        shuffle=sampler is None,
+        sampler=sampler,
+        num_workers=args.workers,
+        pin_memory=device.type == "cuda",
+        drop_last=True,
+        persistent_workers=args.workers > 0,
+    )
+    epoch = 0
+    while True:
+        if sampler is not None:
+            sampler.set_epoch(epoch)
+        for x, y in loader:
+            yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        epoch += 1
+
+
+def train(args: argparse.Namespace) -> Path:
+    """Run the workload; returns the iteration log path."""
+    import torch
+    import torchvision
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    dev_type = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if dev_type == "cuda":
+        # cuDNN autotuning, as in the usual ImageNet training scripts: the first iterations pick
+        # the algorithms (one more reason for --warmup).
+        torch.backends.cudnn.benchmark = True
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group("nccl" if dev_type == "cuda" else "gloo")
+    torch.manual_seed(args.seed)
+
+    model: Any = torchvision.models.resnet50(weights=None).to(device)
+    mem_fmt = torch.channels_last if args.channels_last else torch.contiguous_format
+    model = model.to(memory_format=mem_fmt)
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(
+            model, device_ids=[local_rank] if dev_type == "cuda" else None
+        )
+    if args.compile:
+        model = torch.compile(model)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    amp_dtype = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}.get(args.precision)
+    scaler = torch.amp.GradScaler(dev_type, enabled=args.precision == "amp-fp16")
+    device_id = device.index if device.type == "cuda" else None
+    cuda = device.type == "cuda"
+    tcuda: Any = torch.cuda  # untyped in torch's stubs
+
+    window = parse_window(args.profile_window) if args.profile_window else None
+    prof_ctx: Any = contextlib.nullcontext()
+    if args.torch_profile:
+        from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+        wait, warm, active = parse_schedule(args.torch_profile)
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        prof_ctx = profile(
+            activities=acts,
+            schedule=schedule(wait=wait, warmup=warm, active=active, repeat=1),
+            on_trace_ready=tensorboard_trace_handler(
+                str(args.out), worker_name=f"torch_bs{args.batch_size}_rank{rank}", use_gzip=True
+            ),
+            record_shapes=args.record_shapes,
+        )
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / iterlog_name(args.batch_size, rank)
+    data = _batches(args, device, world, rank)
+    model.train()
+    with open(log_path, "w", newline="") as log, prof_ctx as prof:
+        log.write(ITERLOG_MAGIC + "\n" + ",".join(ITERLOG_COLUMNS) + "\n")
+        log.flush()
+        for i in range(args.iterations):
+            x, y = next(data)
+            x = x.contiguous(memory_format=mem_fmt)
+            if cuda:
+                if window is not None and i == window[0]:
+                    tcuda.profiler.start()
+                tcuda.nvtx.range_push(f"iteration {i}")
+                ev0 = tcuda.Event(enable_timing=True)
+                ev1 = tcuda.Event(enable_timing=True)
+                start_ns = time.time_ns()
+                ev0.record()
+            else:
+                start_ns = time.time_ns()
+                t0 = time.perf_counter_ns()
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast(dev_type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                loss = loss_fn(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            if cuda:
+                ev1.record()
+                ev1.synchronize()
+                dur_ns = round(ev0.elapsed_time(ev1) * 1e6)  # elapsed_time is ms
+                tcuda.nvtx.range_pop()
+                if window is not None and i == window[1] - 1:
+                    tcuda.profiler.stop()
+            else:
+                dur_ns = time.perf_counter_ns() - t0
+            ips = args.batch_size / (dur_ns / 1e9) if dur_ns > 0 else ""
+            dev_cell = "" if device_id is None else device_id
+            log.write(f"{rank},{dev_cell},{i},{start_ns},{dur_ns},{args.batch_size},{ips}\n")
+            if prof is not None:
+                prof.step()
+            if i % 50 == 0:
+                log.flush()
+    if cuda and window is not None and window[1] > args.iterations:
+        tcuda.profiler.stop()
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    return log_path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.torch_profile:
+        w, wu, a = parse_schedule(args.torch_profile)
+        if w + wu + a > args.iterations:
+            sys.stderr.write(
+                f"resnet50: torch profiler schedule {args.torch_profile} needs "
+                f"{w + wu + a} iterations, only {args.iterations} run\n"
+            )
+            return 2
+    train(args)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

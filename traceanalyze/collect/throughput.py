@@ -1,0 +1,88 @@
+"""Batch-size sweep summary: `throughput.csv` and `throughput.png` from the iteration logs.
+
+Steady state = iterations numbered `>= warmup`. With several ranks, an iteration's throughput is
+the sum of the ranks' images/s for that iteration (the job's throughput); iterations that not
+every rank logged are dropped. Median, p10 and p90 are over those iterations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ..readers.iterlog import read_iterlog
+
+COLUMNS = (
+    "batch_size",
+    "ranks",
+    "median_images_per_s",
+    "p10_images_per_s",
+    "p90_images_per_s",
+    "iterations",
+)
+
+
+def throughput_table(logs: Sequence[str | Path], warmup: int) -> pl.DataFrame:
+    """One row per batch size, sorted by batch size."""
+    frames = [read_iterlog(p).iterations for p in logs]
+    schema = {
+        "batch_size": pl.Int64,
+        "ranks": pl.Int64,
+        "median_images_per_s": pl.Float64,
+        "p10_images_per_s": pl.Float64,
+        "p90_images_per_s": pl.Float64,
+        "iterations": pl.Int64,
+    }
+    if not frames:
+        return pl.DataFrame(schema=schema)
+    df = pl.concat(frames).filter(pl.col("iteration") >= warmup)
+    ranks = df.group_by("batch_size").agg(pl.col("rank").n_unique().alias("ranks"))
+    per_iter = (
+        df.group_by("batch_size", "iteration")
+        .agg(pl.col("images_per_s").sum().alias("ips"), pl.col("rank").n_unique().alias("n"))
+        .join(ranks, on="batch_size")
+        .filter(pl.col("n") == pl.col("ranks"))
+    )
+    q = per_iter.group_by("batch_size").agg(
+        pl.col("ranks").first(),
+        pl.col("ips").median().alias("median_images_per_s"),
+        pl.col("ips").quantile(0.1, interpolation="linear").alias("p10_images_per_s"),
+        pl.col("ips").quantile(0.9, interpolation="linear").alias("p90_images_per_s"),
+        pl.len().cast(pl.Int64).alias("iterations"),
+    )
+    return q.select(COLUMNS).cast(schema).sort("batch_size")  # type: ignore[arg-type]
+
+
+def plot_throughput(table: pl.DataFrame) -> Any:
+    """Median images/s by batch size, p10–p90 as error bars; returns the Figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5, 3.5))
+    ax = fig.add_subplot()
+    bs = table["batch_size"].to_list()
+    med = table["median_images_per_s"].to_list()
+    lo = [m - p for m, p in zip(med, table["p10_images_per_s"].to_list(), strict=True)]
+    hi = [p - m for m, p in zip(med, table["p90_images_per_s"].to_list(), strict=True)]
+    ax.errorbar(bs, med, yerr=[lo, hi], marker="o", capsize=3)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(bs, [str(b) for b in bs])
+    ax.set_xlabel("batch size (images per rank)")
+    ax.set_ylabel("throughput (images/s), median, p10–p90")
+    ax.set_title("ResNet-50 training throughput")
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def write_throughput(logs: Sequence[str | Path], warmup: int, run_dir: Path) -> pl.DataFrame:
+    table = throughput_table(logs, warmup)
+    table.write_csv(run_dir / "throughput.csv")
+    if table.height:
+        plot_throughput(table).savefig(run_dir / "throughput.png", dpi=120)
+    return table
