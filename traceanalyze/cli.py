@@ -19,7 +19,15 @@ from . import render, schema
 from .errors import TraceanalyzeError
 
 # name -> "module:attribute" of a click.Command defined elsewhere.
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "collect": "traceanalyze.collect.cli:collect",
+    "coreutil": "traceanalyze.cli_analyses:coreutil",
+    "busy": "traceanalyze.cli_analyses:busy",
+    "timeline": "traceanalyze.cli_analyses:timeline",
+    "attribute": "traceanalyze.cli_analyses:attribute",
+    "variability": "traceanalyze.cli_analyses:variability",
+    "compare": "traceanalyze.cli_analyses:compare",
+}
 
 
 class _Group(click.Group):
@@ -126,15 +134,24 @@ def ingest(
         options["tz"] = tz
     show_progress = not quiet and sys.stderr.isatty()
     if show_progress:
-        from rich.progress import Progress
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        with Progress(transient=True) as progress:
+        columns = (
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} files"),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
             task = progress.add_task("ingesting", total=len(files))
             results = do_ingest(
                 files,
                 store_dir,
                 format=fmt,
                 force=force,
+                on_start=lambda p: progress.update(task, description=f"reading {Path(p).name}"),
                 on_result=lambda r: progress.advance(task),
                 **options,
             )

@@ -6,6 +6,7 @@ import os
 
 import polars as pl
 
+from .analyses import health
 from .analyses import summary as s
 from .errors import StoreError
 from .store import MARKER, Store
@@ -56,4 +57,9 @@ def summary_report(
         .drop("total_ns"),
         "telemetry": s.telemetry_stats(scan("gpu_samples")),
         "iterations": s.iteration_stats(scan("iterations")),
+        # Measurement health (traceanalyze.analyses.health): sampling gaps, same-stream kernel
+        # overlaps, negative durations, missing iteration numbers.
+        "sampling_health": health.sampling_health(scan("gpu_samples")),
+        "kernel_health": health.kernel_health(scan("kernels"), scan("memcpy")),
+        "iteration_health": health.iteration_health(scan("iterations")),
     }

@@ -84,28 +84,48 @@ def copies_by_kind(memcpy: Frame) -> pl.DataFrame:
 
 
 def telemetry_stats(gpu_samples: Frame) -> pl.DataFrame:
-    """Per source, device and telemetry column: sample count, min, median, max (nulls ignored)."""
-    lf = _lazy(gpu_samples)
-    long = lf.select("source_id", "device_id", *TELEMETRY_COLUMNS).unpivot(
-        index=["source_id", "device_id"], variable_name="metric", value_name="v"
-    )
+    """Per source, device and telemetry column: sample count, min, median, max (nulls ignored).
+
+    One group-by over the wide samples, then the small result is reshaped to one row per
+    metric: unpivoting millions of samples first costs twice the memory for the same answer.
+    """
+    stats = ("sample_count", "min", "median", "max")
+    aggs = []
+    for m in TELEMETRY_COLUMNS:
+        c = pl.col(m)
+        aggs += [
+            c.count().alias(f"{m}|sample_count"),
+            c.min().cast(pl.Float64).alias(f"{m}|min"),
+            c.median().cast(pl.Float64).alias(f"{m}|median"),
+            c.max().cast(pl.Float64).alias(f"{m}|max"),
+        ]
+    wide = _lazy(gpu_samples).group_by("source_id", "device_id").agg(aggs).collect()
+    parts = [
+        wide.select(
+            "source_id",
+            "device_id",
+            pl.lit(m).alias("metric"),
+            pl.lit(i, dtype=pl.Int64).alias("_o"),
+            *[pl.col(f"{m}|{s}").alias(s) for s in stats],
+        )
+        for i, m in enumerate(TELEMETRY_COLUMNS)
+    ]
+    schema = {
+        "source_id": pl.String,
+        "device_id": pl.Int64,
+        "metric": pl.String,
+        "_o": pl.Int64,
+        "sample_count": pl.UInt32,
+        "min": pl.Float64,
+        "median": pl.Float64,
+        "max": pl.Float64,
+    }
+    long = pl.concat(parts) if parts and wide.height else pl.DataFrame(schema=schema)
     return (
-        long.drop_nulls("v")
-        .group_by("source_id", "device_id", "metric")
-        .agg(
-            pl.len().alias("sample_count"),
-            pl.col("v").min().alias("min"),
-            pl.col("v").median().alias("median"),
-            pl.col("v").max().alias("max"),
-        )
-        .with_columns(
-            pl.col("metric")
-            .replace_strict({m: i for i, m in enumerate(TELEMETRY_COLUMNS)}, return_dtype=pl.Int64)
-            .alias("_o")
-        )
+        long.filter(pl.col("sample_count") > 0)
+        .with_columns(pl.col("sample_count").cast(pl.UInt32))
         .sort(["source_id", "device_id", "_o"], nulls_last=True)
         .drop("_o")
-        .collect()
     )
 
 

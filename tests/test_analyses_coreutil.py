@@ -1,0 +1,196 @@
+"""Core utilization (TBD definition) on inline frames and inline ncu CSV, hand-computed answers."""
+
+from __future__ import annotations
+
+import warnings
+
+import polars as pl
+import pytest
+from conftest import shared
+
+import traceanalyze as ta
+from traceanalyze.analyses.coreutil import batch_size_from_name, core_utilization
+from traceanalyze.errors import NotAnswerable
+
+FMA = "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_elapsed"
+FP16 = "sm__inst_executed_pipe_fp16.avg.pct_of_peak_sustained_elapsed"
+TENSOR = "sm__inst_executed_pipe_tensor.avg.pct_of_peak_sustained_elapsed"
+XU = "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_elapsed"
+CYC = "gpc__cycles_elapsed.max"
+DUR = "gpu__time_duration.sum"
+
+# (process, ID, name, cycles text, duration text, fma, fp16, tensor, xu). IDs restart per session,
+# so (200, 0) is a different launch from (100, 0). Values >= 1000 carry thousands separators.
+LAUNCHES = [
+    (100, 0, "volta_sgemm_128x64_nn", "1,000", "1,500", 10.0, 0.0, 40.0, 1.0),
+    (100, 1, "volta_sgemm_128x64_nn", "12,345", "20,000", 30.0, 5.0, 50.0, 2.0),
+    (200, 0, "relu_kernel", "2,000,000", "3,000,000", 20.0, 0.0, 60.0, 0.5),
+]
+
+HEADER_2020 = (
+    '"ID","Process ID","Process Name","Host Name","Kernel Name","Kernel Time","Context","Stream",'
+    '"Section Name","Metric Name","Metric Unit","Metric Value"'
+)
+
+
+def tbd_csv() -> str:
+    lines = ["==PROF== Disconnected from process 100", HEADER_2020]
+    for pid, kid, name, cyc, dur, *pcts in LAUNCHES:
+        metrics = [(CYC, "cycle", cyc), (DUR, "nsecond", dur)]
+        metrics += [
+            (m, "%", f"{v:.2f}") for m, v in zip((FMA, FP16, TENSOR, XU), pcts, strict=True)
+        ]
+        for m, unit, v in metrics:
+            lines.append(
+                f'"{kid}","{pid}","python","h","{name}","2024-Jul-13 19:18:31","1","7",'
+                f'"Command line profiler metrics","{m}","{unit}","{v}"'
+            )
+    return "\n".join(lines) + "\n"
+
+
+def num(s: str) -> float:
+    return float(s.replace(",", ""))
+
+
+def expected(weight_index: int | None, unit_index: int, rows=LAUNCHES) -> float:
+    ws = [1.0 if weight_index is None else num(r[weight_index]) for r in rows]
+    ps = [r[5 + unit_index] for r in rows]
+    return sum(w * p for w, p in zip(ws, ps, strict=True)) / sum(ws)
+
+
+def frame(rows=LAUNCHES, sid: str = "s1") -> pl.DataFrame:
+    recs = []
+    for pid, kid, name, cyc, dur, *pcts in rows:
+        for m, v in zip(
+            (CYC, DUR, FMA, FP16, TENSOR, XU), (num(cyc), num(dur), *pcts), strict=True
+        ):
+            recs.append(
+                {
+                    "source_id": sid,
+                    "process_id": pid,
+                    "kernel_id": kid,
+                    "name": name,
+                    "metric_name": m,
+                    "stat": None,
+                    "value": v,
+                    "invocations_count": None,
+                }
+            )
+    return pl.DataFrame(recs)
+
+
+def test_cycle_weighted_over_all_launches() -> None:
+    df = core_utilization(frame())
+    r = df.row(0, named=True)
+    assert r["launches"] == 3  # the last launch counts (TBD's range(max(ID)) skipped it)
+    for i, u in enumerate(("fma", "fp16", "tensor", "sfu")):
+        assert r[f"{u}_pct"] == pytest.approx(expected(3, i), rel=1e-12)
+    assert r["weight"] == "cycles" and r["scale"] == "pct" and r["fma_metric"] == FMA
+
+
+def test_duration_and_unweighted() -> None:
+    d = core_utilization(frame(), weight="duration").row(0, named=True)
+    assert d["tensor_pct"] == pytest.approx(expected(4, 2))
+    n = core_utilization(frame(), weight="none").row(0, named=True)
+    assert n["fma_pct"] == pytest.approx((10.0 + 30.0 + 20.0) / 3)
+
+
+def test_by_kernel() -> None:
+    df = core_utilization(frame(), by_kernel=True)
+    assert df["name"].to_list() == ["relu_kernel", "volta_sgemm_128x64_nn"]
+    sgemm = df.filter(pl.col("name") == "volta_sgemm_128x64_nn").row(0, named=True)
+    assert sgemm["launches"] == 2
+    assert sgemm["fma_pct"] == pytest.approx((1000 * 10 + 12345 * 30) / (1000 + 12345))
+
+
+def test_inline_ncu_csv_with_thousands_separators(write) -> None:
+    p = write("batch_32.csv", tbd_csv())
+    t = ta.read(p, format="ncu_csv")
+    r = core_utilization(t.kernel_metrics).row(0, named=True)
+    assert r["launches"] == 3
+    assert r["fma_pct"] == pytest.approx(expected(3, 0), rel=1e-12)
+    assert r["sfu_pct"] == pytest.approx(expected(3, 3), rel=1e-12)
+
+
+def test_ampere_names_and_missing_unit_warns() -> None:
+    hmma = "sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active"
+    df = pl.DataFrame(
+        {
+            "source_id": ["a"] * 4,
+            "process_id": [1] * 4,
+            "kernel_id": [0, 0, 1, 1],
+            "name": ["k", "k", "k", "k"],
+            "metric_name": [CYC, hmma, CYC, hmma],
+            "stat": [None] * 4,
+            "value": [100.0, 80.0, 300.0, 40.0],
+            "invocations_count": [None] * 4,
+        }
+    )
+    with pytest.warns(UserWarning, match="no metric for fma, fp16, sfu"):
+        r = core_utilization(df).row(0, named=True)
+    assert r["tensor_pct"] == pytest.approx((100 * 80 + 300 * 40) / 400)
+    assert r["tensor_metric"] == hmma and r["fma_pct"] is None
+
+
+def test_missing_metrics_not_answerable() -> None:
+    df = frame().filter(pl.col("metric_name") == DUR)
+    with pytest.raises(NotAnswerable, match="no pipe-utilization metric"):
+        core_utilization(df)
+    no_cycles = frame().filter(pl.col("metric_name") != CYC)
+    with pytest.raises(NotAnswerable, match="gpc__cycles_elapsed.max"):
+        core_utilization(no_cycles)
+
+
+def test_real_ncu_capture_without_pipe_metrics_is_not_answerable() -> None:
+    t = ta.read(shared("ncu_csv/roofline_ncu2026.2_rtx5070_gemm_tiled_long.csv"))
+    with pytest.raises(NotAnswerable, match="sm__inst_executed_pipe_fma"):
+        core_utilization(t.kernel_metrics)
+
+
+def test_nvprof_levels_real_capture() -> None:
+    import csv
+
+    p = shared("nvprof_csv/magus_matrixMul_gtx1080ti_metrics_all.csv")
+    # Expected from the file itself: the `Avg` level of each *_fu_utilization row.
+    with open(p, newline="") as f:
+        rows = [r for r in csv.reader(f) if len(r) == 8 and r[3].endswith("_fu_utilization")]
+    avg = {r[3]: float(r[7].split("(")[1].rstrip(")")) for r in rows}
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        r = core_utilization(ta.read(p).kernel_metrics).row(0, named=True)
+    assert r["scale"] == "level_0_10" and r["weight"] == "invocations"
+    assert r["fma_pct"] == avg["single_precision_fu_utilization"]
+    assert r["fp16_pct"] == avg["half_precision_fu_utilization"]
+    assert r["sfu_pct"] == avg["special_fu_utilization"]
+    assert r["launches"] == int(rows[0][2])
+
+
+def test_batch_size_from_name() -> None:
+    assert batch_size_from_name("profiled_data_ncu/batch_64.csv") == 64
+    assert batch_size_from_name("C:\\x\\batch_8.csv") == 8
+    assert batch_size_from_name("run.csv") is None
+
+
+HEADER_2026 = (
+    '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
+    '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+)
+
+
+def test_inline_ncu_2026_header_hopper_names(write) -> None:
+    hmma = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+    fma = "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active"
+    rows = [(0, "1,234,567", "75.5", "3.25"), (1, "2,000", "0.00", "50.00")]
+    lines = ["\ufeffapp output before the table", HEADER_2026]
+    for kid, cyc, t, f in rows:
+        for m, u, v in ((CYC, "cycle", cyc), (hmma, "%", t), (fma, "%", f)):
+            lines.append(
+                f'"{kid}","7","python","127.0.0.1","sm90_xmma_gemm","1","7","(256, 1, 1)",'
+                f'"(132, 1, 1)","0","9.0","Command line profiler metrics","{m}","{u}","{v}"'
+            )
+    p = write("batch_128.csv", "\n".join(lines) + "\n")
+    with pytest.warns(UserWarning, match="no metric for fp16, sfu"):
+        r = core_utilization(ta.read(p, format="ncu_csv").kernel_metrics).row(0, named=True)
+    assert r["tensor_pct"] == pytest.approx((1234567 * 75.5 + 2000 * 0.0) / (1234567 + 2000))
+    assert r["fma_pct"] == pytest.approx((1234567 * 3.25 + 2000 * 50.0) / (1234567 + 2000))
+    assert (r["tensor_metric"], r["fma_metric"], r["launches"]) == (hmma, fma, 2)

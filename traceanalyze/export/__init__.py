@@ -1,0 +1,1 @@
+"""Writers that turn store tables into other tools' formats (Chrome trace JSON for Perfetto)."""
