@@ -241,15 +241,15 @@ def busy(
     )
 
 
-def _extent(fr: Frames) -> tuple[int, int]:
+def _extent(fr: Frames, tables: tuple[str, ...] = ("kernels", "memcpy")) -> tuple[int, int]:
     parts = [
         fr.scan(t).select(pl.col("start_ns").min().alias("a"), pl.col("end_ns").max().alias("b"))
-        for t in ("kernels", "memcpy")
+        for t in tables
     ]
     ext = pl.concat(parts).collect()
     a, b = ext["a"].min(), ext["b"].max()
     if a is None or b is None:
-        raise NotAnswerable("no kernels or copies with times")
+        raise NotAnswerable(f"no {' or '.join(tables)} with start and end times")
     return int(a), int(b)  # type: ignore[arg-type]
 
 
@@ -304,7 +304,7 @@ def timeline(
         raise click.UsageError("give -o FIGURE and/or --perfetto TRACE.json")
     fr = load(files, store_dir, fmt, sources, devices)
     sid = _one_source(fr, "timeline")
-    t_first, t_last = _extent(fr)
+    t_first, t_last = _extent(fr, ("kernels", "memcpy", "ops"))
     samples_all = _samples(fr, sid, samples_from)
     if iteration is not None:
         t0, t1 = iteration_window(fr.scan("iterations"), fr.scan("markers"), iteration)
@@ -329,13 +329,20 @@ def timeline(
     if output is not None:
         from .plots.timeline import timeline_figure
 
-        ln = lanes(fr.scan("kernels"), fr.scan("memcpy"), start_ns=t0, end_ns=t1, max_bars=max_bars)
+        ln = lanes(
+            fr.scan("kernels"),
+            fr.scan("memcpy"),
+            ops=fr.scan("ops"),
+            start_ns=t0,
+            end_ns=t1,
+            max_bars=max_bars,
+        )
         it = fr.scan("iterations").select("start_ns").drop_nulls().collect()["start_ns"]
         if it.len() == 0:  # no iteration times: PyTorch ProfilerStep#N ranges, if any
             steps = fr.scan("markers").filter(pl.col("name").str.starts_with("ProfilerStep#"))
             it = steps.select("start_ns").drop_nulls().collect()["start_ns"]
         bounds = [int(b) for b in it.to_list() if t0 <= b <= t1]
-        samples = fr.scan("gpu_samples").filter(pl.col("timestamp_ns").is_between(t0, t1)).collect()
+        samples = samples_all.filter(pl.col("timestamp_ns").is_between(t0, t1)).collect()
         title = f"source {sid}, {(t1 - t0) / 1e6:,.3f} ms from {(t0 - t_first) / 1e6:,.3f} ms"
         _save(
             timeline_figure(

@@ -54,6 +54,7 @@ def lanes(
     kernels: Frame,
     memcpy: Frame | None,
     *,
+    ops: Frame | None = None,
     start_ns: int | None = None,
     end_ns: int | None = None,
     max_bars: int = 1500,
@@ -62,6 +63,10 @@ def lanes(
 
     Columns: device_id, stream_id, activity, lane, start_ns, end_ns, busy_ratio (1 for a raw
     interval, the bin's busy fraction when binned), binned, interval_count (per lane).
+
+    `ops` (host framework operators) adds one "cpu ops" lane per thread, with the thread id in
+    `stream_id` and a null `device_id`: a CPU-only run (no kernels) still has a timeline, and on a
+    GPU run the host lanes show launch-bound stretches. Nested operators overlap in their lane.
     """
     frames = [
         _c(kernels.lazy().select("device_id", "stream_id", "start_ns", "end_ns")).with_columns(
@@ -74,9 +79,20 @@ def lanes(
                 pl.lit("copies").alias("activity")
             )
         )
+    if ops is not None:
+        frames.append(
+            _c(
+                ops.lazy().select(
+                    pl.lit(None, dtype=pl.Int64).alias("device_id"),
+                    pl.col("thread_id").alias("stream_id"),
+                    "start_ns",
+                    "end_ns",
+                )
+            ).with_columns(pl.lit("cpu ops").alias("activity"))
+        )
     rows = pl.concat(frames).drop_nulls(["start_ns", "end_ns"])
     if rows.height == 0:
-        raise NotAnswerable("no kernels or copies with start and end times")
+        raise NotAnswerable("no kernels, copies or CPU ops with start and end times")
     t0 = int(rows["start_ns"].min()) if start_ns is None else start_ns  # type: ignore[arg-type]
     t1 = int(rows["end_ns"].max()) if end_ns is None else end_ns  # type: ignore[arg-type]
     if t1 <= t0:
@@ -85,12 +101,12 @@ def lanes(
         pl.col("start_ns").clip(t0, t1), pl.col("end_ns").clip(t0, t1)
     )
     if rows.height == 0:
-        raise NotAnswerable("no kernels or copies in the window")
+        raise NotAnswerable("no kernels, copies or CPU ops in the window")
     keys = ["device_id", "stream_id", "activity"]
     out: list[pl.DataFrame] = []
     for key, sub in rows.sort(keys, nulls_last=True).group_by(keys, maintain_order=True):
         dev, stream, act = key
-        lane = f"GPU {dev} s{stream} {act}"
+        lane = f"CPU thread {stream} ops" if act == "cpu ops" else f"GPU {dev} s{stream} {act}"
         n = sub.height
         if n <= max_bars:
             out.append(

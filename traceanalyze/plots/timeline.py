@@ -52,7 +52,7 @@ def timeline_figure(
         sub = lanes.filter(pl.col("lane") == name)
         binned = bool(sub["binned"][0])
         any_binned |= binned
-        color = "tab:blue" if sub["activity"][0] == "kernels" else "tab:orange"
+        color = {"kernels": "tab:blue", "copies": "tab:orange"}.get(sub["activity"][0], "tab:green")
         x = ms(sub["start_ns"])
         w = ms(sub["end_ns"]) - x
         if binned:
@@ -65,7 +65,7 @@ def timeline_figure(
         labels.append(f"{name} ({n:,}{', binned' if binned else ''})")
     ax.set_yticks(range(len(lane_names)), labels, fontsize=7)
     ax.set_ylim(len(lane_names) - 0.5, -0.5)
-    ax.set_ylabel("device / stream")
+    ax.set_ylabel("lane")
     for b in boundaries_ns or []:
         for a in axes:
             a.axvline((b - t0_ns) / 1e6, color="gray", lw=0.6, ls="--")
