@@ -19,9 +19,16 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# The main job: a short real ResNet-50 training run under the PyTorch profiler (on the GPU when
+# nvidia-smi sees one, else on the CPU), ingested into runs/demo/store, summarized, and drawn.
+DEMO_DEVICE := $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
 demo: $(STAMP)
-	$(PY) -m traceanalyze ingest fixtures/kineto_json-resnet50-cpu/*.json.gz --store demo-store
-	$(PY) -m traceanalyze summary --store demo-store
+	rm -rf runs/demo
+	$(PY) -m traceanalyze collect --device $(DEMO_DEVICE) --profiler torch --iterations 4 \
+		--batch-size 2 --image-size 64 --out runs --run-id demo
+	$(PY) -m traceanalyze summary --store runs/demo/store
+	$(PY) -m traceanalyze timeline runs/demo/*.pt.trace.json.gz -o runs/demo/timeline.png
+	@echo "timeline picture: runs/demo/timeline.png"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check traceanalyze tests benchmarks
@@ -32,4 +39,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) demo-store runs
+	rm -rf $(VENV) runs bench-data

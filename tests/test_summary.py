@@ -81,3 +81,18 @@ def test_iteration_stats_in_ms() -> None:
     assert (row["min_ms"], row["max_ms"]) == (100.0, 600.0)
     assert row["std_ms"] == pytest.approx((((200**2) + 100**2 + 300**2) / 2) ** 0.5)
     assert row["median_images_per_s"] == 320.0
+
+
+def test_top_ops_inclusive_times() -> None:
+    o = frame(
+        "ops",
+        source_id=["a"] * 4,
+        name=["aten::conv2d", "aten::convolution", "aten::conv2d", "aten::relu"],
+        start_ns=[0, 1, 100, 200],
+        end_ns=[50, 49, 140, 205],
+    )
+    top = s.top_ops(o, n=2)
+    assert top.select("name", "call_count", "total_ns").rows() == [
+        ("aten::conv2d", 2, 90),
+        ("aten::convolution", 1, 48),
+    ]

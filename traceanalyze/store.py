@@ -198,6 +198,7 @@ def ingest(
     format: str | None = None,
     force: bool = False,
     on_result: Callable[[IngestResult], None] | None = None,
+    on_start: Callable[[str], None] | None = None,
     **options: Any,
 ) -> list[IngestResult]:
     """Read each file and write it to the store.
@@ -224,6 +225,8 @@ def ingest(
                 staged.append((None, IngestResult(path, sid, fmt, "unchanged", {})))
                 continue
             seen.add(sid)
+            if on_start is not None:
+                on_start(path)
             tables = _read_one(path, format=fmt, sha256=sha, **options)
             status = "replaced" if st.has_source(sid) else "ingested"
             st_ = st.stage(tables, replace_existing=force)

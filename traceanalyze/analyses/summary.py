@@ -68,6 +68,28 @@ def top_kernels(kernels: Frame, n: int = 10) -> pl.DataFrame:
     )
 
 
+def top_ops(ops: Frame, n: int = 10) -> pl.DataFrame:
+    """Per source, the `n` host operators (by name) with the most inclusive time.
+
+    Operators nest (aten::conv2d contains aten::convolution), so inclusive times overlap and no
+    share of a total is given.
+    """
+    return (
+        _lazy(ops)
+        .with_columns(_dur().alias("_d"))
+        .group_by("source_id", "name")
+        .agg(
+            pl.len().alias("call_count"),
+            pl.col("_d").sum().alias("total_ns"),
+            pl.col("_d").mean().alias("mean_ns"),
+        )
+        .sort(["source_id", "total_ns", "name"], descending=[False, True, False])
+        .group_by("source_id", maintain_order=True)
+        .head(n)
+        .collect()
+    )
+
+
 def copies_by_kind(memcpy: Frame) -> pl.DataFrame:
     """Per source and copy kind: count, bytes, time."""
     return (
