@@ -36,16 +36,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-ITERLOG_MAGIC = "# traceanalyze-iterlog v1"
-ITERLOG_COLUMNS = (
-    "rank",
-    "device_id",
-    "iteration",
-    "start_ns",
-    "duration_ns",
-    "batch_size",
-    "images_per_s",
-)
+# The iteration log is the `iterlog` reader's own format: one definition, written and read.
+from traceanalyze.readers.iterlog import COLUMNS as ITERLOG_COLUMNS
+from traceanalyze.readers.iterlog import MAGIC as ITERLOG_MAGIC
+
 PRECISIONS = ("fp32", "amp-fp16", "amp-bf16")
 
 
