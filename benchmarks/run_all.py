@@ -1,7 +1,7 @@
 """Run every benchmarks/bench_*.py in turn (each prints its own side-by-side table).
 
-    python benchmarks/run_all.py            # all
-    python benchmarks/run_all.py kineto     # those whose file name contains 'kineto'
+python benchmarks/run_all.py            # all
+python benchmarks/run_all.py kineto     # those whose file name contains 'kineto'
 """
 
 from __future__ import annotations

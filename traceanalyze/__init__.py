@@ -1,9 +1,9 @@
 """traceanalyze: GPU profiler outputs of deep-learning training, normalized and analyzed.
 
-    import traceanalyze as ta
-    t = ta.read("trace.pt.trace.json.gz")          # Tables: one polars DataFrame per table
-    ta.ingest(["a.csv", "b.sqlite"], "store/")      # into a hive-partitioned Parquet store
-    ta.Store("store/").scan("kernels")               # polars LazyFrame over every source
+import traceanalyze as ta
+t = ta.read("trace.pt.trace.json.gz")          # Tables: one polars DataFrame per table
+ta.ingest(["a.csv", "b.sqlite"], "store/")      # into a hive-partitioned Parquet store
+ta.Store("store/").scan("kernels")               # polars LazyFrame over every source
 """
 
 from __future__ import annotations

@@ -123,7 +123,11 @@ NVPROF_RATE_TO_BYTES_PER_S: dict[str, float] = {
 
 
 def unit_factor(
-    unit: str, table: dict[str, float], *, path: PathLike, line: int | None = None,
+    unit: str,
+    table: dict[str, float],
+    *,
+    path: PathLike,
+    line: int | None = None,
     column: str | None = None,
 ) -> float:
     try:
@@ -131,7 +135,9 @@ def unit_factor(
     except KeyError:
         raise UnknownUnit(
             f"unknown unit {unit!r} (known: {', '.join(sorted(table))})",
-            path=path, line=line, column=column,
+            path=path,
+            line=line,
+            column=column,
         ) from None
 
 
