@@ -33,6 +33,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check traceanalyze tests benchmarks
 	$(VENV)/bin/ruff format --check traceanalyze tests benchmarks
+	$(VENV)/bin/mypy traceanalyze
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench]'
