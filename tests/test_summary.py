@@ -46,6 +46,8 @@ def test_copies_by_kind() -> None:
         end_ns=[5, 13, 21],
     )
     assert s.copies_by_kind(m).rows() == [("a", "HtoD", 2, 150, 8), ("a", "memset", 1, 8, 1)]
+    unsized = frame("memcpy", source_id=["a"], kind=["HtoD"], start_ns=[0], end_ns=[4])
+    assert s.copies_by_kind(unsized).rows() == [("a", "HtoD", 1, None, 4)]
 
 
 def test_telemetry_stats_ignores_nulls_and_keeps_column_order() -> None:

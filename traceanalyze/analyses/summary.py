@@ -97,7 +97,10 @@ def copies_by_kind(memcpy: Frame) -> pl.DataFrame:
         .group_by("source_id", "kind")
         .agg(
             pl.len().alias("copy_count"),
-            pl.col("size_bytes").sum().alias("total_bytes"),
+            # null, not 0, when no copy of the kind states its size (ROCm traces omit bytes)
+            pl.when(pl.col("size_bytes").count() > 0)
+            .then(pl.col("size_bytes").sum())
+            .alias("total_bytes"),
             _dur().sum().alias("total_ns"),
         )
         .sort(["source_id", "total_ns", "kind"], descending=[False, True, False])
