@@ -82,9 +82,11 @@ def test_kernels_exact(pair: tuple[Expected, ta.Tables]) -> None:
         assert k["block_x"].sum() == sum(e["args"]["block"][0] for e in ks)
         regs = sum(e["args"]["registers per thread"] for e in ks)
         assert k["registers_per_thread"].sum() == regs
+        smem = sum(e["args"]["shared memory"] for e in ks)
+        assert k["total_smem_bytes"].sum() == smem
     assert k["kernel_id"].to_list() == list(range(k.height))
     assert k["start_ns"].is_sorted()
-    # "shared memory" is static + dynamic summed (libkineto): neither column can hold it
+    # "shared memory" is static + dynamic summed (libkineto): it goes to total_smem_bytes only
     assert k["static_smem_bytes"].null_count() == k.height
 
 

@@ -162,6 +162,12 @@ TABLES: dict[str, Table] = {
                 _c("registers_per_thread", _INT, "Registers per thread."),
                 _c("static_smem_bytes", _INT, "Static shared memory per block."),
                 _c("dynamic_smem_bytes", _INT, "Dynamic shared memory per block."),
+                _c(
+                    "total_smem_bytes",
+                    _INT,
+                    "Static + dynamic shared memory per block, when the source gives only the "
+                    "total (PyTorch profiler's 'shared memory').",
+                ),
             ),
         ),
         Table(

@@ -29,7 +29,8 @@ Tables:
 * `kernels` (`cat` kernel): `device_id` = `args.device`, else `pid` (GPU events use `pid` =
   device, `tid` = stream); `stream_id` = `args.stream`, else an integer `tid`. Kineto's
   `"shared memory"` arg is static + dynamic shared memory summed (libkineto `CuptiActivity.cpp`),
-  which fits neither `static_smem_bytes` nor `dynamic_smem_bytes`: both stay null.
+  which fits neither `static_smem_bytes` nor `dynamic_smem_bytes` (both stay null): it goes to
+  `total_smem_bytes`.
   `kernel_id` is the launch index in start-time order.
 * `memcpy` (`gpu_memcpy`, `gpu_memset`): `Memcpy HtoD (Pageable -> Device)` gives kind `HtoD`,
   src `Pageable`, dst `Device`; `Memset (Device)` gives kind `memset`, dst `Device`.
@@ -101,6 +102,7 @@ class _Args(Struct, frozen=True, gc=False):
     stream: Any = None
     correlation: Any = None
     registers: Any = field(default=None, name="registers per thread")
+    smem: Any = field(default=None, name="shared memory")
     grid: Any = None
     block: Any = None
     bytes: Any = None
@@ -566,6 +568,7 @@ def _kernels(sub: list[Any]) -> pl.DataFrame:
             *_times(sub),
             *dims,
             _ints(args, "registers", "registers_per_thread"),
+            _ints(args, "smem", "total_smem_bytes"),
         ]
     )
 
