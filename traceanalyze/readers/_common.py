@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import gzip
+import importlib
 import os
 import sqlite3
+import types
 import warnings
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -185,3 +188,25 @@ def require_columns(
         raise MissingColumn(
             f"missing column(s) {', '.join(missing)}", path=path, table=table, column=missing[0]
         )
+
+
+class _LazyModule(types.ModuleType):
+    """A module imported on first attribute access.
+
+    `detect_format` imports every reader to sniff a file; readers whose hot path needs pyarrow or
+    numpy must not make sniffing a Kineto trace pay ~50 MB and ~150 ms to import them.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.__dict__["_lazy_target"] = name
+
+    def __getattr__(self, attr: str) -> Any:
+        mod = importlib.import_module(self.__dict__["_lazy_target"])
+        self.__dict__.update(mod.__dict__)
+        return getattr(mod, attr)
+
+
+def lazy_import(name: str) -> Any:
+    """`lazy_import("pyarrow")` stands in for `import pyarrow` until first use."""
+    return _LazyModule(name)

@@ -71,15 +71,20 @@ import gzip
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.csv as pacsv
 
 from ..errors import MalformedInput, MissingColumn, UnknownUnit
 from ..tables import Tables
-from ._common import GZIP_MAGIC, TIME_TO_NS, PathLike, head_bytes, warn
+from ._common import GZIP_MAGIC, TIME_TO_NS, PathLike, head_bytes, lazy_import, warn
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+else:  # imported on first use, so format detection stays light
+    pa = lazy_import("pyarrow")
+    pacsv = lazy_import("pyarrow.csv")
 
 BOM = b"\xef\xbb\xbf"
 REP_MAGIC_SUFFIX = ".ncu-rep"

@@ -89,11 +89,9 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
 from ..errors import MalformedInput, MissingColumn, UnknownUnit
 from ..tables import Tables
@@ -104,8 +102,18 @@ from ._common import (
     TIME_TO_NS,
     PathLike,
     head_bytes,
+    lazy_import,
     warn,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+else:  # imported on first use, so format detection stays light
+    pa = lazy_import("pyarrow")
+    pc = lazy_import("pyarrow.compute")
+    pacsv = lazy_import("pyarrow.csv")
 
 # The file's bytes: a read-only memory map (pyarrow's threads fault pages in while parsing, no
 # serial copy first) or, for gzip and BOM files, bytes. Both slice to bytes and have find/rfind.
@@ -572,7 +580,8 @@ def _factor(
 
 # --- devices --------------------------------------------------------------------------------------
 
-_DEVICE_TYPE = pa.dictionary(pa.int32(), pa.string())
+def _device_type() -> pa.DataType:
+    return pa.dictionary(pa.int32(), pa.string())
 
 
 def _device_ids(
@@ -706,8 +715,8 @@ def _trace(raw: _Raw, sec: _Section, path: PathLike, out: _Out) -> None:
     types.update({c: pa.float64() for c in _RATE_COLS})
     types.update({c: pa.int64() for c in _INT_COLS})
     # Low-cardinality strings as dictionaries: cheaper to parse, and Device maps per distinct.
-    types.update({c: _DEVICE_TYPE for c in ("Device", "SrcMemType", "DstMemType", "System")})
-    types.update({c: _DEVICE_TYPE for c in _IGNORED_COLS})
+    types.update({c: _device_type() for c in ("Device", "SrcMemType", "DstMemType", "System")})
+    types.update({c: _device_type() for c in _IGNORED_COLS})
     tbl = _read_rows(raw, sec, path, types)
     n = tbl.num_rows
     if extra:  # after the parse, which may be retried
@@ -1006,7 +1015,7 @@ def _metrics(raw: _Raw, sec: _Section, path: PathLike, out: _Out) -> None:
     _missing(sec, raw, path, ["Device", "Kernel", "Invocations", name_col], "nvprof metrics")
     if not stats:
         _missing(sec, raw, path, ["Min", "Max", "Avg"], "nvprof metrics")
-    tbl = _read_rows(raw, sec, path, {"Invocations": pa.int64(), "Device": _DEVICE_TYPE})
+    tbl = _read_rows(raw, sec, path, {"Invocations": pa.int64(), "Device": _device_type()})
     df = _to_polars(_device_ids(tbl, raw, sec, path, out.devices))
     for c in stats:
         value, unit = _parse_values(df[c], "", sec, raw, path)
@@ -1029,7 +1038,7 @@ def _instance_metrics(raw: _Raw, sec: _Section, path: PathLike, out: _Out) -> No
     id_cols = ("Device", "Context", "Stream", "Kernel", "Correlation_ID")
     metric_cols = [c for c in sec.header if c not in id_cols]
     types: dict[str, pa.DataType] = {c: pa.int64() for c in ("Context", "Stream", "Correlation_ID")}
-    types["Device"] = _DEVICE_TYPE
+    types["Device"] = _device_type()
     df = _to_polars(_device_ids(_read_rows(raw, sec, path, types), raw, sec, path, out.devices))
     if "Correlation_ID" not in df.columns:
         df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias("Correlation_ID"))
