@@ -151,3 +151,14 @@ def test_store_tables_round_trip_equals_read(tmp_path: Path, write) -> None:
     back = ta.Store(tmp_path / "st").tables()
     for name, df in direct.items():
         assert back[name].sort(back[name].columns).equals(df.sort(df.columns)), name
+
+
+def test_files_from_an_older_schema_read_missing_columns_as_null(tmp_path: Path, write) -> None:
+    st = tmp_path / "st"
+    ta.ingest([write("a.txt", LOG_A)], st)
+    [part] = (st / "iterations").glob("source_id=*/part-0.parquet")
+    old = pl.read_parquet(part, hive_partitioning=False).drop("images_per_s", "batch_size")
+    old.write_parquet(part)  # as an earlier schema version would have written it
+    it = ta.Store(st).table("iterations")
+    assert it.columns == schema.table("iterations").names
+    assert it.height == 2 and it["images_per_s"].null_count() == 2

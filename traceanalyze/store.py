@@ -68,6 +68,8 @@ class Store:
             schema=file_schema,
             hive_partitioning=True,
             hive_schema=pl.Schema({"source_id": pl.String()}),
+            # Files written before a column was added to the schema read it as nulls.
+            missing_columns="insert",
         )
         return lf.select(t.names)
 
