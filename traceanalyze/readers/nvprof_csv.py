@@ -580,6 +580,7 @@ def _factor(
 
 # --- devices --------------------------------------------------------------------------------------
 
+
 def _device_type() -> pa.DataType:
     return pa.dictionary(pa.int32(), pa.string())
 
