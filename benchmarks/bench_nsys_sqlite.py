@@ -10,11 +10,15 @@ shifted past the previous copy, correlation ids shifted) until the table has N r
 file. Peers that are slow may run on a smaller copy (`--peer-rows`, default 1,000,000); the table
 says which file each row used, and compares rows/s.
 
-Task: SQLite export → kernels with the three names resolved → Parquet (zstd).
+Task: SQLite export → kernels with the three names resolved → Parquet (zstd). Every writer uses
+zstd level 1, pyarrow's default level, i.e. what `pandas.to_parquet(compression="zstd")` writes
+(polars' own default level, 3, costs ours ~0.1–0.15 s more on 5 M rows).
 
 * `traceanalyze (adbc)`: `read_nsys_sqlite(path, engine="adbc")` (every table, not only kernels)
-  → `kernels` frame → `write_parquet`; the integer columns are read through the optional
-  `adbc-driver-sqlite` (read-only URI), names resolved by a gather from the small StringIds frame;
+  → `kernels` frame → `write_parquet`; the integer columns are read through `adbc-driver-sqlite`
+  (read-only URI) in min(CPUs, 4) rowid ranges, the first in the reader's process and the others
+  in worker processes, names resolved by a gather from the small StringIds frame;
+* `traceanalyze (adbc, 1 proc)`: the same with `workers=1` (everything in one process);
 * `traceanalyze (sqlite3)`: the same with `engine="sqlite3"` (Python's sqlite3 only, the
   fallback when ADBC is not installed);
 * `pandas.read_sql`: the hand-written approach, `pandas.read_sql` of the kernel table LEFT JOINed
@@ -27,13 +31,20 @@ Task: SQLite export → kernels with the three names resolved → Parquet (zstd)
   does not use it on untrusted files.
 
 Each contender runs in its own subprocess, R times (default 1); the table shows the best time and
-the largest peak RSS (`ru_maxrss` of the child, which includes the interpreter and imports).
+the largest peak RSS (`ru_maxrss` of the child, which includes the interpreter and imports). For
+`traceanalyze (adbc)` the reader's own worker processes are counted too: `workers MB` is the
+number of workers × the largest worker's peak (`RUSAGE_CHILDREN`), and `total MB` = parent peak +
+that, an upper bound on the peak of the process tree (the workers run at the same time; the
+Arrow files they hand over live in /dev/shm and are counted in the parent's RSS once mapped).
+Before the table, the start-up cost of a worker is measured alone (reading an empty rowid
+range).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import sqlite3
@@ -42,6 +53,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Literal
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = (
@@ -53,6 +65,7 @@ SOURCE = (
 )
 DATA = ROOT / "bench-data"
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+ZSTD_LEVEL = 1  # pyarrow's default zstd level (what pandas writes); polars' default is 3
 
 COLUMNS = [
     "start",
@@ -131,24 +144,29 @@ def _rss_mb() -> float:
 def _child(kind: str, path: str, outdir: str) -> None:
     res: dict[str, object] = {}
     pq = str(Path(outdir) / f"{kind}.parquet")
-    if kind in ("ours", "ours_sqlite3"):
+    if kind in ("ours", "ours_serial", "ours_sqlite3"):
         sys.path.insert(0, str(ROOT))
+        from traceanalyze.readers._sqlite_parallel import default_workers
         from traceanalyze.readers.nsys_sqlite import read_nsys_sqlite
 
-        engine = "sqlite3" if kind == "ours_sqlite3" else "adbc"
+        engine: Literal["sqlite3", "adbc"] = "sqlite3" if kind == "ours_sqlite3" else "adbc"
+        workers = default_workers() if kind == "ours" else 1
         if engine == "adbc":
             try:
-                import adbc_driver_sqlite.dbapi  # noqa: F401
+                import adbc_driver_sqlite  # noqa: F401  (not .dbapi: it imports pandas)
             except ImportError:
                 res["skipped"] = "adbc-driver-sqlite not installed (pip install adbc-driver-sqlite)"
                 print(json.dumps(res))
                 return
         res["import_rss_mb"] = _rss_mb()
         t0 = time.perf_counter()
-        k = read_nsys_sqlite(path, engine=engine).kernels
-        k.write_parquet(pq, compression="zstd")
+        k = read_nsys_sqlite(path, engine=engine, workers=workers).kernels
+        k.write_parquet(pq, compression="zstd", compression_level=ZSTD_LEVEL)
         res["time_s"] = time.perf_counter() - t0
         res["rows"] = k.height
+        if engine == "adbc" and workers > 1:
+            res["workers"] = workers - 1  # processes: the first range is read in this one
+            res["worker_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     elif kind == "pandas":
         import pandas as pd
 
@@ -156,7 +174,7 @@ def _child(kind: str, path: str, outdir: str) -> None:
         t0 = time.perf_counter()
         con = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
         df = pd.read_sql(JOIN_SQL, con)
-        df.to_parquet(pq, compression="zstd")
+        df.to_parquet(pq, compression="zstd", compression_level=ZSTD_LEVEL)
         res["time_s"] = time.perf_counter() - t0
         res["rows"] = len(df)
     elif kind == "fetchall":
@@ -178,7 +196,7 @@ def _child(kind: str, path: str, outdir: str) -> None:
         res["import_rss_mb"] = _rss_mb()
         t0 = time.perf_counter()
         df = cx.read_sql(f"sqlite://{Path(path).resolve()}", JOIN_SQL, return_type="polars")
-        df.write_parquet(pq, compression="zstd")
+        df.write_parquet(pq, compression="zstd", compression_level=ZSTD_LEVEL)
         res["time_s"] = time.perf_counter() - t0
         res["rows"] = df.height
     res["peak_rss_mb"] = _rss_mb()
@@ -187,6 +205,7 @@ def _child(kind: str, path: str, outdir: str) -> None:
 
 def _run(kind: str, path: Path, repeat: int) -> dict[str, object]:
     best: dict[str, object] = {}
+    peaks: dict[str, float] = {}
     with tempfile.TemporaryDirectory(dir=DATA) as outdir:
         for _ in range(repeat):
             cp = subprocess.run(
@@ -199,16 +218,36 @@ def _run(kind: str, path: Path, repeat: int) -> dict[str, object]:
                 return {"skipped": f"failed: {cp.stderr.strip().splitlines()[-1:]}"}
             r = json.loads(cp.stdout.strip().splitlines()[-1])
             if "skipped" in r:
-                return r
+                return dict(r)
+            for key in ("peak_rss_mb", "worker_rss_mb"):  # the worst run's memory, not the best's
+                if key in r:
+                    peaks[key] = max(peaks.get(key, 0.0), float(r[key]))
             if not best or float(r["time_s"]) < float(best["time_s"]):  # type: ignore[arg-type]
-                peak = max(float(best.get("peak_rss_mb", 0)), float(r["peak_rss_mb"]))  # type: ignore[arg-type]
-                best = {**r, "peak_rss_mb": peak}
+                best = r
+    best.update(peaks)
     best["file"] = path.name
     return best
 
 
+def _startup(path: Path) -> str:
+    """Seconds for the workers the reader starts by default (min(CPUs, 4) - 1) to start, open
+    the file and read nothing."""
+    sys.path.insert(0, str(ROOT))
+    from traceanalyze.readers import _sqlite_parallel as sp
+
+    n = max(1, sp.default_workers() - 1)
+    sql = f'SELECT "start", "end" FROM {KERNEL}'
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        sp.read_ranges(path, sql, "rowid", [(0, -1)] * n)
+        best = min(best, time.perf_counter() - t0)
+    return f"worker start-up: {n} workers, empty ranges, best of 3: {best:.3f} s"
+
+
 LABELS = {
     "ours": "traceanalyze (adbc)",
+    "ours_serial": "traceanalyze (adbc, 1 proc)",
     "ours_sqlite3": "traceanalyze (sqlite3)",
     "pandas": "pandas.read_sql",
     "fetchall": "sqlite3 fetchall",
@@ -233,28 +272,41 @@ def main() -> None:
     big = make_data(a.rows)
     small = make_data(a.peer_rows) if a.peer_rows != a.rows else big
     print(f"data ready in {time.perf_counter() - t0:.1f}s: {big.name}, {small.name}")
+    print(f"CPUs: {os.cpu_count()}, load average at the start (1, 5, 15 min): {os.getloadavg()}")
     results = {}
     for kind in a.only:
-        path = big if kind in ("ours", "ours_sqlite3", "connectorx") else small
+        path = big if kind in ("ours", "ours_serial", "ours_sqlite3", "connectorx") else small
         results[kind] = _run(kind, path, a.repeat)
         print(f"  {LABELS[kind]}: {results[kind]}", file=sys.stderr)
-    ours = results.get("ours", {})
-    ours_rate = float(ours["rows"]) / float(ours["time_s"]) if "time_s" in ours else None  # type: ignore[arg-type]
+    print(_startup(big))
+    print(f"load average at the end (1, 5, 15 min): {os.getloadavg()}")
+
+    def rate(kind: str) -> float | None:
+        r = results.get(kind, {})
+        return float(r["rows"]) / float(r["time_s"]) if "time_s" in r else None  # type: ignore[arg-type]
+
+    ours_rate, pandas_rate = rate("ours"), rate("pandas")
     print()
     print(
-        f"{'contender':<23} {'file':<28} {'rows':>10} {'time s':>8} {'rows/s':>11} "
-        f"{'peak RSS MB':>12} {'import RSS':>11} {'ours ×':>7}"
+        f"{'contender':<28} {'file':<28} {'rows':>9} {'time s':>7} {'rows/s':>10} "
+        f"{'× pandas':>8} {'ours ×':>7} {'peak MB':>8} {'workers MB':>11} {'total MB':>9}"
     )
     for kind, r in results.items():
         if "skipped" in r:
-            print(f"{LABELS[kind]:<23} skipped: {r['skipped']}")
+            print(f"{LABELS[kind]:<28} skipped: {r['skipped']}")
             continue
-        rate = float(r["rows"]) / float(r["time_s"])  # type: ignore[arg-type]
-        ratio = f"{ours_rate / rate:.2f}" if ours_rate else "-"
+        x = rate(kind) or 0.0
+        vs_pandas = f"{x / pandas_rate:.2f}" if pandas_rate else "-"
+        ours_x = f"{ours_rate / x:.2f}" if ours_rate else "-"
+        peak = float(r["peak_rss_mb"])  # type: ignore[arg-type]
+        if "workers" in r:
+            n, w = int(r["workers"]), float(r["worker_rss_mb"])  # type: ignore[call-overload, arg-type]
+            workers, total = f"{n} × {w:.0f}", f"{peak + n * w:.0f}"
+        else:
+            workers, total = "-", f"{peak:.0f}"
         print(
-            f"{LABELS[kind]:<23} {r['file']!s:<28} {r['rows']:>10,} {float(r['time_s']):>8.2f} "  # type: ignore[arg-type]
-            f"{rate:>11,.0f} {float(r['peak_rss_mb']):>12.0f} "  # type: ignore[arg-type]
-            f"{float(r['import_rss_mb']):>11.0f} {ratio:>7}"  # type: ignore[arg-type]
+            f"{LABELS[kind]:<28} {r['file']!s:<28} {r['rows']:>9,} {float(r['time_s']):>7.2f} "  # type: ignore[arg-type]
+            f"{x:>10,.0f} {vs_pandas:>8} {ours_x:>7} {peak:>8.0f} {workers:>11} {total:>9}"
         )
 
 

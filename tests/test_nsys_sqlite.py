@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import sys
 import warnings
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -662,3 +664,155 @@ def test_adbc_engine_is_read_only_and_falls_back_on_bad_cells(tmp_path: Path) ->
     )
     with pytest.raises(MalformedInput, match="CUPTI_ACTIVITY_KIND_KERNEL"):
         read_nsys_sqlite(bad, engine="adbc")
+
+
+# --- parallel reads: big integer tables split over worker processes by rowid range ------------
+
+
+def _force_parallel(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[int, int]]]:
+    """Parallel reads even for tiny tables; returns the rowid ranges of every parallel read."""
+    from traceanalyze.readers import _sqlite_parallel, nsys_sqlite
+
+    calls: list[list[tuple[int, int]]] = []
+    real = _sqlite_parallel.read_ranges
+
+    def spy(path: Path, sql: str, alias: str, ranges: list[tuple[int, int]], **kw: Any) -> Any:
+        calls.append(list(ranges))
+        return real(path, sql, alias, ranges, **kw)
+
+    monkeypatch.setattr(_sqlite_parallel, "read_ranges", spy)
+    monkeypatch.setattr(nsys_sqlite, "PARALLEL_MIN_ROWS", 1)
+    return calls
+
+
+@pytest.mark.parametrize("rel", ALL)
+def test_parallel_equals_serial_on_real_files(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("adbc_driver_sqlite")
+    p = shared(rel)
+    serial = read_nsys_sqlite(p, engine="adbc", workers=1)
+    calls = _force_parallel(monkeypatch)
+    par = read_nsys_sqlite(p, engine="adbc", workers=3)
+    # Every integer table was split (into fewer parts only where it has fewer than 3 rowids).
+    assert calls and max(len(r) for r in calls) == 3
+    for (name, x), (_, y) in zip(serial.items(), par.items(), strict=True):
+        assert x.equals(y, null_equal=True), name
+    want = _sql(
+        p,
+        "SELECT k.start, d.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+        "LEFT JOIN StringIds d ON d.id = k.demangledName ORDER BY k.rowid",
+    )
+    assert list(zip(par.kernels["start_ns"], par.kernels["name"], strict=True)) == want
+
+
+def _gappy(tmp_path: Path) -> Path:
+    """40 kernels, rowids with holes (deleted rows, a hole at the start), mangledName NULL in the
+    first half, so one worker's range has an all-NULL column and another has ids."""
+    rows = [
+        (i * 10, i * 10 + 5, i % 2, 1, 7, 1000 + i, 42 << 24, 1 + i % 2, 3, None if i < 20 else 4)
+        for i in range(40)
+    ]
+    p = _make(
+        tmp_path / "gappy.sqlite",
+        [
+            (
+                "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)",
+                [(1, "void a()"), (2, "void b()"), (3, "short"), (4, "_Z1av")],
+            ),
+            (
+                "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId "
+                "INTEGER, contextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid "
+                "INTEGER, demangledName INTEGER, shortName INTEGER, mangledName INTEGER)",
+                rows,
+            ),
+        ],
+    )
+    con = sqlite3.connect(p)
+    con.execute(
+        "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid IN (1, 2, 9, 10, 11, 12, 13, 30, 40)"
+    )
+    con.commit()
+    con.close()
+    return p
+
+
+def test_parallel_with_rowid_gaps_equals_serial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("adbc_driver_sqlite")
+    p = _gappy(tmp_path)
+    serial = read_nsys_sqlite(p, engine="sqlite3")
+    calls = _force_parallel(monkeypatch)
+    par = read_nsys_sqlite(p, engine="adbc", workers=4)
+    # Rowids 3..39 remain: four contiguous ranges cover them.
+    [ranges] = calls
+    assert len(ranges) == 4 and ranges[0][0] == 3 and ranges[-1][1] == 39
+    assert all(b[0] == a[1] + 1 for a, b in zip(ranges, ranges[1:], strict=False))
+    for (name, x), (_, y) in zip(serial.items(), par.items(), strict=True):
+        assert x.equals(y, null_equal=True), name
+    want = _sql(
+        p,
+        "SELECT k.correlationId, d.value, m.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+        "JOIN StringIds d ON d.id = k.demangledName "
+        "LEFT JOIN StringIds m ON m.id = k.mangledName ORDER BY k.rowid",
+    )
+    k = par.kernels
+    assert len(want) == 31 and k["kernel_id"].to_list() == list(range(31))
+    assert list(zip(k["correlation_id"], k["name"], k["mangled_name"], strict=True)) == want
+
+
+def test_parallel_worker_failure_is_malformed_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("adbc_driver_sqlite")
+    from traceanalyze.readers import _sqlite_parallel
+
+    p = _gappy(tmp_path)
+    _force_parallel(monkeypatch)
+    fail = [sys.executable, "-c", "import sys; sys.exit('worker fell over')"]
+    monkeypatch.setattr(_sqlite_parallel, "worker_command", lambda: fail)
+    with pytest.raises(MalformedInput) as e:
+        read_nsys_sqlite(p, engine="adbc", workers=2)
+    msg = str(e.value)
+    assert str(p) in msg and "CUPTI_ACTIVITY_KIND_KERNEL" in msg and "worker fell over" in msg
+
+
+def test_parallel_driver_refusal_falls_back_to_the_strict_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("adbc_driver_sqlite")
+    from traceanalyze.readers import nsys_sqlite
+
+    rows: list[tuple[object, ...]] = [(i, i + 1) for i in range(100)]
+    rows[70] = (70, "not a time")  # after the driver's inference batch of 16 rows
+    p = _make(
+        tmp_path / "late.sqlite",
+        [
+            ("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)", []),
+            ("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER)", rows),
+        ],
+    )
+    calls = _force_parallel(monkeypatch)
+    monkeypatch.setattr(nsys_sqlite, "_BATCH", 4)
+    with pytest.raises(MalformedInput) as e:
+        read_nsys_sqlite(p, engine="adbc", workers=2)
+    assert calls  # the workers ran, were refused, and the strict path named the problem
+    assert str(p) in str(e.value) and "CUPTI_ACTIVITY_KIND_KERNEL" in str(e.value)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_parallel_without_room_for_worker_files_reads_serially(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("adbc_driver_sqlite")
+    from traceanalyze.readers import _sqlite_parallel
+
+    from .test_sqlite_parallel import _full_disk_worker
+
+    p = _gappy(tmp_path)
+    serial = read_nsys_sqlite(p, engine="adbc", workers=1)
+    calls = _force_parallel(monkeypatch)
+    monkeypatch.setattr(_sqlite_parallel, "worker_command", _full_disk_worker)
+    par = read_nsys_sqlite(p, engine="adbc", workers=2)
+    assert calls  # tried, the worker could not write, and the serial read took over
+    for (name, x), (_, y) in zip(serial.items(), par.items(), strict=True):
+        assert x.equals(y, null_equal=True), name

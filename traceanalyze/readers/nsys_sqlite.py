@@ -54,8 +54,14 @@ Speed: the kernel, copy and API tables are read as integer columns only, and nam
 afterwards by a gather from the small `StringIds` frame, so each distinct string is decoded once
 however many launches share it. The integers come through `adbc-driver-sqlite` when it is
 installed (Arrow arrays built in C, opened with the same read-only URI; `engine="auto"`), else
-through Python's sqlite3 in `fetchmany` batches turned into numpy matrices. Both engines give
-identical tables (tested). `benchmarks/bench_nsys_sqlite.py` measures them.
+through Python's sqlite3 in `fetchmany` batches turned into numpy matrices. Decoding is ~80 % of
+the time and single-threaded per statement, so a table of ≥ `PARALLEL_MIN_ROWS` rowids is cut
+into min(CPUs, 4) rowid ranges: this process reads the first, worker processes
+(`_sqlite_parallel`, plain subprocesses running only a checked read-only SELECT) read the others
+and hand back Arrow files that are memory-mapped, and the parts are concatenated in rowid order,
+the order of the serial scan. All paths give identical tables (tested).
+`benchmarks/bench_nsys_sqlite.py` measures them (5 M kernels on 2 cores: ~1.0 M rows/s to
+Parquet with 2 ranges, ~0.63 M rows/s in one process).
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -71,6 +78,7 @@ import polars as pl
 
 from ..errors import MalformedInput, TraceanalyzeError
 from ..tables import Tables
+from . import _sqlite_parallel
 from ._common import (
     SQLITE_MAGIC,
     PathLike,
@@ -121,6 +129,11 @@ _MEM_KINDS = {v.upper().replace(" ", ""): v for v in MEM_KIND_2X.values() if v}
 NVTX_MARK, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 34, 59, 60, 75
 
 _BATCH = 1 << 16
+# Tables with at least this many rows (by rowid span) are split over worker processes.
+PARALLEL_MIN_ROWS = 500_000
+# Rows this process reads beyond a worker's share: what one core decodes (~0.8 M rows/s through
+# ADBC) while a worker starts (~0.2 s), so that both finish together (measured on 2 cores).
+_LOCAL_HEAD_START = 160_000
 _API_VERSION_SUFFIX = r"_v\d+$"
 
 
@@ -155,13 +168,15 @@ def _fetch(
     schema: Mapping[str, pl.DataType],
     *,
     where: str = "",
-    fast: Any | None = None,
+    fast: _Fast | None = None,
 ) -> pl.DataFrame:
     """Columns of `table` by name: {output name: source column}; absent columns become null.
 
-    All-integer selections go through the ADBC connection `fast` when given (Arrow arrays built in
-    C), else in batches of tuples → one numpy int64 matrix; a batch with NULLs or non-integer
-    cells falls back to polars' strict row constructor, which raises MalformedInput on bad cells.
+    All-integer selections go through ADBC when `fast` is given (Arrow arrays built in C): split
+    over worker processes by rowid range when the table is big (`_fetch_parallel`), else on
+    `fast`'s in-process connection; otherwise in batches of tuples → one numpy int64 matrix; a
+    batch with NULLs or non-integer cells falls back to polars' strict row constructor, which
+    raises MalformedInput on bad cells.
     """
     have = set(table_columns(con, table))
     present = {out: src for out, src in wanted.items() if src in have}
@@ -171,8 +186,12 @@ def _fetch(
         return pl.DataFrame({o: pl.Series(o, [None] * n, dtype=schema[o]) for o in wanted})
     sql = f"SELECT {', '.join(_q(s) for s in present.values())} FROM {_q(table)} {where}"
     all_int = all(dt == pl.Int64 for dt in out_schema.values())
+    if fast is not None and all_int and not where:
+        got = _fetch_parallel(con, fast, table, sql, list(present))
+        if got is not None:
+            return _add_missing(got, wanted, present, schema)
     if fast is not None and all_int:
-        got = _fetch_adbc(fast, sql, list(present))
+        got = _fetch_adbc(fast.con, sql, list(present))
         if got is not None:
             return _add_missing(got, wanted, present, schema)
     cur = con.execute(sql)
@@ -196,7 +215,117 @@ def _add_missing(
     return frame.with_columns(missing) if missing else frame
 
 
-def _adbc_connect(path: PathLike, engine: str) -> Any | None:
+@dataclass
+class _Fast:
+    """The ADBC engine: the file, its in-process read-only connection, and how many worker
+    processes a big table may be split over (1: never)."""
+
+    path: Path
+    con: _AdbcConnection
+    workers: int
+
+
+def _fetch_parallel(
+    con: sqlite3.Connection, fast: _Fast, table: str, sql: str, names: list[str]
+) -> pl.DataFrame | None:
+    """`sql` (all `table`'s rows, integer columns) read by `fast.workers` processes, one rowid
+    range each (this process reads the first), concatenated in rowid order: the same frame as
+    the serial read, whose full scan also returns rows in rowid order. None when the table is
+    small (a worker costs ~0.15 s to start), has no rowid (WITHOUT ROWID), the driver refused the
+    cells, or workers are unavailable here (no room for their files, no process could start): the
+    caller's serial paths then decide, exactly as without workers. MalformedInput when a worker
+    failed otherwise.
+    """
+    if fast.workers < 2:
+        return None
+    alias = _sqlite_parallel.rowid_alias(table_columns(con, table))
+    if alias is None:
+        return None
+    try:
+        # Two statements: SQLite answers a lone min()/max() of the rowid from the b-tree's ends,
+        # but `SELECT min(rowid), max(rowid)` scans the whole table.
+        lo = con.execute(f"SELECT min({alias}) FROM {_q(table)}").fetchone()[0]
+        hi = con.execute(f"SELECT max({alias}) FROM {_q(table)}").fetchone()[0]
+    except sqlite3.OperationalError:  # WITHOUT ROWID table: no such column
+        return None
+    # The rowid span bounds the row count from above without a scan; nsys writes dense rowids.
+    if lo is None or hi - lo + 1 < PARALLEL_MIN_ROWS:
+        return None
+    ranges = _sqlite_parallel.split_ranges(lo, hi, fast.workers, head_start=_LOCAL_HEAD_START)
+
+    def local_read(range_sql: str) -> Any:
+        import adbc_driver_manager
+        import pyarrow as pa
+
+        try:
+            return fast.con.read(range_sql, _BATCH)
+        except (adbc_driver_manager.Error, pa.ArrowException, OSError) as e:
+            raise _sqlite_parallel.DriverRefused(str(e)) from None
+
+    try:
+        # This process reads the first range itself (ADBC releases the GIL) while workers read
+        # the others.
+        parts = _sqlite_parallel.read_ranges(
+            fast.path,
+            sql,
+            alias,
+            ranges,
+            batch_rows=_BATCH,
+            local_read=local_read,
+            scratch_bytes=(hi - ranges[0][1]) * len(names) * 8,
+        )
+    except (_sqlite_parallel.DriverRefused, _sqlite_parallel.Unavailable):
+        return None
+    except _sqlite_parallel.WorkerFailed as e:
+        raise MalformedInput(f"parallel read failed: {e}", table=table) from None
+    frames = []
+    for part in parts:
+        df = pl.from_arrow(part, rechunk=False)
+        if not isinstance(df, pl.DataFrame) or df.width != len(names):
+            return None
+        df.columns = names
+        # A range whose inference batch is all NULL gets Null columns (formats.md: nullable ids).
+        if not all(dt == pl.Int64 or dt == pl.Null for dt in df.dtypes):
+            return None
+        frames.append(df.cast(pl.Int64))
+    return pl.concat(frames, how="vertical", rechunk=False)
+
+
+class _AdbcConnection:
+    """A read-only ADBC SQLite connection through `adbc_driver_manager`'s low-level API.
+
+    Not the DB-API module (`adbc_driver_sqlite.dbapi`): it imports pandas and pyarrow.dataset,
+    ~0.35 s and ~90 MB for nothing this reader uses.
+    """
+
+    def __init__(self, uri: str) -> None:
+        import adbc_driver_manager
+        import adbc_driver_sqlite
+
+        self._db = adbc_driver_sqlite.connect(uri)
+        try:
+            self._con = adbc_driver_manager.AdbcConnection(self._db)
+        except BaseException:
+            self._db.close()
+            raise
+
+    def read(self, sql: str, batch_rows: int) -> Any:
+        """The whole result of `sql` as a pyarrow Table."""
+        import adbc_driver_manager
+        import pyarrow as pa
+
+        with adbc_driver_manager.AdbcStatement(self._con) as stmt:
+            stmt.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
+            stmt.set_sql_query(sql)
+            handle, _ = stmt.execute_query()
+            return pa.RecordBatchReader._import_from_c(handle.address).read_all()
+
+    def close(self) -> None:
+        self._con.close()
+        self._db.close()
+
+
+def _adbc_connect(path: PathLike, engine: str) -> _AdbcConnection | None:
     """A read-only ADBC SQLite connection, or None for the stdlib engine.
 
     `adbc-driver-sqlite` (optional) reads rows into Arrow arrays in C, several times faster than
@@ -206,34 +335,33 @@ def _adbc_connect(path: PathLike, engine: str) -> Any | None:
     if engine == "sqlite3":
         return None
     try:
-        import adbc_driver_sqlite.dbapi as adbc
+        import adbc_driver_sqlite  # noqa: F401
     except ImportError:
         if engine == "adbc":
             raise TraceanalyzeError(
                 "engine='adbc' needs the adbc-driver-sqlite package", path=path
             ) from None
         return None
-    return adbc.connect(Path(path).resolve().as_uri() + "?mode=ro")
+    return _AdbcConnection(Path(path).resolve().as_uri() + "?mode=ro")
 
 
-def _fetch_adbc(fast: Any, sql: str, names: list[str]) -> pl.DataFrame | None:
+def _fetch_adbc(fast: _AdbcConnection, sql: str, names: list[str]) -> pl.DataFrame | None:
     """Integer columns via ADBC; None when the driver or the cells disagree (mixed types, …), so
     the caller's strict stdlib path decides what is wrong with the table."""
     import adbc_driver_manager
+    import pyarrow as pa
 
     try:
-        with fast.cursor() as cur:
-            # Big record batches: the driver's default (1,024 rows) leaves thousands of chunks.
-            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(_BATCH * 4)})
-            cur.execute(sql)
-            arrow = cur.fetch_arrow_table()
-        df = pl.from_arrow(arrow)
+        # Big record batches: the driver's default (1,024 rows) leaves thousands of chunks.
+        df = pl.from_arrow(fast.read(sql, _BATCH * 4))
         if not isinstance(df, pl.DataFrame):
             return None
         df.columns = names
         ok = all(dt == pl.Int64 or dt == pl.Null for dt in df.dtypes)
         return df.cast(pl.Int64) if ok else None
-    except (adbc_driver_manager.Error, pl.exceptions.PolarsError):
+    except (adbc_driver_manager.Error, pa.ArrowException, OSError, pl.exceptions.PolarsError):
+        # A type change after the driver's inference batch arrives through the C stream
+        # interface as OSError ('[SQLite] Type mismatch in column …').
         return None
 
 
@@ -424,7 +552,7 @@ def _kernels(
     names: set[str],
     strings: pl.DataFrame,
     bad_ids: set[int],
-    fast: Any | None,
+    fast: _Fast | None,
 ) -> pl.DataFrame | None:
     if KERNEL not in names:
         return None
@@ -463,7 +591,7 @@ _COPY_COMMON = {
 }
 
 
-def _memcpy(con: sqlite3.Connection, names: set[str], fast: Any | None) -> pl.DataFrame | None:
+def _memcpy(con: sqlite3.Connection, names: set[str], fast: _Fast | None) -> pl.DataFrame | None:
     parts = []
     mem_kinds = _enum(con, names, "ENUM_CUDA_MEM_KIND", MEM_KIND_2X, _mem_label)
     head: list[pl.Expr | str] = [
@@ -522,7 +650,7 @@ def _api_calls(
     names: set[str],
     strings: pl.DataFrame,
     bad_ids: set[int],
-    fast: Any | None,
+    fast: _Fast | None,
 ) -> pl.DataFrame | None:
     parts = []
     for table, api in ((RUNTIME, "runtime"), (DRIVER, "driver")):
@@ -776,12 +904,18 @@ def _sources(con: sqlite3.Connection, names: set[str]) -> pl.DataFrame:
 
 
 def read_nsys_sqlite(
-    path: PathLike, *, engine: Literal["auto", "sqlite3", "adbc"] = "auto"
+    path: PathLike,
+    *,
+    engine: Literal["auto", "sqlite3", "adbc"] = "auto",
+    workers: int | None = None,
 ) -> Tables:
     """Read an Nsight Systems SQLite export (schema 2.x or 3.x) into normalized tables.
 
     `engine`: how the big integer tables (kernels, copies, API calls) are read. "auto" uses
     `adbc-driver-sqlite` when it is installed, else Python's sqlite3; both give identical tables.
+    `workers` (ADBC only): how many processes may read one table of ≥ `PARALLEL_MIN_ROWS` rows
+    by rowid range; None is min(CPUs, 4), 1 reads everything in this process. The result is the
+    same either way.
     """
     con = connect_readonly(path)
     fast = None
@@ -789,7 +923,10 @@ def read_nsys_sqlite(
         names = sqlite_tables(con)
         if "StringIds" not in names:
             raise MalformedInput("no StringIds table: not an Nsight Systems export", path=path)
-        fast = _adbc_connect(path, engine)
+        adbc_con = _adbc_connect(path, engine)
+        if adbc_con is not None:
+            n = _sqlite_parallel.default_workers() if workers is None else max(1, workers)
+            fast = _Fast(Path(path), adbc_con, n)
         strings = _strings(con, names)
         raw_nul = con.execute(
             "SELECT id FROM StringIds WHERE instr(CAST(value AS BLOB), x'00') > 0"
@@ -813,6 +950,6 @@ def read_nsys_sqlite(
         raise
     finally:
         if fast is not None:
-            fast.close()
+            fast.con.close()
         con.close()
     return Tables.build(**{k: v for k, v in frames.items() if v is not None})
