@@ -11,14 +11,17 @@ Inputs, generated under `bench-data/` (gitignored) on first use:
   memory.used,pstate,clocks_event_reasons.active --format=csv -lms 20` log of 8 GPUs (units in the
   header and values, ", " separator, 2% `[N/A]` power cells), N rows = N/8 samples.
 
-Readers, each in its own subprocess (best of 3 rounds, alternating; peak RSS of the child):
+Readers, each in its own subprocess (best of 3 rounds, alternating; peak RSS of the child; the
+CPU seconds (user + system) of the best round too, steadier than wall time on a shared machine):
 
 * traceanalyze `read_ncu_csv` / `read_smi_csv`: the full normalized read (envelope, thousands
   separators, unit conversion, kernels/devices tables, local time → epoch, schema conform);
 * `pyarrow.csv.read_csv` on the same file with type inference, told where the header is
   (`skip_rows` over the stdout prelude for ncu): the floor for "parse this CSV", doing no
   normalization (ncu values stay strings with commas; nvidia-smi values stay `"77.08 W"`);
-* `polars.read_csv` likewise (`skip_rows`), for reference.
+* `polars.read_csv` likewise (`skip_rows`), for reference;
+* for nvidia-smi also traceanalyze with its fast scan switched off: the careful (pyarrow) path
+  that any file the fast scan declines takes (ragged rows, a `[…]` state, mixed units, …).
 
     python benchmarks/bench_csv_readers.py                 # 1,000,000 rows each
     python benchmarks/bench_csv_readers.py --rows 200000
@@ -47,10 +50,12 @@ if kind == "traceanalyze" and fmt == "ncu":
     def run():
         t = read_ncu_csv(path)
         return t.kernel_metrics.height
-elif kind == "traceanalyze":
-    from traceanalyze.readers.smi_csv import read_smi_csv
+elif kind in ("traceanalyze", "traceanalyze careful path"):
+    from traceanalyze.readers import smi_csv
+    if kind != "traceanalyze":  # what a file the fast scan declines costs
+        smi_csv._smi_fast = lambda *a, **k: None
     def run():
-        return read_smi_csv(path, tz="UTC").gpu_samples.height
+        return smi_csv.read_smi_csv(path, tz="UTC").gpu_samples.height
 elif kind == "pyarrow":
     import pyarrow.csv as pacsv
     opts = pacsv.ReadOptions(skip_rows=skip, block_size=1 << 24)
@@ -60,11 +65,14 @@ else:
     import polars as pl
     def run():
         return pl.read_csv(path, skip_rows=skip, infer_schema_length=10000).height
+r0 = resource.getrusage(resource.RUSAGE_SELF)
 t0 = time.perf_counter()
 rows = run()
 elapsed = time.perf_counter() - t0
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"s": elapsed, "rows": rows, "peak_rss_bytes": rss}))
+r1 = resource.getrusage(resource.RUSAGE_SELF)
+cpu = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
+rss = r1.ru_maxrss * 1024
+print(json.dumps({"s": elapsed, "cpu_s": cpu, "rows": rows, "peak_rss_bytes": rss}))
 """
 
 KINDS = ("traceanalyze", "pyarrow", "polars")
@@ -175,8 +183,9 @@ def child(kind: str, fmt: str, path: Path, skip: int) -> dict[str, float]:
 
 def best_of(fmt: str, path: Path, skip: int, rounds: int) -> dict[str, dict[str, float]]:
     best: dict[str, dict[str, float]] = {}
+    kinds = (*KINDS, "traceanalyze careful path") if fmt == "smi" else KINDS
     for _ in range(rounds):
-        for kind in KINDS:
+        for kind in kinds:
             r = child(kind, fmt, path, skip)
             if kind not in best or r["s"] < best[kind]["s"]:
                 best[kind] = r
@@ -186,11 +195,16 @@ def best_of(fmt: str, path: Path, skip: int, rounds: int) -> dict[str, dict[str,
 def table(title: str, results: dict[str, dict[str, float]]) -> float:
     base = results["pyarrow"]["s"]
     print(f"\n{title}")
-    print(f"{'reader':<34} {'best of 3 (s)':>14} {'rows':>11} {'peak RSS (MB)':>14} {'ratio':>7}")
+    cpu_base = results["pyarrow"]["cpu_s"]
+    print(
+        f"{'reader':<28} {'best wall (s)':>13} {'ratio':>6} {'its CPU (s)':>12} "
+        f"{'CPU ratio':>9} {'rows':>10} {'peak RSS (MB)':>14}"
+    )
     for k, r in results.items():
         print(
-            f"{k:<34} {r['s']:>14.3f} {int(r['rows']):>11,} "
-            f"{r['peak_rss_bytes'] / 1e6:>14.0f} {r['s'] / base:>7.2f}"
+            f"{k:<28} {r['s']:>13.3f} {r['s'] / base:>6.2f} {r['cpu_s']:>12.2f} "
+            f"{r['cpu_s'] / cpu_base:>9.2f} {int(r['rows']):>10,} "
+            f"{r['peak_rss_bytes'] / 1e6:>14.0f}"
         )
     ratio = results["traceanalyze"]["s"] / base
     print(f"traceanalyze / pyarrow = {ratio:.2f} (goal: <= 2.0)")

@@ -314,3 +314,212 @@ def test_sniff_is_exclusive(write) -> None:
     other = write("d.csv", "a,b,c\n1,2,3\n")
     for p in (ncu, nvprof, other):
         assert not sniff(p)
+
+
+# --- fast path (streaming polars scan) vs careful path (pyarrow) -------------------------------
+# A clean log is read by `_smi_fast`; anything it is not sure about goes to
+# `_read_smi_careful`. Both must give the same tables, errors and warnings.
+
+_BIG_HEADER = (
+    "timestamp, index, uuid, name, power.draw [W], clocks.current.sm [MHz], temperature.gpu, "
+    "fan.speed [%], memory.used [MiB], pstate, clocks_event_reasons.active"
+)
+
+
+def _big_rows(n: int) -> list[list[str]]:
+    """`n` nvidia-smi rows (4 GPUs, 20 ms apart) as cells; every 7th power is [N/A], every fan
+    [Not Supported] on GPU 3. Over 64 KiB from about 700 rows, so the file is scanned by path."""
+    rows = []
+    for i in range(n):
+        gpu, sample = i % 4, i // 4
+        ms = 125 + sample * 20
+        stamp = f"2024/06/01 12:{ms // 60000 % 60:02d}:{ms // 1000 % 60:02d}.{ms % 1000:03d}"
+        power = "[N/A]" if i % 7 == 3 else f"{100 + (i * 37) % 500}.{i % 100:02d} W"
+        fan = "[Not Supported]" if gpu == 3 else f"{(i * 13) % 101} %"
+        rows.append(
+            [
+                stamp,
+                str(gpu),
+                f"GPU-{gpu:04d}-aaaa",
+                "NVIDIA H100 80GB HBM3",
+                power,
+                f"{1980 - (i % 3) * 15} MHz",
+                str(30 + i % 50),
+                fan,
+                f"{(i * 101) % 81559} MiB",
+                "P0" if i % 2 else "P2",
+                f"0x{(4 if i % 5 else 1):016x}",
+            ]
+        )
+    return rows
+
+
+def _log(rows: list[list[str]], header: str | None = _BIG_HEADER) -> str:
+    lines = ([header] if header is not None else []) + [", ".join(r) for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def paths(monkeypatch):
+    """Which path read each file: a list that gets "careful" for every careful read."""
+    import traceanalyze.readers.smi_csv as m
+
+    seen: list[str] = []
+    careful = m._read_smi_careful
+
+    def spy(*a, **k):
+        seen.append("careful")
+        return careful(*a, **k)
+
+    monkeypatch.setattr(m, "_read_smi_careful", spy)
+    return seen
+
+
+def _careful_only(monkeypatch, fn):
+    """Run `fn` with the fast path switched off."""
+    import traceanalyze.readers.smi_csv as m
+
+    with monkeypatch.context() as mp:
+        mp.setattr(m, "_smi_fast", lambda *a, **k: None)
+        return fn()
+
+
+def _same_tables(a: ta.Tables, b: ta.Tables) -> None:
+    for name, df in a.items():
+        assert df.equals(b[name]), name
+
+
+def test_big_clean_log_takes_the_fast_path_and_matches_the_careful_one(
+    write, paths, monkeypatch
+) -> None:
+    rows = _big_rows(3000)
+    p = write("big.csv", _log(rows))
+    assert p.stat().st_size > 65536 + 3  # scanned by path, not from memory
+    t = ta.read(p, tz="Europe/Berlin")
+    assert paths == []
+    _valid(t)
+    gs = t.gpu_samples
+    assert gs.height == 3000
+    assert gs["timestamp_ns"].to_list() == [_epoch_ns(r[0], "Europe/Berlin") for r in rows]
+    assert gs["device_id"].to_list() == [int(r[1]) for r in rows]
+    assert gs["device_uuid"].to_list() == [r[2] for r in rows]
+    powers = [None if r[4] == "[N/A]" else float(r[4][:-2]) for r in rows]
+    assert gs["power_w"].to_list() == powers
+    assert gs["sm_clock_mhz"].sum() == sum(float(r[5][:-4]) for r in rows)
+    assert gs["temperature_c"].sum() == sum(int(r[6]) for r in rows)
+    assert gs["fan_pct"].null_count() == sum(r[7] == "[Not Supported]" for r in rows)
+    assert gs["clock_event_reasons"].to_list() == [int(r[10], 16) for r in rows]
+    gm = t.gpu_metrics
+    assert gm["metric_name"].unique().to_list() == ["memory.used"]  # pstate is text: ignored
+    assert gm["value"].sum() == sum(int(r[8][:-4]) * 2**20 for r in rows)
+    assert t.devices.select("device_id", "uuid", "name").rows() == [
+        (g, f"GPU-{g:04d}-aaaa", "NVIDIA H100 80GB HBM3") for g in range(4)
+    ]
+    _same_tables(t, _careful_only(monkeypatch, lambda: ta.read(p, tz="Europe/Berlin")))
+    assert paths == ["careful"]
+
+
+def test_fast_path_with_memory_total_gzip_and_bom(write, paths, monkeypatch) -> None:
+    import gzip
+
+    rows = [[*r, "81559 MiB"] for r in _big_rows(2000)]
+    text = _log(rows, _BIG_HEADER + ", memory.total [MiB]")
+    plain = write("mt.csv", "\ufeff" + text)
+    gz = write("mt.csv.gz", gzip.compress(text.encode()))
+    a, b = read_smi_csv(plain, tz="UTC"), read_smi_csv(gz, tz="UTC")
+    assert paths == []
+    _same_tables(a, b)
+    assert a.gpu_samples["timestamp_ns"][0] == _epoch_ns(rows[0][0], "UTC")
+    assert a.devices["memory_bytes"].to_list() == [81559 * 2**20] * 4
+    _same_tables(a, _careful_only(monkeypatch, lambda: read_smi_csv(plain, tz="UTC")))
+
+
+def test_noheader_big_log_with_bom_units_in_values_or_none(write, paths) -> None:
+    rows = _big_rows(2000)
+    fields = "timestamp,index,uuid,name,power.draw,clocks.sm,temperature.gpu,fan.speed,memory.used,pstate,clocks_event_reasons.active"  # noqa: E501
+    # Without a header the values carry units but the field names do not: the careful path
+    # reads units from the values (the fast path only strips a header unit).
+    p = write("nohdr_big.csv", "\ufeff" + _log(rows, None))
+    t = read_smi_csv(p, fields=fields, tz="UTC")
+    assert paths == ["careful"]
+    assert t.gpu_samples["timestamp_ns"][0] == _epoch_ns(rows[0][0], "UTC")
+    assert t.gpu_samples["power_w"].null_count() == sum(r[4] == "[N/A]" for r in rows)
+    nounits = [
+        [r[0]] + [c.rsplit(" ", 1)[0] if c[:1].isdigit() else c for c in r[1:]] for r in rows
+    ]
+    q = write("nohdr_nounits.csv", "\ufeff" + _log(nounits, None))
+    t2 = read_smi_csv(q, fields=fields, tz="UTC")
+    assert paths == ["careful"]  # no units anywhere: fast
+    assert t2.gpu_samples["timestamp_ns"].to_list() == t.gpu_samples["timestamp_ns"].to_list()
+    assert t2.gpu_samples["power_w"].to_list() == t.gpu_samples["power_w"].to_list()
+
+
+@pytest.mark.parametrize(
+    ("col", "value", "error", "match"),
+    [
+        (4, "77 MHz", MalformedInput, r"mixed units \['MHz', 'W'\]"),  # a gpu_samples field
+        (8, "5 GiB", MalformedInput, r"mixed units \['GiB', 'MiB'\]"),  # a gpu_metrics field
+        (6, "hot", MalformedInput, "not a number: 'hot'"),
+        (10, "0xZZ", MalformedInput, "not a hex bitmask"),
+        (1, "x", MalformedInput, "not an integer"),
+        (0, "2024-06-01 12:00:00.125", MalformedInput, "bad nvidia-smi timestamp"),
+    ],
+)
+def test_one_bad_row_late_in_a_big_log_fails_as_before(
+    write, paths, monkeypatch, col, value, error, match
+) -> None:
+    rows = _big_rows(3000)
+    rows[2500][col] = value
+    p = write("bad.csv", _log(rows))
+    with pytest.raises(error, match=match) as fast:
+        read_smi_csv(p, tz="UTC")
+    with pytest.raises(error) as careful:
+        _careful_only(monkeypatch, lambda: read_smi_csv(p, tz="UTC"))
+    assert str(fast.value) == str(careful.value)
+    if "mixed" not in match:  # mixed units are a per-column error without a line
+        assert f"line {2500 + 2}" in str(fast.value)
+
+
+def test_unknown_unit_in_a_metrics_field_of_a_big_log(write, paths) -> None:
+    rows = _big_rows(3000)
+    for i, r in enumerate(rows):
+        r[8] = "[N/A]" if i < 1500 else "7 furlongs"
+    header = _BIG_HEADER.replace("memory.used [MiB]", "memory.used")
+    with pytest.raises(UnknownUnit) as e:
+        read_smi_csv(write("furl.csv", _log(rows, header)), tz="UTC")
+    assert paths == []  # decided on the fast path's cells, same line numbering
+    assert "'furlongs'" in str(e.value) and f"line {1500 + 2}" in str(e.value)
+    assert e.value.column == "memory.used"
+
+
+def test_new_state_late_in_a_big_log_warns_and_is_null(write, paths, monkeypatch) -> None:
+    rows = _big_rows(3000)
+    rows[2999][4] = "[GPU is lost]"
+    p = write("lost.csv", _log(rows))
+    with pytest.warns(UserWarning, match=r"1 value\(s\) like '\[GPU is lost\]'"):
+        t = read_smi_csv(p, tz="UTC")
+    assert paths == ["careful"]
+    assert t.gpu_samples["power_w"][2999] is None
+    assert t.gpu_samples["power_w"].null_count() == 1 + sum(r[4] == "[N/A]" for r in rows)
+
+
+def test_ragged_row_blank_line_and_other_stamps_take_the_careful_path(write, paths) -> None:
+    rows = _big_rows(3000)
+    short = _log(rows).splitlines()
+    short[2001] = short[2001].rsplit(", ", 1)[0]  # data row 2000 lost its last field
+    with pytest.raises(MalformedInput, match="Expected 11 columns, got 10"):
+        read_smi_csv(write("short.csv", "\n".join(short) + "\n"), tz="UTC")
+    blank = _log(rows).splitlines()
+    blank.insert(1500, "")
+    t = read_smi_csv(write("blank.csv", "\n".join(blank) + "\n"), tz="UTC")
+    assert t.gpu_samples.height == 3000  # the blank line is skipped, as pyarrow always did
+    assert paths == ["careful", "careful"]
+    # Two decimals, none, and "0X": not what the fast path parses, same values as by hand.
+    rows[10][0], rows[11][0] = "2024/06/01 12:00:00.12", "2024/06/01 12:00:01"
+    rows[12][10] = "0X0000000000000044"
+    t = read_smi_csv(write("stamps.csv", _log(rows)), tz="UTC")
+    assert paths == ["careful"] * 3
+    gs = t.gpu_samples
+    assert gs["timestamp_ns"][10] == _epoch_ns("2024/06/01 12:00:00.120", "UTC")
+    assert gs["timestamp_ns"][11] == _epoch_ns("2024/06/01 12:00:01.000", "UTC")
+    assert gs["clock_event_reasons"][12] == 0x44

@@ -48,6 +48,11 @@ Variants (formats.md §6, §0.3), told apart by their first line:
    timestamps): needs the option `interval_ms` (the `-d` used at capture), see `_smi_variants`.
 
 Every variant is read columnar (pyarrow CSV / polars string expressions), no per-row loops.
+An nvidia-smi log is first read by one streaming polars scan that parses every column as it goes
+(`_smi_fast`); a file it is not sure about (ragged rows, blank lines, a `[…]` state, a value with
+another unit, stamps without exactly 3 decimals, …) goes to the careful pyarrow path
+(`_read_smi_careful`), which gives the same tables, errors and warnings, at ~2x the time and
+memory.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ import os
 import re
 import time
 import zoneinfo
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +230,26 @@ def read_bytes(path: PathLike) -> bytes:
     return raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
 
 
+_HEAD = 65536
+
+
+def _read_head(path: PathLike) -> tuple[bytes, bytes | None]:
+    """(the first 64 KiB of the content, the whole content or None).
+
+    The whole content (gzip-decompressed, BOM stripped, as `read_bytes`) is read only when the
+    file is gzip or small: a big plain nvidia-smi log is handed to the CSV scanner by path, so
+    it is never held in memory twice."""
+    with open(path, "rb") as f:
+        start = f.read(_HEAD + 3)
+        if start.startswith(GZIP_MAGIC):
+            raw = read_bytes(path)
+            return raw[:_HEAD], raw
+        small = len(start) < _HEAD + 3
+    if start.startswith(b"\xef\xbb\xbf"):
+        start = start[3:]
+    return start[:_HEAD], (start if small else None)
+
+
 def read_smi_csv(
     path: PathLike,
     *,
@@ -233,19 +258,17 @@ def read_smi_csv(
     interval_ms: float | None = None,
 ) -> Tables:
     """Read a GPU telemetry log (see the module docstring for the variants and options)."""
-    raw = read_bytes(path)
-    if not raw[:65536].strip():
+    first, raw = _read_head(path)
+    if not first.strip():
         raise MalformedInput("empty file", path=path)
-    if b"\x00" in raw[:65536]:
+    if b"\x00" in first:
         raise MalformedInput("binary data, not a GPU telemetry log", path=path)
-    head = raw[:16384].decode("utf-8", "replace")
+    head = first[:16384].decode("utf-8", "replace")
     kind = _variant(head)
     from . import _smi_variants as v
 
-    if kind == "sampler":
-        return _read_sampler(raw, path)
     if kind == "smi":
-        return _read_smi(raw, path, tz=tz, fields=None)
+        return _read_smi(first, raw, path, tz=tz, fields=None)
     if kind == "smi_noheader" or (kind is None and fields is not None):
         if fields is None:
             raise MissingColumn(
@@ -254,7 +277,11 @@ def read_smi_csv(
                 path=path,
                 line=1,
             )
-        return _read_smi(raw, path, tz=tz, fields=fields)
+        return _read_smi(first, raw, path, tz=tz, fields=fields)
+    if raw is None:
+        raw = read_bytes(path)
+    if kind == "sampler":
+        return _read_sampler(raw, path)
     if kind == "generic":
         return v.read_generic(raw, path, tz=tz)
     if kind == "dump":
@@ -379,22 +406,34 @@ def local_to_epoch_ns(naive: pl.Series, tz: str, path: PathLike, line_of: Any = 
 
 # --- nvidia-smi CSV ---------------------------------------------------------------------------
 
+_SMI_STAMP_FORMAT = "%Y/%m/%d %H:%M:%S%.f"
+# Cells read as null: the tokens with and without the space that follows nvidia-smi's ", ".
+_SMI_NULL_CELLS = [*_NULL_TOKENS, *(" " + t for t in _NULL_TOKENS)]
+_REASON_PREFIXES = ("clocks_event_reasons.", "clocks_throttle_reasons.")
+_Numbers = Callable[[str, bool], tuple[str | None, pl.Series | None]]
+
 
 def _read_smi(
-    raw: bytes, path: PathLike, *, tz: str | None, fields: str | Sequence[str] | None
+    first: bytes,
+    raw: bytes | None,
+    path: PathLike,
+    *,
+    tz: str | None,
+    fields: str | Sequence[str] | None,
 ) -> Tables:
-    # nvidia-smi separates fields with ", " and never quotes: the CSV parser splits on "," and
-    # every cell but the first keeps one leading space (stripped per used column below; the
-    # null states are matched with and without it).
+    """`first`: the first 64 KiB; `raw`: the whole content, or None for a big plain file (the
+    fast path scans it by path; the careful path reads it when needed)."""
     if fields is not None:
         names = _split_smi_header(fields) if isinstance(fields, str) else [*fields]
-        body: bytes | memoryview = raw
         first_line = 1
     else:
-        nl = raw.find(b"\n")
-        header = raw[: nl if nl >= 0 else len(raw)].decode("utf-8", "replace").strip()
+        nl = first.find(b"\n")
+        if nl < 0 and raw is None:  # a header line over 64 KiB
+            raw = read_bytes(path)
+            first, nl = raw, raw.find(b"\n")
+        header = first[: nl if nl >= 0 else len(first)].decode("utf-8", "replace").strip()
         names = _split_smi_header(header)
-        body, first_line = (memoryview(raw)[nl + 1 :] if nl >= 0 else b""), 2
+        first_line = 2
     base: list[str] = []
     header_units: dict[str, str | None] = {}
     for n in names:
@@ -410,6 +449,168 @@ def _read_smi(
             path=path,
             column="timestamp",
         )
+
+    def line_of(i: int) -> int:
+        # Rows are one per line; blank lines are rare in nvidia-smi output (and send a file to
+        # the careful path, where this numbering is kept as it always was).
+        return first_line + i
+
+    parsed = _smi_fast(raw if raw is not None else path, first_line - 1, base, header_units)
+    if parsed is not None:
+        fast, distinct_devices = parsed
+        zone = check_timezone(tz, path) if tz is not None else local_timezone()
+        ts = local_to_epoch_ns(fast["ts"], zone, path, line_of)
+
+        def fast_numbers(f: str, optional: bool) -> tuple[str | None, pl.Series | None]:
+            cells = fast.get_column(f"s:{f}") if f"s:{f}" in fast.columns else None
+            num = fast.get_column(f"n:{f}")
+            return _numbers(f, num, cells, header_units.get(f), path, line_of, optional=optional)
+
+        return _assemble(
+            path,
+            base,
+            fast.height,
+            ts,
+            zone,
+            fast.get_column("device_id") if "index" in base else None,
+            {b: fast.get_column(b) for b in ("uuid", "name") if b in base},
+            fast_numbers,
+            lambda col: fast.get_column("reasons").alias("clock_event_reasons"),
+            distinct_devices,
+        )
+    if raw is None:
+        raw = read_bytes(path)
+    return _read_smi_careful(raw, path, tz, first_line, base, header_units, line_of)
+
+
+def _smi_chosen(base: list[str]) -> set[str]:
+    """The fields that feed `gpu_samples` columns (the first present name of each)."""
+    present = (next((c for c in names if c in base), None) for names in SMI_FIELDS.values())
+    return {f for f in present if f is not None}
+
+
+def _smi_fast(
+    source: PathLike | bytes,
+    skip: int,
+    base: list[str],
+    header_units: dict[str, str | None],
+) -> tuple[pl.DataFrame, pl.DataFrame | None] | None:
+    """The fast path: every column parsed in one streaming polars scan (parallel, the strings
+    never held as a whole frame), and the distinct (device_id, uuid, name) rows.
+
+    None when the file needs the careful path (`_read_smi_careful`, pyarrow): a row with too
+    few or too many fields, a blank line, invalid UTF-8, a timestamp that is not exactly
+    `YYYY/MM/DD HH:MM:SS.mmm`, a bad index, or a cell of a `gpu_samples` field or of the
+    clock-reasons bitmask that is neither a null token nor a plain number with the header's unit
+    (a value with another unit, a `[…]` state, units only in the values as with `noheader`).
+    Declining costs only this scan; the careful path then reads the file as it always did, so
+    results, errors (with their line numbers) and warnings are the same on both paths.
+
+    Columns: `ts` (naive local time), `device_id`, `uuid`, `name`, `reasons`, `n:<field>` (the
+    number with the header unit stripped, as `_split_values`), and `s:<field>` (the cells, null
+    tokens null) for the fields bound for `gpu_metrics`/`devices`, which `_numbers` checks as
+    carefully as before (text fields such as `pstate`, units in the values, unknown units).
+    """
+    cols = [f"c{i}" for i in range(len(base))]
+    col = dict(zip(base, cols, strict=True))
+
+    def raw(f: str) -> pl.Expr:
+        return pl.col(col[f])
+
+    def cell(f: str) -> pl.Expr:  # the cell with the null tokens null, as the careful path
+        return pl.when(raw(f).is_in(_SMI_NULL_CELLS)).then(None).otherwise(raw(f))
+
+    chosen = _smi_chosen(base)
+    reasons = next((c for c in _REASONS if c in base), None)
+    # nvidia-smi prints exactly 3 decimals (`.mmm`): the fixed-width format parses 3x faster
+    # than `%.f`, and a stamp it rejects (other decimals, stray spaces) takes the careful path.
+    # (Polars' strptime accepts the leading space a non-first column has.)
+    exprs = [
+        pl.col(col["timestamp"])
+        .str.strptime(pl.Datetime("ns"), "%Y/%m/%d %H:%M:%S.%3f", strict=False)
+        .alias("ts"),
+        # A row with too few fields has a null last cell (and so has a blank line, which the
+        # careful path skips); too many fields make the scan fail.
+        pl.col(cols[-1]).is_null().alias("?short"),
+    ]
+    # (parsed column, flag column "the cell is not null"): a null parsed value of a non-null
+    # cell sends the file to the careful path. Checked after the scan, on the collected
+    # columns: a flag computed from the parsed expression inside the scan would parse twice.
+    # Numbers are parsed from the raw cells: no null token (`[N/A]`, `N/A`, …, with or without
+    # a unit stripped) parses, so they come out null as from `cell`, without its string copy.
+    checks: list[tuple[str, str]] = []
+
+    def checked(f: str, parsed: pl.Expr, name: str) -> None:
+        flag = raw(f).is_not_null() & ~raw(f).is_in(_SMI_NULL_CELLS)
+        exprs.extend([parsed.alias(name), flag.alias(f"?{name}")])
+        checks.append((name, f"?{name}"))
+
+    if "index" in base:
+        checked(
+            "index", raw("index").str.strip_chars_start().cast(pl.Int64, strict=False), "device_id"
+        )
+    exprs += [cell(f).str.strip_chars().alias(f) for f in ("uuid", "name") if f in base]
+    if reasons is not None:
+        # "0x…" lower case as nvidia-smi prints it; "0X…" or stray spaces take the careful path.
+        hexs = raw(reasons).str.strip_chars_start().str.strip_prefix("0x")
+        checked(reasons, hexs.str.to_integer(base=16, strict=False).cast(pl.Int64), "reasons")
+    for f in base:
+        if f in ("timestamp", "index", "uuid", "name") or f.startswith(_REASON_PREFIXES):
+            continue
+        hu = header_units.get(f)
+        v = raw(f).str.strip_chars_start()
+        num = (v.str.strip_suffix(f" {hu}") if hu else v).cast(pl.Float64, strict=False)
+        if f in chosen:
+            checked(f, num, f"n:{f}")
+        else:
+            exprs += [num.alias(f"n:{f}"), cell(f).alias(f"s:{f}")]
+    lf = pl.scan_csv(
+        source if isinstance(source, bytes) else Path(source),
+        has_header=False,
+        skip_lines=skip,
+        new_columns=cols,
+        schema=dict.fromkeys(cols, pl.String),
+        quote_char=None,
+        glob=False,
+    ).select(exprs)
+    # The distinct devices in the same scan (collect_all shares it): cheaper than a
+    # `unique` over the collected million rows. Not with memory.total, whose unit
+    # `_numbers` decides after the scan.
+    dev = ["device_id"] * ("index" in base) + [c for c in ("uuid", "name") if c in base]
+    try:
+        if dev and "memory.total" not in base:
+            out, devices = pl.collect_all(
+                [lf, lf.select(dev).group_by(dev, maintain_order=True).agg()],
+                engine="streaming",
+            )
+        else:
+            out, devices = lf.collect(engine="streaming"), None
+    except pl.exceptions.PolarsError:
+        return None  # ragged rows, invalid UTF-8, …: the careful path says what is wrong
+    if out.height == 0 or out["?short"].any() or out["ts"].null_count():
+        return None
+    if any((out[name].is_null() & out[flag]).any() for name, flag in checks):
+        return None
+    return out.select(pl.exclude("^\\?.*$")), devices
+
+
+def _read_smi_careful(
+    raw: bytes,
+    path: PathLike,
+    tz: str | None,
+    first_line: int,
+    base: list[str],
+    header_units: dict[str, str | None],
+    line_of: Callable[[int], int],
+) -> Tables:
+    # nvidia-smi separates fields with ", " and never quotes: the CSV parser splits on "," and
+    # every cell but the first keeps one leading space (stripped per used column below; the
+    # null states are matched with and without it).
+    if first_line == 1:
+        body: bytes | memoryview = raw
+    else:
+        nl = raw.find(b"\n")
+        body = memoryview(raw)[nl + 1 :] if nl >= 0 else b""
     cols = [f"c{i}" for i in range(len(base))]
     try:
         tbl = pacsv.read_csv(
@@ -419,7 +620,7 @@ def _read_smi(
             convert_options=pacsv.ConvertOptions(
                 column_types={c: pa.string() for c in cols},
                 strings_can_be_null=True,
-                null_values=[*_NULL_TOKENS, *(" " + t for t in _NULL_TOKENS)],
+                null_values=_SMI_NULL_CELLS,
             ),
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
@@ -431,18 +632,15 @@ def _read_smi(
             line=int(m.group(1)) + first_line - 1 if m else None,
         ) from None
     df = pl.from_arrow(tbl)
+    del tbl
     assert isinstance(df, pl.DataFrame)
     df = df.rename(dict(zip(cols, base, strict=True)))
     text_cols = [b for b in ("timestamp", "index", "uuid", "name", *_REASONS) if b in base]
     df = df.with_columns(pl.col(text_cols).str.strip_chars())
 
-    def line_of(i: int) -> int:
-        # Rows are one per line; blank lines are rare in nvidia-smi output.
-        return first_line + i
-
     # Timestamps (local wall clock) → epoch ns.
     zone = check_timezone(tz, path) if tz is not None else local_timezone()
-    naive = df["timestamp"].str.strptime(pl.Datetime("ns"), "%Y/%m/%d %H:%M:%S%.f", strict=False)
+    naive = df["timestamp"].str.strptime(pl.Datetime("ns"), _SMI_STAMP_FORMAT, strict=False)
     bad = (naive.is_null() & df["timestamp"].is_not_null()).arg_true()
     if bad.len() or df["timestamp"].null_count():
         i = int(bad[0]) if bad.len() else int(df["timestamp"].is_null().arg_true()[0])
@@ -459,19 +657,69 @@ def _read_smi(
         [b for b in base if b not in ("timestamp", "uuid", "name", "index", *_REASONS)],
         header_units,
     )
+    device_id = _ints(df, "index", path, line_of).alias("device_id") if "index" in base else None
+
+    def numbers(f: str, optional: bool) -> tuple[str | None, pl.Series | None]:
+        return _numbers(
+            f, split[f"n:{f}"], df[f], header_units.get(f), path, line_of, optional=optional
+        )
+
+    def reasons(col: str) -> pl.Series:
+        s = df[col].str.strip_chars().str.to_lowercase()
+        hexs = s.str.strip_prefix("0x")
+        val = hexs.str.to_integer(base=16, strict=False)
+        bad = (val.is_null() & s.is_not_null()).arg_true()
+        if bad.len():
+            i = int(bad[0])
+            raise MalformedInput(
+                f"{col}: not a hex bitmask: {df[col][i]!r}",
+                path=path,
+                line=line_of(i),
+                column=col,
+            )
+        out: pl.Series = val.cast(pl.Int64).alias("clock_event_reasons")
+        return out
+
+    return _assemble(
+        path,
+        base,
+        df.height,
+        ts,
+        zone,
+        device_id,
+        {b: df[b] for b in ("uuid", "name") if b in base},
+        numbers,
+        reasons,
+    )
+
+
+def _assemble(
+    path: PathLike,
+    base: list[str],
+    height: int,
+    ts: pl.Series,
+    zone: str,
+    device_id: pl.Series | None,
+    text: dict[str, pl.Series],
+    numbers: _Numbers,
+    reasons: Callable[[str], pl.Series],
+    distinct_devices: pl.DataFrame | None = None,
+) -> Tables:
+    """The tables from parsed columns (both paths): `numbers(field, optional)` gives a field's
+    (base unit, values) as `_numbers`, `reasons(field)` the clock-reasons bitmask,
+    `distinct_devices` the distinct (device_id, uuid, name) rows when already known."""
     out: dict[str, pl.Series] = {"timestamp_ns": ts.alias("timestamp_ns")}
-    if "index" in base:
-        out["device_id"] = _ints(df, "index", path, line_of).alias("device_id")
-    if "uuid" in base:
-        out["device_uuid"] = df["uuid"].alias("device_uuid")
+    if device_id is not None:
+        out["device_id"] = device_id.alias("device_id")
+    if "uuid" in text:
+        out["device_uuid"] = text["uuid"].alias("device_uuid")
     used = {"timestamp", "index", "uuid", "name"}
-    power_kind: str | None = None
     for col, candidates in SMI_FIELDS.items():
         f = next((c for c in candidates if c in base), None)
         if f is None:
             continue
         used.add(f)
-        unit, vals = _numbers(df, f, header_units.get(f), path, line_of, split=split)
+        unit, vals = numbers(f, False)
         if vals is None:
             raise MalformedInput(f"nvidia-smi field {f} has no numeric values", path=path, column=f)
         want = _COLUMN_UNIT[col]
@@ -481,45 +729,32 @@ def _read_smi(
             )
         out[col] = vals.alias(col)
         if col == "power_w":
-            power_kind = _POWER_KIND[f]
-            out["power_kind"] = pl.repeat(power_kind, df.height, dtype=pl.String, eager=True).alias(
-                "power_kind"
-            )
-    reasons = next((c for c in _REASONS if c in base), None)
-    if reasons is not None:
-        used.add(reasons)
-        s = df[reasons].str.strip_chars().str.to_lowercase()
-        hexs = s.str.strip_prefix("0x")
-        val = hexs.str.to_integer(base=16, strict=False)
-        bad = (val.is_null() & s.is_not_null()).arg_true()
-        if bad.len():
-            i = int(bad[0])
-            raise MalformedInput(
-                f"{reasons}: not a hex bitmask: {df[reasons][i]!r}",
-                path=path,
-                line=line_of(i),
-                column=reasons,
-            )
-        out["clock_event_reasons"] = val.cast(pl.Int64).alias("clock_event_reasons")
+            out["power_kind"] = pl.repeat(
+                _POWER_KIND[f], height, dtype=pl.String, eager=True
+            ).alias("power_kind")
+    reasons_col = next((c for c in _REASONS if c in base), None)
+    if reasons_col is not None:
+        used.add(reasons_col)
+        out["clock_event_reasons"] = reasons(reasons_col)
     samples = pl.DataFrame(list(out.values()))
 
     # Other numeric fields → gpu_metrics (long).
     metrics = []
     for f in base:
-        if f in used or f.startswith(("clocks_event_reasons.", "clocks_throttle_reasons.")):
+        if f in used or f.startswith(_REASON_PREFIXES):
             continue
-        unit, vals = _numbers(df, f, header_units.get(f), path, line_of, split=split, optional=True)
+        unit, vals = numbers(f, True)
         if vals is None:
             continue
         metrics.append(
             pl.DataFrame(
                 {
                     "device_id": out.get(
-                        "device_id", pl.repeat(None, df.height, dtype=pl.Int64, eager=True)
+                        "device_id", pl.repeat(None, height, dtype=pl.Int64, eager=True)
                     ),
                     "timestamp_ns": ts,
-                    "metric_name": pl.repeat(f, df.height, dtype=pl.String, eager=True),
-                    "unit": pl.repeat(unit, df.height, dtype=pl.String, eager=True),
+                    "metric_name": pl.repeat(f, height, dtype=pl.String, eager=True),
+                    "unit": pl.repeat(unit, height, dtype=pl.String, eager=True),
                     "value": vals,
                 }
             ).drop_nulls("value")
@@ -527,24 +762,26 @@ def _read_smi(
     gpu_metrics = pl.concat(metrics) if metrics else None
 
     dev_cols = {}
-    if "index" in base:
+    if device_id is not None:
         dev_cols["device_id"] = out["device_id"]
-    if "uuid" in base:
-        dev_cols["uuid"] = df["uuid"]
-    if "name" in base:
-        dev_cols["name"] = df["name"]
+    for b in ("uuid", "name"):
+        if b in text:
+            dev_cols[b] = text[b]
     if "memory.total" in base:
-        mt = "memory.total"
-        unit, vals = _numbers(df, mt, header_units.get(mt), path, line_of, split=split)
+        unit, vals = numbers("memory.total", False)
         if unit == "bytes" and vals is not None:
             dev_cols["memory_bytes"] = vals.round(0).cast(pl.Int64)
         elif vals is not None:  # nounits: nvidia-smi reports memory.total in MiB
             dev_cols["memory_bytes"] = (vals * 1024**2).round(0).cast(pl.Int64)
     devices = None
-    if dev_cols:
+    if distinct_devices is not None:
+        devices = distinct_devices.with_columns(pl.lit("NVIDIA").alias("vendor"))
+    elif dev_cols:
+        # The distinct rows in first-seen order (`group_by` does it in half `unique`'s time).
         devices = (
             pl.DataFrame({k: v.alias(k) for k, v in dev_cols.items()})
-            .unique(maintain_order=True)
+            .group_by(list(dev_cols), maintain_order=True)
+            .agg()
             .with_columns(pl.lit("NVIDIA").alias("vendor"))
         )
     return build_tables(
@@ -582,27 +819,37 @@ def _split_values(
     return df.select(exprs)
 
 
+def _first_tokens_numeric(s: pl.Series) -> bool:
+    """Whether any cell's first word is a number (checked on the distinct cells: a text field
+    such as `pstate` has a handful)."""
+    u = s.drop_nulls().unique()
+    first = u.str.strip_chars().str.splitn(" ", 2).struct.field("field_0")
+    return bool(first.cast(pl.Float64, strict=False).is_not_null().any())
+
+
 def _numbers(
-    df: pl.DataFrame,
     col: str,
+    num: pl.Series,
+    s: pl.Series | None,
     header_unit: str | None,
     path: PathLike,
     line_of: Any,
     *,
-    split: pl.DataFrame,
     optional: bool = False,
 ) -> tuple[str | None, pl.Series | None]:
     """(base unit, values in it) of a field; (None, None) when its values are not numbers.
 
+    `num` is the `_split_values` number of every cell, `s` the cells (null tokens null), or None
+    when the caller has checked that every non-null cell gave a number.
     A value's own unit (`77.08 W`) must agree with the header's (`power.draw [W]`); either may
     be absent (`nounits`, `noheader`). Not-a-number values in a numeric field are an error
     unless `optional` and no value at all is a number (a text field such as `pstate`).
     """
-    s = df[col]
-    num = split[f"n:{col}"]
     vunit = pl.Series(col, [], dtype=pl.String)
     # A null cell gives a null number, so more null numbers than null cells = failed values.
-    if num.null_count() > s.null_count():
+    if s is not None and num.null_count() > s.null_count():
+        if optional and not _first_tokens_numeric(s):
+            return None, None  # a text field: what the split below would conclude, cheaper
         s = s.str.strip_chars()
         # Slow path for this field only: units in the values without a header unit, a text
         # field, an unknown `[…]` state or a bad value.
@@ -615,7 +862,7 @@ def _numbers(
             warn(f"{path}: {col}: {n_state} value(s) like {example!r} read as null")
             s = pl.select(pl.when(state).then(None).otherwise(s)).to_series()
             vunit = pl.select(pl.when(state).then(None).otherwise(vunit)).to_series()
-    if num.null_count() > s.null_count():
+    if s is not None and num.null_count() > s.null_count():
         if optional and num.null_count() == num.len():
             return None, None
         i = int((num.is_null() & s.is_not_null()).arg_true()[0])
