@@ -236,7 +236,12 @@ def test_own_sampler_format(write) -> None:
     assert gs["energy_j"].to_list() == [123456.789, None]
     assert gs["clock_event_reasons"].to_list() == [0, 4]
     assert t.sources["time_origin_epoch_ns"].to_list() == [0]
+    assert t.sources["requested_interval_ns"].to_list() == [50_000_000]  # from the magic line
     assert sorted(t.devices["uuid"].to_list()) == ["GPU-a", "GPU-b"]
+    frac = write(
+        "nvml_frac.csv", nvml_sampler_magic_line(2.5) + "\n" + text.split("\n", 1)[1] + rows[0]
+    )
+    assert ta.read(frac).sources["requested_interval_ns"].to_list() == [2_500_000]
     bad = write("nvml_bad.csv", nvml_sampler_magic_line(50) + "\ntimestamp_ns,power_w\n1,2\n")
     with pytest.raises(MalformedInput, match="header must be"):
         ta.read(bad)
@@ -291,6 +296,7 @@ def test_dcgmi_dmon(write) -> None:
         ta.read(p)
     t = ta.read(p, interval_ms=100)
     _valid(t)
+    assert t.sources["requested_interval_ns"].to_list() == [100_000_000]
     gs = t.gpu_samples.sort("device_id", "timestamp_ns")
     assert gs["device_id"].to_list() == [0, 0, 0, 1, 1]
     assert gs["timestamp_ns"].to_list() == [0, 100_000_000, 200_000_000, 0, 100_000_000]

@@ -119,6 +119,12 @@ TABLES: dict[str, Table] = {
                     "null when the format does not tell.",
                 ),
                 _c("timezone", _S, "Timezone used to convert local wall-clock stamps, if any."),
+                _c(
+                    "requested_interval_ns",
+                    _INT,
+                    "Sampling interval the sampler was asked for (the NVML sampler's header, "
+                    "dcgmi `-d`), if the file or the caller states it.",
+                ),
                 _c("rank", _INT, "Distributed rank of the process that wrote the file, if known."),
                 _c("world_size", _INT, "Distributed world size, if known."),
                 _c("schema_version", _INT, "traceanalyze schema version of the rows."),

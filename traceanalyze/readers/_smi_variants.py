@@ -319,7 +319,10 @@ def read_dcgmi(raw: bytes, path: PathLike, *, interval_ms: Any) -> Tables:
         )
     devices = gpu.select("device_id").unique(maintain_order=True)
     return build_tables(
-        sources=pl.DataFrame({"tool": ["dcgmi"]}),
+        sources=pl.DataFrame(
+            {"tool": ["dcgmi"], "requested_interval_ns": [round(interval_ms * 1e6)]},
+            schema_overrides={"requested_interval_ns": pl.Int64},
+        ),
         gpu_samples=samples,
         gpu_metrics=metrics,
         devices=devices,

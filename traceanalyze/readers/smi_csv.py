@@ -332,8 +332,17 @@ def _read_sampler(raw: bytes, path: PathLike) -> Tables:
         .unique(maintain_order=True)
         .with_columns(pl.lit("NVIDIA").alias("vendor"))
     )
+    m = re.search(rb"interval_ms=([0-9.]+)", raw[: nl if nl >= 0 else len(raw)])
+    interval_ns = round(float(m.group(1)) * 1e6) if m else None
     return build_tables(
-        sources=pl.DataFrame({"tool": ["traceanalyze-nvml-sampler"], "time_origin_epoch_ns": [0]}),
+        sources=pl.DataFrame(
+            {
+                "tool": ["traceanalyze-nvml-sampler"],
+                "time_origin_epoch_ns": [0],
+                "requested_interval_ns": [interval_ns],
+            },
+            schema_overrides={"requested_interval_ns": pl.Int64},
+        ),
         gpu_samples=df,
         devices=devices,
     )
