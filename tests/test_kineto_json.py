@@ -393,3 +393,39 @@ def test_sniff(write) -> None:
     assert not sniff(write("b.json", '{"a": 1}'))
     assert not sniff(write("c.csv", "a,b\n1,2\n"))
     assert not sniff(write("d.json", ""))
+
+
+def _kernel(**fields: Any) -> dict[str, Any]:
+    return {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, **fields}
+
+
+@pytest.mark.parametrize(
+    "event,top,says",
+    [
+        (_kernel(dur=1), {}, "has no ts"),
+        (_kernel(ts="abc", dur=1), {}, "has ts 'abc'"),
+        (_kernel(ts=1e25, dur=1), {}, "has ts '1e+25'"),  # ns would not fit int64
+        (_kernel(ts=5, dur=1e300), {}, "has dur '1e+300'"),
+        # fits alone, but not once the base time is added
+        (_kernel(ts=9223372036854775.0, dur=1), {"baseTimeNanoseconds": 10**12}, "has ts"),
+        (_kernel(ts=5, dur=1), {"baseTimeNanoseconds": 1.7e18}, "baseTimeNanoseconds is"),
+        (_kernel(ts=5, dur=1), {"baseTimeNanoseconds": "1711964646000000000"}, "not an integer"),
+        (_kernel(ts=5, dur=1), {"baseTimeNanoseconds": -1}, "baseTimeNanoseconds is -1"),
+    ],
+)
+def test_bad_times_are_named_not_nulled(write, event, top, says: str) -> None:
+    p = write("bad_times.json", _trace([event], **top))
+    with pytest.raises(MalformedInput) as e:
+        read_kineto_json(p)
+    msg = str(e.value)
+    assert str(p) in msg and says in msg and "\n" not in msg
+
+
+def test_complete_event_without_dur_warns_and_keeps_start(write) -> None:
+    p = write("nodur.json", _trace([_kernel(ts=5), _kernel(ts=9, dur=2)]))
+    with pytest.warns(UserWarning, match="1 complete event"):
+        t = read_kineto_json(p)
+    assert t.kernels.select("start_ns", "end_ns", "duration_ns").rows() == [
+        (5000, None, None),
+        (9000, 11000, 2000),
+    ]

@@ -70,7 +70,7 @@ from msgspec import Struct, field
 
 from ..errors import MalformedInput
 from ..tables import Tables
-from ._common import GZIP_MAGIC, PathLike, head_bytes
+from ._common import GZIP_MAGIC, PathLike, head_bytes, warn
 
 _inflate: Any
 try:  # ISA-L inflates ~2.5x faster than zlib (10 vs 27 ms for the ResNet trace); optional
@@ -460,12 +460,48 @@ def _line_at(path: PathLike, offset: int) -> int:
 
 
 def _us_to_ns(col: str) -> pl.Expr:
-    """Decimal µs text ('1712195495505583.123', '4.928', '7') -> int64 ns, exactly.
+    """Decimal µs text ('1712195495505583.123', '4.928', '7') -> ns as Decimal(38, 0), exactly.
 
     Polars parses the text straight into a 3-digit fixed-point decimal (never through float64);
-    finer digits round half to even. Non-numeric values become null.
+    finer digits round half to even. Non-numeric values become null (`_check_times` names
+    them). The result stays a 38-digit decimal so that adding the base time and the duration
+    cannot wrap around; `_ns_int` casts to int64 last.
     """
-    return (pl.col(col).cast(pl.Decimal(38, 3), strict=False) * 1000).cast(pl.Int64)
+    return pl.col(col).cast(pl.Decimal(38, 3), strict=False) * 1000
+
+
+def _ns_int(expr: pl.Expr) -> pl.Expr:
+    """Decimal ns -> int64; null where it does not fit (`_check_times` reports those)."""
+    return expr.cast(pl.Int64, strict=False)
+
+
+def _check_times(df: pl.DataFrame, table: str, path: PathLike) -> None:
+    """Every event has a `ts` that is a number of µs fitting int64 ns, and its `dur` (when it
+    has one) too; a complete event without `dur` is kept with a null end and a warning.
+
+    Chrome trace events always carry `ts`, and Kineto always writes `dur` on complete events:
+    anything else is a damaged or hand-edited trace, named here rather than turned into nulls.
+    """
+    bad = df.filter(
+        pl.col("ts").is_null()
+        | pl.col("start_ns").is_null()
+        | (pl.col("dur").is_not_null() & pl.col("end_ns").is_null())
+    )
+    if bad.height:
+        e = bad.row(0, named=True)
+        if e["ts"] is None:
+            why = "has no ts"
+        elif e["start_ns"] is None:
+            why = f"has ts {e['ts']!r}, not a time in µs that fits int64 ns"
+        else:
+            why = f"has dur {e['dur']!r}, not a duration in µs that fits int64 ns"
+        more = f" ({bad.height} such events)" if bad.height > 1 else ""
+        raise MalformedInput(f"event {e['name']!r} {why}{more}", path=path, table=table)
+    no_dur = df["dur"].null_count()
+    if "ph" in df.columns:  # instant events have no duration by definition
+        no_dur = df.filter(pl.col("ph") == "X")["dur"].null_count()
+    if no_dur:
+        warn(f"{path}: {table}: {no_dur} complete event(s) without dur: end and duration null")
 
 
 def _text(values: list[Any], name: str) -> pl.Series:
@@ -713,7 +749,13 @@ def read_kineto_json(path: PathLike) -> Tables:
             if getattr(d, key) is not None:
                 head[key] = getattr(d, key)
     base = head.get("baseTimeNanoseconds")
-    base_ns = base if isinstance(base, int) and not isinstance(base, bool) else 0
+    if base is not None and (type(base) is not int or not 0 <= base < 2**63):
+        # float_hook=str hands a float over as its text: say what the file holds
+        raise MalformedInput(
+            f"baseTimeNanoseconds is {base!r}, not an integer number of ns since the epoch",
+            path=path,
+        )
+    base_ns = base or 0
     dist = head.get("distributedInfo")
     rank = dist.rank if dist is not None and isinstance(dist.rank, int) else None
     world = dist.world_size if dist is not None and isinstance(dist.world_size, int) else None
@@ -726,7 +768,11 @@ def read_kineto_json(path: PathLike) -> Tables:
         frames.clear()
         # relative-to-base traces become epoch ns here (time_origin_epoch_ns = 0)
         start, dur = _us_to_ns("ts") + base_ns, _us_to_ns("dur")
-        df = df.with_columns(start_ns=start, duration_ns=dur, end_ns=start + dur).drop("ts", "dur")
+        df = df.with_columns(
+            start_ns=_ns_int(start), duration_ns=_ns_int(dur), end_ns=_ns_int(start + dur)
+        )
+        _check_times(df, name, path)
+        df = df.drop("ts", "dur")
         df = df.sort("start_ns", maintain_order=True, nulls_last=True)
         finish = _FINISH.get(name)
         return df if finish is None else finish(df)
