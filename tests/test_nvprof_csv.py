@@ -525,6 +525,13 @@ VALID_ROW = '1.0,1.0,1,1,1,1,1,1,8,0,0,,,"Tesla K80 (0)","1","7","k()"'
         (VALID_ROW + ',"extra"\n', 4, "row has 18 fields, header has 17"),
         (VALID_ROW.replace("1.0,1.0", "1.0,abc", 1) + "\n", 4, "'abc' is not a number"),
         (VALID_ROW.replace("1.0,1.0,1,", "1.0,1.0,1.5,", 1) + "\n", 4, "'1.5' is not an integer"),
+        # broken timestamps: pyarrow would read `nan` as a missing value, nvprof never writes one
+        (VALID_ROW.replace("1.0,1.0", "1.0,nan", 1) + "\n", 4, "'nan' is not a finite duration"),
+        (VALID_ROW.replace("1.0,1.0", "inf,1.0", 1) + "\n", 4, "'inf' is not a finite start"),
+        # 1e13 ms = 1e19 ns > 2**63
+        (VALID_ROW.replace("1.0,1.0", "1e13,1.0", 1) + "\n", 4, "'1e13' is not a finite start"),
+        (VALID_ROW.replace("1.0,1.0", "1.0,", 1) + "\n", 4, "'k\\(\\)' row without a Duration"),
+        (VALID_ROW.replace("1.0,1.0", ",1.0", 1) + "\n", 4, "row without a Start"),
     ],
 )
 def test_bad_rows_name_line(write, body: str, line: int, match: str) -> None:

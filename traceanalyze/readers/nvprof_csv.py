@@ -445,12 +445,21 @@ def _locate_bad_row(raw: _Raw, sec: _Section, path: PathLike, why: str) -> Malfo
     return MalformedInput(f"bad CSV ({why})", path=path, line=None)
 
 
-def _read_rows(raw: _Raw, sec: _Section, path: PathLike, types: dict[str, pa.DataType]) -> pa.Table:
+def _read_rows(
+    raw: _Raw,
+    sec: _Section,
+    path: PathLike,
+    types: dict[str, pa.DataType],
+    *,
+    only_empty_is_null: bool = False,
+) -> pa.Table:
     """The section's data rows via pyarrow's multithreaded CSV reader, columns named as the header.
 
     `types` gives the Arrow type of columns by header name (others are read as strings), so
-    numbers are converted while parsing. Empty cells are nulls. The bytes are not copied when
-    the table is one piece (the usual case: no '==' line inside it).
+    numbers are converted while parsing. Empty cells are nulls, and with `only_empty_is_null`
+    nothing else is (pyarrow's default null spellings include `nan`, which would hide a broken
+    nvprof timestamp as a missing value). The bytes are not copied when the table is one piece
+    (the usual case: no '==' line inside it).
     """
     names = [f"c{i}" for i in range(len(sec.header))]
     col_types = {n: types.get(h, pa.string()) for n, h in zip(names, sec.header, strict=True)}
@@ -486,6 +495,7 @@ def _read_rows(raw: _Raw, sec: _Section, path: PathLike, types: dict[str, pa.Dat
                 column_types=col_types,
                 strings_can_be_null=True,
                 quoted_strings_can_be_null=True,
+                **({"null_values": [""]} if only_empty_is_null else {}),
             ),
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
@@ -718,7 +728,7 @@ def _trace(raw: _Raw, sec: _Section, path: PathLike, out: _Out) -> None:
     # Low-cardinality strings as dictionaries: cheaper to parse, and Device maps per distinct.
     types.update({c: _device_type() for c in ("Device", "SrcMemType", "DstMemType", "System")})
     types.update({c: _device_type() for c in _IGNORED_COLS})
-    tbl = _read_rows(raw, sec, path, types)
+    tbl = _read_rows(raw, sec, path, types, only_empty_is_null=True)
     n = tbl.num_rows
     if extra:  # after the parse, which may be retried
         warn(f"{path}: nvprof trace columns ignored: {', '.join(extra)}")
@@ -733,18 +743,44 @@ def _trace(raw: _Raw, sec: _Section, path: PathLike, out: _Out) -> None:
             continue
         table = TIME_TO_NS if c in _TIME_COLS else NVPROF_SIZE_TO_BYTES
         f = _factor(raw, sec, c, table, path, has_values=tbl.column(c).null_count < n)
+        # strict=False: NaN, ±inf and values beyond int64 become null here and are reported
+        # with their line below (nvprof prints `nan`/`inf` for broken timestamps).
         if f is None:
-            conv.append(pl.col(c).cast(pl.Int64))
+            conv.append(pl.col(c).cast(pl.Int64, strict=False))
         else:
-            conv.append((pl.col(c) * f).round().cast(pl.Int64))
+            conv.append((pl.col(c) * f).round().cast(pl.Int64, strict=False))
     for c in _RATE_COLS:  # checked, not stored: size and duration give it
         if c in hdr:
             # The column was dropped; its nulls don't matter, only a stated unit is checked.
             _factor(raw, sec, c, NVPROF_RATE_TO_BYTES_PER_S, path, has_values=False)
     if "Correlation_ID" not in hdr:  # old layout: names carry the ` [NNNN]` id suffix
         tbl = tbl.append_column("_stem", _stem_of(tbl.column("Name")))
-    df = _to_polars(tbl).with_columns(conv)
+    df = _to_polars(tbl)
     del tbl  # polars holds its own copy of the strings: free Arrow's before building outputs
+    converted = [c for c in _TIME_COLS + _SIZE_COLS if c in hdr]
+    df = df.with_columns(
+        *conv,
+        # a value that did not survive the conversion (checked below, errors only)
+        pl.any_horizontal(
+            [pl.col(c).is_not_null() & e.is_null() for c, e in zip(converted, conv, strict=True)]
+        ).alias("_lost")
+        if conv
+        else pl.lit(False).alias("_lost"),
+    )
+    bad = _first_bad(df, ~pl.col("_lost"))
+    if bad is not None:
+        raw_row = _to_polars(_read_rows(raw, sec, path, {}, only_empty_is_null=True)).row(
+            bad, named=True
+        )
+        col = next(c for c in converted if raw_row[c] is not None and df[c][bad] is None)
+        raise MalformedInput(
+            f"value {raw_row[col]!r} is not a finite {col.lower()} that fits int64 "
+            + ("ns" if col in _TIME_COLS else "bytes"),
+            path=path,
+            line=_line_of_row(sec, raw, bad),
+            column=col,
+        )
+    df = df.drop("_lost")
     for c in (*_TIME_COLS, *_INT_COLS, *_SIZE_COLS, "device_id"):
         if c not in df.columns:
             df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias(c))
@@ -757,6 +793,21 @@ def _trace(raw: _Raw, sec: _Section, path: PathLike, out: _Out) -> None:
         raise MalformedInput(
             "row without a Name", path=path, line=_line_of_row(sec, raw, bad), column="Name"
         )
+    # Every row has a Start; every activity (kernel, copy, API call) a Duration. Only the
+    # `--system-profiling` sample rows (`[SM/Memory Clock (MHz)]`, …) leave Duration empty.
+    sample_row = pl.col("Name").str.starts_with("[") & ~pl.col("Name").str.starts_with("[CUDA ")
+    for col, ok in (
+        ("Start", pl.col("Start").is_not_null()),
+        ("Duration", pl.col("Duration").is_not_null() | sample_row),
+    ):
+        bad = _first_bad(df, ok)
+        if bad is not None:
+            raise MalformedInput(
+                f"{df['Name'][bad]!r} row without a {col}",
+                path=path,
+                line=_line_of_row(sec, raw, bad),
+                column=col,
+            )
     pid = pl.lit(sec.process_id, dtype=pl.Int64).alias("process_id")
     df = df.with_columns(pl.col("Name").str.starts_with("[").alias("_bracketed"))
     times = [
