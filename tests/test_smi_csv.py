@@ -147,9 +147,35 @@ def test_nounits_and_new_field_names(write) -> None:
     assert (r["sm_clock_mhz"], r["mem_clock_mhz"]) == (1980.0, 2619.0)
     assert r["clock_event_reasons"] == 4 and r["device_id"] == 3
     assert r["timestamp_ns"] == _epoch_ns("2025/01/02 03:04:05.678", "UTC")
-    # The averaged power is kept too, long; the Active/Not Active flags are not.
+    # The averaged power is kept too, long, in the unit nvidia-smi documents for it (W); the
+    # Active/Not Active flags are not.
     gm = t.gpu_metrics
-    assert gm.select("metric_name", "unit", "value").rows() == [("power.draw.average", None, 280.0)]
+    assert gm.select("metric_name", "unit", "value").rows() == [("power.draw.average", "W", 280.0)]
+
+
+def test_nounits_gives_the_same_numbers_as_units(write) -> None:
+    with_units = (
+        "timestamp, index, memory.used [MiB], memory.total [MiB], clocks.max.sm [MHz], "
+        "pcie.link.gen.current\n"
+        "2025/01/02 03:04:05.678, 0, 1024 MiB, 81559 MiB, 1980 MHz, 5\n"
+    )
+    nounits = (
+        "timestamp, index, memory.used [MiB], memory.total [MiB], clocks.max.sm [MHz], "
+        "pcie.link.gen.current\n"
+    ).replace(" [MiB]", "").replace(" [MHz]", "") + (
+        "2025/01/02 03:04:05.678, 0, 1024, 81559, 1980, 5\n"
+    )
+    a = read_smi_csv(write("u.csv", with_units), tz="UTC")
+    b = read_smi_csv(write("nu.csv", nounits), tz="UTC")
+    want = [
+        ("memory.used", "bytes", 1024.0 * 2**20),
+        ("memory.total", "bytes", 81559.0 * 2**20),
+        ("clocks.max.sm", "MHz", 1980.0),
+        ("pcie.link.gen.current", None, 5.0),  # a count: no unit either way
+    ]
+    for t in (a, b):
+        assert sorted(t.gpu_metrics.select("metric_name", "unit", "value").rows()) == sorted(want)
+        assert t.devices["memory_bytes"].to_list() == [81559 * 2**20]
 
 
 def test_other_bracketed_state_is_null_with_a_warning(write) -> None:

@@ -138,6 +138,27 @@ _COLUMN_UNIT = {
     "gpu_util_pct": "%",
     "mem_util_pct": "%",
 }
+# The unit nvidia-smi reports a field in (`nvidia-smi --help-query-gpu`), for `nounits` logs,
+# whose header and values carry none: by field-name prefix, longest first. Fields not listed
+# (counts such as `pcie.link.gen.current`, `encoder.stats.sessionCount`) keep a null unit.
+_NOUNITS_UNIT: tuple[tuple[str, str], ...] = (
+    ("memory.total", "MiB"),
+    ("memory.used", "MiB"),
+    ("memory.free", "MiB"),
+    ("memory.reserved", "MiB"),
+    ("clocks.", "MHz"),
+    ("power.", "W"),
+    ("enforced.power.", "W"),
+    ("temperature.", "C"),
+    ("utilization.", "%"),
+    ("fan.speed", "%"),
+)
+
+
+def _nounits_unit(field: str) -> str | None:
+    return next((u for prefix, u in _NOUNITS_UNIT if field.startswith(prefix)), None)
+
+
 # Value/header unit → (base unit, factor). Sizes are binary: nvidia-smi prints MiB.
 SMI_UNITS: dict[str, tuple[str, float]] = {
     "W": ("W", 1.0),
@@ -717,6 +738,18 @@ def _assemble(
     """The tables from parsed columns (both paths): `numbers(field, optional)` gives a field's
     (base unit, values) as `_numbers`, `reasons(field)` the clock-reasons bitmask,
     `distinct_devices` the distinct (device_id, uuid, name) rows when already known."""
+    stated = numbers
+
+    def numbers(f: str, optional: bool) -> tuple[str | None, pl.Series | None]:
+        # A field without any unit (`nounits`) is in the unit nvidia-smi documents for it, so
+        # `memory.used` is bytes whether or not the log was written with units.
+        unit, vals = stated(f, optional)
+        default = _nounits_unit(f) if unit is None and vals is not None else None
+        if default is None or vals is None:
+            return unit, vals
+        b, factor = SMI_UNITS[default]
+        return b, vals * factor if factor != 1.0 else vals
+
     out: dict[str, pl.Series] = {"timestamp_ns": ts.alias("timestamp_ns")}
     if device_id is not None:
         out["device_id"] = device_id.alias("device_id")
@@ -778,10 +811,8 @@ def _assemble(
             dev_cols[b] = text[b]
     if "memory.total" in base:
         unit, vals = numbers("memory.total", False)
-        if unit == "bytes" and vals is not None:
+        if unit == "bytes" and vals is not None:  # MiB when the log has no units
             dev_cols["memory_bytes"] = vals.round(0).cast(pl.Int64)
-        elif vals is not None:  # nounits: nvidia-smi reports memory.total in MiB
-            dev_cols["memory_bytes"] = (vals * 1024**2).round(0).cast(pl.Int64)
     devices = None
     if distinct_devices is not None:
         devices = distinct_devices.with_columns(pl.lit("NVIDIA").alias("vendor"))
