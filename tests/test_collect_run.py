@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import os
 import re
 import stat
 import statistics
@@ -56,6 +57,9 @@ class FakeNVML:
     def nvmlDeviceGetCudaComputeCapability(self, h: int) -> tuple[int, int]:
         return (9, 0)
 
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return 13000  # nvml.h: 1000 * major + 10 * minor
+
 
 def test_manifest_contents_and_no_environment_leak() -> None:
     env = {"CUDA_VISIBLE_DEVICES": "2,3", "HF_TOKEN": SECRET, "PATH": "/usr/bin"}
@@ -71,6 +75,8 @@ def test_manifest_contents_and_no_environment_leak() -> None:
     assert m["env"] == {"CUDA_VISIBLE_DEVICES": "2,3"}
     assert SECRET not in json.dumps(m) and '/usr/bin"' not in json.dumps(m["env"])
     assert m["versions"]["driver"] == "580.95.05"
+    # The CUDA the driver supports, next to (not instead of) the CUDA torch was built with.
+    assert m["versions"]["cuda_driver_version"] == "13.0"
     assert m["versions"]["profiler"] == "NVIDIA Nsight Systems version 2025.1.1"
     assert m["gpus"] == [
         {
@@ -91,6 +97,39 @@ def test_manifest_contents_and_no_environment_leak() -> None:
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", m["start_utc"])
     for key in ("python", "torch", "cuda", "torchvision", "traceanalyze"):
         assert key in m["versions"]
+
+
+class OldNVML(FakeNVML):
+    """nvidia-ml-py without nvmlSystemGetCudaDriverVersion."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "nvmlSystemGetCudaDriverVersion":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+SMI_BANNER = """\
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 550.54.15              Driver Version: 550.54.15      CUDA Version: 12.4     |
+|-----------------------------------------+------------------------+----------------------+
+"""
+
+
+def test_cuda_driver_version_from_nvidia_smi_without_nvml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from traceanalyze.collect.manifest import cuda_driver_version
+
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (tmp_path / "banner.txt").write_text(SMI_BANNER)
+    smi = bin_ / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\n/bin/cat "{tmp_path}/banner.txt"\n')
+    smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", str(bin_))
+    assert cuda_driver_version(OldNVML()) == "12.4"
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert cuda_driver_version(OldNVML()) is None
 
 
 def test_write_manifest_is_atomic_and_leaves_no_temp(tmp_path: Path) -> None:
@@ -181,6 +220,70 @@ def test_sigterm_leaves_manifest_with_status(tmp_path: Path) -> None:
     assert m["status"] == "interrupted" and m["error"] == "SIGTERM"
 
 
+OK_WORKLOAD = (
+    "# traceanalyze-iterlog v1\\n"
+    "rank,device_id,iteration,start_ns,duration_ns,batch_size,images_per_s\\n"
+    "0,0,0,1790000000000000000,500000000,2,4.0\\n"
+    "0,0,1,1790000000500000000,500000000,2,4.0\\n"
+)
+
+
+def test_no_ingest_leaves_no_store(tmp_path: Path) -> None:
+    py = fake_python(tmp_path, f'printf "{OK_WORKLOAD}" > "$4/iterations_bs2_rank0.csv"')
+    cfg = CollectConfig(
+        out=tmp_path / "runs",
+        batch_sizes=(2,),
+        iterations=2,
+        device="cpu",
+        python=str(py),
+        ingest=False,
+    )
+    res = collect(cfg, ["traceanalyze", "collect", "--no-ingest"])
+    assert res.status == "completed" and res.store is None
+    assert not (res.run_dir / "store").exists()
+    m = read_manifest(res.manifest)
+    assert m["ingested"] == [] and m["config"]["ingest"] is False
+    assert "iterations_bs2_rank0.csv" in m["outputs"]
+
+
+def test_ncu_run_records_a_pipe_left_out_in_the_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stand-in ncu: answers --query-metrics like a GA10x board (no FP16 pipe), otherwise drops
+    # its own options and runs the command after `--log-file FILE`, as ncu would.
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (tmp_path / "q.txt").write_text(
+        "sm__inst_executed_pipe_fma  x\nsm__inst_executed_pipe_tensor_op_hmma  x\n"
+        "sm__inst_executed_pipe_xu  x\n"
+    )
+    ncu = bin_ / "ncu"
+    ncu.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = "--query-metrics" ]; then /bin/cat "{tmp_path}/q.txt"; exit 0; fi\n'
+        'while [ "$1" != "--log-file" ]; do shift; done; shift 2; exec "$@"\n'
+    )
+    ncu.chmod(ncu.stat().st_mode | stat.S_IXUSR)
+    py = fake_python(tmp_path, f'printf "{OK_WORKLOAD}" > "$4/iterations_bs2_rank0.csv"')
+    cfg = CollectConfig(
+        out=tmp_path / "runs",
+        batch_sizes=(2,),
+        iterations=2,
+        profiler="ncu",
+        python=str(py),
+        sampler="off",
+        ingest=False,
+    )
+    monkeypatch.setenv("PATH", f"{bin_}:{os.environ['PATH']}")
+    pl = plan(cfg, device="cuda", capabilities=[(8, 6)])
+    res = collect(cfg, ["traceanalyze", "collect"], pl=pl)
+    m = read_manifest(res.manifest)
+    assert m["status"] == "completed"
+    assert m["notes"][0] == "ncu metric names from ncu --query-metrics"
+    assert len(m["notes"]) == 2 and "FP16 pipe not collected" in m["notes"][1]
+    assert "sm__inst_executed_pipe_fp16" not in m["commands"][0]
+
+
 def test_existing_run_dir_is_refused(tmp_path: Path) -> None:
     (tmp_path / "runs" / "R").mkdir(parents=True)
     (tmp_path / "runs" / "R" / "x").write_text("keep")
@@ -241,9 +344,10 @@ def test_end_to_end_cpu_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert got["duration_ns"].to_list() == [int(x["duration_ns"]) for x in rows]
     assert got["start_ns"].to_list() == starts
     assert "iterations_bs2_rank0.csv" in m["ingested"]
-    if "kineto_json" in READERS:
-        assert trace.name in m["ingested"]
-        assert src.filter(src["format"] == "kineto_json").height == 1
+    # The profiler trace is ingested too (unconditionally: a missing reader is a failure).
+    assert "kineto_json" in READERS
+    assert trace.name in m["ingested"]
+    assert src.filter(src["format"] == "kineto_json").height == 1
 
     # The sampler ran for the whole run and stopped cleanly on SIGTERM.
     [nvml_csv] = list(run.glob("nvml_*.csv"))
@@ -257,11 +361,11 @@ def test_end_to_end_cpu_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         ("1", "GPU-00000000-aaaa"),
     }
     assert m["sampler_exit_code"] == 0
-    if "smi_csv" in READERS:
-        assert nvml_csv.name in m["ingested"]
-        gs = store.table("gpu_samples")
-        assert gs.height == len(samples)
-        assert gs["power_w"].sum() == pytest.approx(sum(float(x["power_w"]) for x in samples))
+    assert "smi_csv" in READERS
+    assert nvml_csv.name in m["ingested"]
+    gs = store.table("gpu_samples")
+    assert gs.height == len(samples)
+    assert gs["power_w"].sum() == pytest.approx(sum(float(x["power_w"]) for x in samples))
 
     # Throughput: warm-up defaults to 1 for 4 iterations; median over iterations 1..3.
     [tp] = list(csv.DictReader((run / "throughput.csv").read_text().splitlines()))
@@ -272,6 +376,7 @@ def test_end_to_end_cpu_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
     # Manifest: completed, versions, no environment besides CUDA_VISIBLE_DEVICES.
     assert m["status"] == "completed" and m["exit_code"] == 0
+    assert m["notes"] == []
     given = {(args[i], args[i + 1]) for i in range(1, len(args), 2)}
     assert m["argv"][:2] == ["traceanalyze", "collect"]
     assert {(m["argv"][i], m["argv"][i + 1]) for i in range(2, len(m["argv"]), 2)} == given

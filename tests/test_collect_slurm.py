@@ -22,18 +22,18 @@ def script(p: Path, body: str) -> None:
     p.chmod(p.stat().st_mode | stat.S_IXUSR)
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-def test_sbatch_two_nodes_share_run_id_and_rendezvous(tmp_path: Path) -> None:
+def fake_slurm(tmp_path: Path, profiler: str = "none") -> dict[str, str]:
+    """Stand-ins for `srun` (runs the command once per node with SLURM_NODEID set) and
+    `scontrol`; returns the environment of a 2-node job."""
     bin_ = tmp_path / "bin"
     bin_.mkdir()
-    # srun: drop its own options, run the command once per node with SLURM_NODEID set.
     script(
         bin_ / "srun",
         'while [ "${1#--}" != "$1" ]; do shift; done\nSLURM_NODEID=0 "$@" && SLURM_NODEID=1 "$@"',
     )
     script(bin_ / "scontrol", 'printf "node001\\nnode002\\n"')
     script(tmp_path / "ta", f'exec {sys.executable} -m traceanalyze "$@"')
-    env = {
+    return {
         "PATH": f"{bin_}{os.pathsep}/usr/bin{os.pathsep}/bin",
         "HOME": str(tmp_path),
         "SLURM_JOB_NODELIST": "node[001-002]",
@@ -42,7 +42,37 @@ def test_sbatch_two_nodes_share_run_id_and_rendezvous(tmp_path: Path) -> None:
         "GPUS_PER_NODE": "4",
         "OUT": str(tmp_path / "runs"),
         "TRACEANALYZE": str(tmp_path / "ta"),
+        "PROFILER": profiler,
     }
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_sbatch_ncu_dry_run_on_a_login_node_one_log_per_node(tmp_path: Path) -> None:
+    # No GPU here: the dry run still prints each node's command, and the nodes' ncu logs differ.
+    env = fake_slurm(tmp_path, profiler="ncu")
+    cp = subprocess.run(
+        ["bash", str(SBATCH), "--iterations", "10", "--sampler", "off"]
+        + ["--ncu-metrics", "gpu__time_duration.sum", "--dry-run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert cp.returncode == 0, cp.stderr
+    lines = cp.stdout.splitlines()
+    run_id = re.search(r"\d{8}T\d{6}Z-slurm77", lines[0])
+    assert run_id is not None
+    run = f"{tmp_path / 'runs'}/{run_id.group(0)}"
+    assert lines[1::2] == ["# ncu metric names from --ncu-metrics"] * 2
+    logs = [ln.split("--log-file ")[1].split(" ")[0] for ln in lines[2::2]]
+    assert logs == [f"{run}/batch_64_node0.csv", f"{run}/batch_64_node1.csv"]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_sbatch_two_nodes_share_run_id_and_rendezvous(tmp_path: Path) -> None:
+    env = fake_slurm(tmp_path)
     cp = subprocess.run(
         ["bash", str(SBATCH), "--device", "cpu", "--iterations", "10", "--dry-run"],
         env=env,

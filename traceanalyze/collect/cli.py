@@ -79,7 +79,10 @@ from .run import collect as do_collect
 )
 @click.option("--record-shapes", is_flag=True, help="torch.profiler: record input shapes.")
 @click.option(
-    "--gpu-metrics", is_flag=True, help="nsys: --gpu-metrics-devices=all (needs permission)."
+    "--gpu-metrics",
+    is_flag=True,
+    help="nsys: sample GPU metrics (--gpu-metrics-devices; with several ranks per node only "
+    "local rank 0 samples, all GPUs). Needs GPU counter permission.",
 )
 @click.option(
     "--ncu-metrics", default=None, help="Comma list of ncu metrics instead of the chosen ones."
@@ -98,7 +101,12 @@ from .run import collect as do_collect
 )
 @click.option("--sample-interval-ms", default=50.0, show_default=True, help="Sampler interval.")
 @click.option("--no-ingest", is_flag=True, help="Do not ingest the outputs into a store.")
-@click.option("--dry-run", is_flag=True, help="Print the commands; run and create nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the commands (and, as # lines, what could not be checked); run and create "
+    "nothing. Needs no GPU or profiler binary.",
+)
 @quiet_option
 def collect(
     out: Path,
@@ -159,10 +167,15 @@ def collect(
     )
     p = plan(cfg, dry_run=dry_run)
     if dry_run:
+        # Notes as shell comments: the output stays a script one can run.
+        for note in p.notes:
+            click.echo(f"# {note}")
         if p.sampler_argv is not None:
             click.echo(shlex.join(p.sampler_argv) + " &")
         for step in p.steps:
             click.echo(step.shell())
+            for line in p.post_commands(step):
+                click.echo(line)
         return
 
     def say(msg: str) -> None:

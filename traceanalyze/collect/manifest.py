@@ -6,6 +6,11 @@ the command line, start/end UTC, exit status, versions (Python, torch, CUDA, dri
 GPUs (name, UUID, compute capability, enforced power limit), the hostname and
 `CUDA_VISIBLE_DEVICES`. No other environment variable is ever copied in: environments carry
 tokens and passwords.
+
+Two CUDA versions, which differ in general: `versions.cuda` is the toolkit torch was built with
+(`torch.version.cuda`); `versions.cuda_driver_version` is the newest CUDA the installed driver
+supports (NVML `nvmlSystemGetCudaDriverVersion`, else the "CUDA Version" in `nvidia-smi`'s
+banner), null where neither answers. `versions.driver` is the driver's own version (580.95.05).
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import importlib
 import json
 import os
 import platform
+import re
 import socket
+import subprocess
 import sys
 import uuid
 from collections.abc import Sequence
@@ -95,6 +102,50 @@ def gpu_inventory(nvml: Any = None) -> tuple[str | None, list[dict[str, Any]]]:
         nvml.nvmlShutdown()
 
 
+def _cuda_version_text(v: int) -> str:
+    # NVML encodes CUDA 12.4 as 12040: major = v // 1000, minor = (v % 1000) // 10 (nvml.h,
+    # NVML_CUDA_DRIVER_VERSION_MAJOR / _MINOR).
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+_SMI_CUDA = re.compile(r"CUDA Version:\s*(\d+\.\d+)")
+
+
+def _nvml_cuda_driver(nvml: Any) -> str | None:
+    if not hasattr(nvml, "nvmlSystemGetCudaDriverVersion"):
+        return None
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError:
+        return None
+    try:
+        return _cuda_version_text(int(nvml.nvmlSystemGetCudaDriverVersion()))
+    except nvml.NVMLError:
+        return None
+    finally:
+        nvml.nvmlShutdown()
+
+
+def _smi_cuda_driver() -> str | None:
+    try:
+        cp = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = _SMI_CUDA.search(cp.stdout) if cp.returncode == 0 else None
+    return m.group(1) if m else None
+
+
+def cuda_driver_version(nvml: Any = None) -> str | None:
+    """The newest CUDA version the installed driver supports ("12.4"): NVML, else the banner of
+    `nvidia-smi`; None when neither answers (no driver, a login node)."""
+    if nvml is None:
+        try:
+            nvml = importlib.import_module("pynvml")
+        except ImportError:
+            return _smi_cuda_driver()
+    return _nvml_cuda_driver(nvml) or _smi_cuda_driver()
+
+
 def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -128,6 +179,7 @@ def build_manifest(
             **torch_versions(),
             "torchvision": torchvision_version(),
             "driver": driver,
+            "cuda_driver_version": cuda_driver_version(nvml),
             "profiler": profiler_version,
             "traceanalyze": _own_version(),
         },
@@ -172,5 +224,6 @@ __all__ = [
     "write_manifest",
     "read_manifest",
     "gpu_inventory",
+    "cuda_driver_version",
     "utc_now",
 ]

@@ -8,19 +8,22 @@ device, the profiler binary and, for ncu, its metric names); `collect(config)` r
         iterations_bs<B>_rank<R>.csv   iterlog, one per batch size and rank
         workload_bs<B>.log             the workload's stdout/stderr
         nvml_<host>.csv                NVML sampler (CUDA runs)
-        torch_bs<B>_rank<R>.<ts>.pt.trace.json.gz | nsys_bs<B>_rank<R>.{nsys-rep,sqlite}
-        | batch_<B>.csv (ncu) | nvprof_<pid>.csv
+        torch_bs<B>_rank<R>.<ts>.pt.trace.json.gz | nsys_bs<B>[_node<N>]_rank<R>.{nsys-rep,sqlite}
+        | batch_<B>[_node<N>].csv (ncu) | nvprof_<pid>.csv     (_node<N>: multi-node runs)
         throughput.csv, throughput.png
         store/                         every output a reader recognizes, ingested
 
 Checks that can fail (device, profiler binary on PATH, nvprof on a too-new GPU) run before the
-run directory is created, so a refused run leaves nothing behind.
+run directory is created, so a refused run leaves nothing behind. A dry run needs no GPU and no
+profiler binary (it may be prepared on a login node): what it cannot know (compute capability,
+the metric names `ncu --query-metrics` would give) it says in `Plan.notes`.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -106,6 +109,24 @@ class Plan:
     sampler_argv: list[str] | None
     profiler_path: str | None
     capabilities: list[tuple[int, int]]
+    # What the plan could not check or had to assume (fallback metric names, an unknown compute
+    # capability, a pipe left out); printed by a dry run, recorded in the manifest.
+    notes: list[str] = field(default_factory=list)
+
+    def post_commands(self, step: Step) -> list[str]:
+        """Shell lines run after `step` (nsys: `nsys export --type sqlite` per report), as a dry
+        run prints them. A single-node run knows its ranks (0..N-1); on several nodes the ranks
+        come from the rendezvous, so a loop over this node's reports stands for them."""
+        if self.config.profiler != "nsys":
+            return []
+        cfg, rd, bs = self.config, str(self.run_dir), step.batch_size
+        node = _node_tag(cfg)
+        if node is not None:
+            return [P.nsys_export_loop(rd, bs, node)]
+        base = f"{rd}/{P.nsys_report_stem(bs)}"
+        return [
+            shlex.join(P.nsys_export_argv(f"{base}{r}.nsys-rep")) for r in range(cfg.nproc_per_node)
+        ]
 
 
 @dataclass
@@ -154,7 +175,17 @@ def resolve_device(requested: str | None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def device_capabilities(nvml: Any = None) -> list[tuple[int, int]]:
+def dry_run_device(cfg: CollectConfig) -> str:
+    """The device a dry run plans for, without asking for a GPU (a login node has none): the
+    one given, cuda for an external profiler (which only profiles CUDA), else as a real run."""
+    if cfg.device:
+        return cfg.device
+    if cfg.profiler in P.EXTERNAL:
+        return "cuda"
+    return resolve_device(None)
+
+
+def _nvml_capabilities(nvml: Any = None) -> list[tuple[int, int]]:
     """Compute capability of every GPU NVML sees (no CUDA context is created); [] without NVML."""
     if nvml is None:
         try:
@@ -172,8 +203,53 @@ def device_capabilities(nvml: Any = None) -> list[tuple[int, int]]:
             major, minor = nvml.nvmlDeviceGetCudaComputeCapability(h)
             out.append((int(major), int(minor)))
         return out
+    except nvml.NVMLError:
+        return []
     finally:
         nvml.nvmlShutdown()
+
+
+_CC_LINE = re.compile(r"^\s*(\d+)\.(\d+)\s*$")
+
+
+def _smi_capabilities() -> list[tuple[int, int]]:
+    """`nvidia-smi --query-gpu=compute_cap --format=csv,noheader` (one `8.0` line per GPU; the
+    field exists in drivers from about R510 on). [] when it cannot run or prints anything else
+    (an older driver answers `Field "compute_cap" is not a valid field to query.`)."""
+    try:
+        cp = subprocess.run(
+            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    lines = [ln for ln in cp.stdout.splitlines() if ln.strip()]
+    matches = [_CC_LINE.match(ln) for ln in lines]
+    if cp.returncode != 0 or not lines or not all(matches):
+        return []
+    return [(int(m.group(1)), int(m.group(2))) for m in matches if m]
+
+
+def _torch_capabilities() -> list[tuple[int, int]]:
+    """`torch.cuda.get_device_capability` of every device torch sees (this initializes CUDA in
+    the collector, hence the last resort); [] without torch or a CUDA device."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    if not torch.cuda.is_available():
+        return []
+    caps = (torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count()))
+    return [(int(major), int(minor)) for major, minor in caps]
+
+
+def device_capabilities(nvml: Any = None) -> list[tuple[int, int]]:
+    """Compute capability of every GPU: NVML (nvidia-ml-py), else `nvidia-smi`, else torch;
+    [] when none of them can tell (the caller must then say the capability is unknown)."""
+    return _nvml_capabilities(nvml) or _smi_capabilities() or _torch_capabilities()
 
 
 def default_torch_schedule(iterations: int, warmup: int) -> str:
@@ -263,11 +339,20 @@ def _step_argv(
     # Without torchrun the single process is rank 0; nsys' %q{RANK} needs the variable set.
     env = {} if distributed else {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
     rd = str(run_dir)
+    node = _node_tag(cfg)
     if cfg.profiler == "nsys":
-        return [*launcher, *P.nsys_argv(rd, bs, inner, gpu_metrics=cfg.gpu_metrics)], env
+        prof = P.nsys_argv(
+            rd,
+            bs,
+            inner,
+            gpu_metrics=cfg.gpu_metrics,
+            local_ranks=cfg.nproc_per_node,
+            node=node,
+        )
+        return [*launcher, *prof], env
     if cfg.profiler == "ncu":
         assert ncu_metrics is not None
-        return P.ncu_argv(rd, bs, [*launcher, *inner], ncu_metrics), env
+        return P.ncu_argv(rd, bs, [*launcher, *inner], ncu_metrics, node=node), env
     if cfg.profiler == "nvprof":
         return P.nvprof_argv(rd, [*launcher, *inner]), env
     return [*launcher, *inner], env
@@ -284,6 +369,10 @@ def validate(cfg: CollectConfig) -> None:
         raise CollectError("--warmup must be >= 0 and smaller than --iterations")
     if cfg.nproc_per_node < 1 or cfg.nnodes < 1:
         raise CollectError("--nproc-per-node and --nnodes must be at least 1")
+    if cfg.nnodes > 1 and not cfg.run_id:
+        # Every node runs its own collector; without one given id each would invent its own
+        # run directory (and rendezvous id), and the nodes would never meet.
+        raise CollectError("--nnodes > 1 needs --run-id, the same on every node")
     if cfg.sample_interval_ms <= 0:
         raise CollectError("--sample-interval-ms must be positive")
     try:
@@ -302,6 +391,64 @@ def validate(cfg: CollectConfig) -> None:
         raise CollectError(f"--data {cfg.data} is not a directory")
 
 
+def _node_tag(cfg: CollectConfig) -> int | None:
+    """The node rank that tags per-node output names, on a multi-node run only (every node's
+    profiler writes into the one shared run directory)."""
+    return cfg.node_rank if cfg.nnodes > 1 else None
+
+
+UNKNOWN_CC = "compute capability unknown (no NVML, nvidia-smi or CUDA device via torch)"
+
+
+def _plan_ncu_metrics(
+    cfg: CollectConfig,
+    caps: list[tuple[int, int]],
+    tool_path: str | None,
+    dry_run: bool,
+    notes: list[str],
+) -> list[str]:
+    if cfg.ncu_metrics:
+        notes.append("ncu metric names from --ncu-metrics")
+        return list(cfg.ncu_metrics)
+    # The live query is the primary source; a dry run does not run ncu (no GPU is needed).
+    available = P.query_ncu_metrics() if tool_path else None
+    if available is not None:
+        sel = P.select_ncu_metrics(available)
+    elif caps and P.ncu_fallback(caps[0]) is not None:
+        sel = P.select_ncu_metrics(None, caps[0])
+        if dry_run:
+            notes.append(
+                "dry run: ncu --query-metrics not run; the real run asks it first and uses "
+                "these fallback names only if it fails"
+            )
+        else:
+            warnings.warn(
+                f"ncu --query-metrics failed; using the fallback metric names for compute "
+                f"capability {caps[0][0]}.{caps[0][1]}",
+                stacklevel=3,
+            )
+    elif dry_run:
+        why = (
+            UNKNOWN_CC
+            if not caps
+            else f"no fallback names for compute capability {caps[0][0]}.{caps[0][1]}"
+        )
+        notes.append(
+            f"ncu metric names not known in advance: {why}; the real run takes them from "
+            "ncu --query-metrics; pass --ncu-metrics to fix them"
+        )
+        return [P.NCU_METRICS_AT_RUN_TIME]
+    elif not caps:
+        raise CollectError(
+            "cannot choose ncu metrics: `ncu --query-metrics` failed and the GPU's compute "
+            "capability is unknown; pass --ncu-metrics"
+        )
+    else:
+        sel = P.select_ncu_metrics(None, caps[0])  # raises: no fallback entry for this chip
+    notes.extend(sel.notes())
+    return list(sel.metrics)
+
+
 def plan(
     cfg: CollectConfig,
     *,
@@ -312,39 +459,37 @@ def plan(
     """Resolve everything needed to run, without creating anything.
 
     Refuses (CollectError / ToolNotFound) an external profiler on CPU, a profiler binary not on
-    PATH (not checked for a dry run, which may be prepared on a login node), and nvprof on GPUs of
-    compute capability >= 8.0. `capabilities`/`device` override detection (tests).
+    PATH, and nvprof on GPUs of compute capability >= 8.0. A dry run needs neither a GPU nor
+    the profiler binary (it may be prepared on a login node): it assumes CUDA for an external
+    profiler, and what it cannot check goes into `Plan.notes`. `capabilities`/`device` override
+    detection (tests).
     """
     validate(cfg)
-    dev = device or resolve_device(cfg.device)
+    dev = device or (dry_run_device(cfg) if dry_run else resolve_device(cfg.device))
     if cfg.profiler in P.EXTERNAL and dev != "cuda":
         raise CollectError(
             f"--profiler {cfg.profiler} profiles CUDA; it cannot run with --device cpu"
         )
     caps = device_capabilities() if capabilities is None and dev == "cuda" else (capabilities or [])
+    notes: list[str] = []
     tool_path = None
     if cfg.profiler in P.EXTERNAL and not dry_run:
         tool_path = P.require_tool(cfg.profiler)
     if cfg.profiler == "nvprof":
-        P.check_nvprof_supported(caps)
+        if caps:
+            P.check_nvprof_supported(caps)
+        elif dry_run:
+            notes.append(f"{UNKNOWN_CC}: the nvprof refusal on >= 8.0 was not checked")
+        else:
+            msg = (
+                f"{UNKNOWN_CC}: cannot check that nvprof supports these GPUs; nvprof cannot "
+                "profile compute capability >= 8.0 (A100, H100, …): use nsys or ncu there"
+            )
+            warnings.warn(msg, stacklevel=2)
+            notes.append(msg)
     ncu_metrics: list[str] | None = None
     if cfg.profiler == "ncu":
-        if cfg.ncu_metrics:
-            ncu_metrics = list(cfg.ncu_metrics)
-        else:
-            available = P.query_ncu_metrics() if tool_path else None
-            if available is None and not caps:
-                raise CollectError(
-                    "cannot choose ncu metrics: `ncu --query-metrics` failed and the GPU's compute "
-                    "capability is unknown; pass --ncu-metrics"
-                )
-            if available is None:
-                warnings.warn(
-                    f"ncu --query-metrics failed; using the fallback metric names for compute "
-                    f"capability {caps[0][0]}.{caps[0][1]}",
-                    stacklevel=2,
-                )
-            ncu_metrics = P.choose_ncu_metrics(available, caps[0] if caps else None)
+        ncu_metrics = _plan_ncu_metrics(cfg, caps, tool_path, dry_run, notes)
     run_id = cfg.run_id or new_run_id()
     run_dir = Path(cfg.out) / run_id
     steps = []
@@ -364,7 +509,16 @@ def plan(
             f"{cfg.sample_interval_ms:g}",
         ]
     return Plan(
-        cfg, run_id, run_dir, dev, cfg.effective_warmup(), steps, sampler_argv, tool_path, caps
+        cfg,
+        run_id,
+        run_dir,
+        dev,
+        cfg.effective_warmup(),
+        steps,
+        sampler_argv,
+        tool_path,
+        caps,
+        notes,
     )
 
 
@@ -509,6 +663,7 @@ def collect(
     )
     manifest["commands"] = [s.shell() for s in pl.steps]
     manifest["sampler_command"] = None if pl.sampler_argv is None else shlex.join(pl.sampler_argv)
+    manifest["notes"] = list(pl.notes)
     write_manifest(mpath, manifest)
 
     sampler: subprocess.Popen[Any] | None = None
@@ -528,10 +683,9 @@ def collect(
                 break
             if cfg.profiler == "nsys":
                 # nsys < 2021.4 wrote `.qdrep`, newer `.nsys-rep`; `nsys export` takes both.
-                reps = [
-                    *run_dir.glob(f"nsys_bs{step.batch_size}_rank*.nsys-rep"),
-                    *run_dir.glob(f"nsys_bs{step.batch_size}_rank*.qdrep"),
-                ]
+                # Only this node's reports: the other nodes export theirs.
+                stem = P.nsys_report_stem(step.batch_size, _node_tag(cfg))
+                reps = [*run_dir.glob(f"{stem}*.nsys-rep"), *run_dir.glob(f"{stem}*.qdrep")]
                 for rep in sorted(reps):
                     exp = P.nsys_export_argv(str(rep))
                     manifest["commands"].append(shlex.join(exp))
