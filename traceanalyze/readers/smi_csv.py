@@ -353,8 +353,8 @@ def _read_sampler(raw: bytes, path: PathLike) -> Tables:
         .unique(maintain_order=True)
         .with_columns(pl.lit("NVIDIA").alias("vendor"))
     )
-    m = re.search(rb"interval_ms=([0-9.]+)", raw[: nl if nl >= 0 else len(raw)])
-    interval_ns = round(float(m.group(1)) * 1e6) if m else None
+    iv = re.search(rb"interval_ms=([0-9.]+)", raw[: nl if nl >= 0 else len(raw)])
+    interval_ns = round(float(iv.group(1)) * 1e6) if iv else None
     return build_tables(
         sources=pl.DataFrame(
             {
@@ -731,14 +731,13 @@ def _assemble(
     zone: str,
     device_id: pl.Series | None,
     text: dict[str, pl.Series],
-    numbers: _Numbers,
+    stated: _Numbers,
     reasons: Callable[[str], pl.Series],
     distinct_devices: pl.DataFrame | None = None,
 ) -> Tables:
-    """The tables from parsed columns (both paths): `numbers(field, optional)` gives a field's
+    """The tables from parsed columns (both paths): `stated(field, optional)` gives a field's
     (base unit, values) as `_numbers`, `reasons(field)` the clock-reasons bitmask,
     `distinct_devices` the distinct (device_id, uuid, name) rows when already known."""
-    stated = numbers
 
     def numbers(f: str, optional: bool) -> tuple[str | None, pl.Series | None]:
         # A field without any unit (`nounits`) is in the unit nvidia-smi documents for it, so
