@@ -77,8 +77,9 @@ def test_bad_record_names_file(tmp_path: Path, write) -> None:
         main, ["ingest", str(p), "--store", str(tmp_path / "st"), "--format", "iterlog"]
     )
     assert r.exit_code == 1
-    assert (
-        r.output == f"traceanalyze: error: {p}: no 'Iteration Duration <i> <dev> : <s>' records\n"
+    assert r.output == (
+        f"traceanalyze: error: {p}, line 1: no 'Iteration Duration <i> <dev> : <s>' records "
+        "(malformed: 'Iteration Duration')\n"
     )
 
 
@@ -128,3 +129,173 @@ def test_python_dash_m(tmp_path: Path) -> None:
         check=True,
     )
     assert r.stdout.splitlines()[0] == "table,column,type,nullable,description"
+
+
+def _store_tables(st: Path):
+    import traceanalyze as ta
+
+    return ta.Store(st).tables()
+
+
+def test_ingest_fields_for_a_noheader_nvidia_smi_log(tmp_path: Path, write) -> None:
+    # nvidia-smi --query-gpu=timestamp,index,power.draw,clocks.sm --format=csv,noheader
+    p = write(
+        "smi.csv",
+        "2024/05/01 12:00:00.000, 0, 70.50 W, 1410 MHz\n"
+        "2024/05/01 12:00:00.500, 0, 71.25 W, 1395 MHz\n",
+    )
+    st = tmp_path / "st"
+    r = CliRunner().invoke(main, ["ingest", str(p), "--store", str(st), "--tz", "UTC"])
+    assert r.exit_code == 1 and "field list" in r.output
+    r = run(
+        "ingest",
+        str(p),
+        "--store",
+        str(st),
+        "--tz",
+        "UTC",
+        "--fields",
+        "timestamp,index,power.draw,clocks.sm",
+    )
+    assert r.exit_code == 0 and "ingested as smi_csv" in r.output
+    s = _store_tables(st).gpu_samples.sort("timestamp_ns")
+    noon = (19844 * 86400 + 12 * 3600) * 10**9  # 2024-05-01 12:00 UTC: 19844 days after 1970
+    assert s["timestamp_ns"].to_list() == [noon, noon + 500_000_000]
+    assert s["power_w"].to_list() == [70.5, 71.25]
+    assert s["sm_clock_mhz"].to_list() == [1410, 1395]
+    assert s["device_id"].to_list() == [0, 0]
+
+
+DCGMI = (
+    "#Entity   SMCLK  POWER  GTEMP\n"
+    "ID        MHZ    W      C\n"
+    "GPU 0     1410   70.2   45\n"
+    "GPU 1     1395   68.0   44\n"
+    "GPU 0     1410   N/A    46\n"
+    "GPU 1     1380   69.5   44\n"
+)
+
+
+def test_ingest_interval_ms_for_dcgmi_dmon_text(tmp_path: Path, write) -> None:
+    p = write("dmon.txt", DCGMI)
+    st = tmp_path / "st"
+    r = CliRunner().invoke(main, ["ingest", str(p), "--store", str(st)])
+    assert r.exit_code == 1 and "interval_ms" in r.output
+    r = run("ingest", str(p), "--store", str(st), "--interval-ms", "250")
+    assert r.exit_code == 0 and "ingested as smi_csv" in r.output
+    s = _store_tables(st).gpu_samples.sort("device_id", "timestamp_ns")
+    # each GPU's n-th row at n x 250 ms
+    assert s.select("device_id", "timestamp_ns", "sm_clock_mhz", "power_w").rows() == [
+        (0, 0, 1410, 70.2),
+        (0, 250_000_000, 1410, None),
+        (1, 0, 1395, 68.0),
+        (1, 250_000_000, 1380, 69.5),
+    ]
+    assert s["temperature_c"].to_list() == [45, 46, 44, 44]
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        (
+            "GPU 1     1380   abc    44",
+            "line 6, column 'POWER': dcgmi dmon POWER: not a number: 'abc'",
+        ),
+        (
+            "GPU 1     1380   69.5",
+            "line 6: dcgmi dmon row with 4 fields, expected 5: 'GPU 1     1380   69.5'",
+        ),
+        ("GPU x     1380   69.5   44", "line 6: dcgmi dmon GPU id is not an integer: 'x'"),
+    ],
+)
+def test_dcgmi_bad_row_names_its_line(tmp_path: Path, write, row: str, message: str) -> None:
+    text = DCGMI.replace("GPU 1     1380   69.5   44", row)
+    p = write("dmon.txt", text)
+    r = CliRunner().invoke(
+        main, ["ingest", str(p), "--store", str(tmp_path / "st"), "--interval-ms", "100"]
+    )
+    assert r.exit_code == 1
+    assert r.output == f"traceanalyze: error: {p}, {message}\n"
+
+
+def test_reader_option_no_reader_of_the_files_takes_is_one_line(tmp_path: Path, write) -> None:
+    p = write("log.txt", LOG)
+    st = tmp_path / "st"
+    for args, option in (
+        (["--tz", "UTC"], "tz"),
+        (["--fields", "timestamp,index"], "fields"),
+        (["--interval-ms", "100"], "interval_ms"),
+    ):
+        r = CliRunner().invoke(main, ["ingest", str(p), "--store", str(st), *args])
+        assert r.exit_code == 1
+        assert r.output == (
+            f"traceanalyze: error: option {option!r} is not taken by the iterlog reader of "
+            "these files; it applies to smi_csv\n"
+        )
+    assert not st.exists()
+
+
+def test_tz_with_an_nsys_export_is_a_clean_error(tmp_path: Path, write) -> None:
+    """The audit's crash: --tz reached read_nsys_sqlite as an unexpected keyword."""
+    from .conftest import shared
+
+    p = shared("nsys_sqlite/nsysai_mock_torch_tiny_nsys2026.1.sqlite")
+    st = str(tmp_path / "st")
+    r = CliRunner().invoke(main, ["ingest", str(p), "--store", st, "--tz", "UTC"])
+    assert r.exit_code == 1, r.output
+    assert r.output == (
+        "traceanalyze: error: option 'tz' is not taken by the nsys_sqlite reader of these "
+        "files; it applies to smi_csv\n"
+    )
+    smi = write(
+        "smi.csv", "timestamp, index, power.draw [W]\n2024/05/01 12:00:00.000, 0, 70.50 W\n"
+    )
+    r = run("ingest", str(p), str(smi), "--store", st, "--tz", "UTC")
+    assert r.exit_code == 0
+    assert "ingested as nsys_sqlite" in r.output and "ingested as smi_csv" in r.output
+
+
+def test_ingest_help_documents_the_reader_options() -> None:
+    out = run("ingest", "--help").output
+    for flag in ("--tz", "--fields TEXT", "--interval-ms FLOAT", "noheader", "dcgmi"):
+        assert flag in out
+
+
+@pytest.mark.parametrize(
+    ("cut", "message"),
+    [
+        # truncated inside its first gzip block: still recognized, the reader says what is wrong
+        (1500, "truncated gzip (no end of stream)"),
+        # cut before any content decompresses: detection says so itself
+        (100, "truncated gzip (no end of stream)"),
+    ],
+)
+def test_truncated_json_gz_says_truncated_gzip(
+    tmp_path: Path, write, cut: int, message: str
+) -> None:
+    from .conftest import shared
+
+    src = shared("kineto_json/hta_triton_a100_trace.json.gz")
+    p = write("t.json.gz", src.read_bytes()[:cut])
+    r = CliRunner().invoke(main, ["ingest", str(p), "--store", str(tmp_path / "st")])
+    assert r.exit_code == 1
+    assert r.output == f"traceanalyze: error: {p}: {message}\n"
+
+
+def test_truncated_sqlite_says_unreadable_sqlite(tmp_path: Path, write) -> None:
+    import sqlite3
+
+    from .conftest import shared
+
+    src = shared("nsys_sqlite/nsysai_h100x2_torchrun_train_1window_nsys2026.2.sqlite")
+    con = sqlite3.connect(src.resolve().as_uri() + "?mode=ro", uri=True)
+    [(pages,)] = con.execute("PRAGMA page_count").fetchall()
+    [(size,)] = con.execute("PRAGMA page_size").fetchall()
+    con.close()
+    p = write("t.sqlite", src.read_bytes()[:1_000_000])
+    r = CliRunner().invoke(main, ["ingest", str(p), "--store", str(tmp_path / "st")])
+    assert r.exit_code == 1
+    assert r.output == (
+        f"traceanalyze: error: {p}: unreadable SQLite database: truncated (1,000,000 bytes; "
+        f"its header says {pages:,} pages of {size:,} bytes = {pages * size:,})\n"
+    )

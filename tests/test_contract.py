@@ -105,3 +105,116 @@ def test_detect_and_read_every_real_file(path: Path, slug: str) -> None:
     src = t.sources.row(0, named=True)
     assert src["format"] == slug and src["sha256"] and src["tool"]
     assert sum(df.height for name, df in t.items() if name != "sources") > 0
+
+
+# Reader options, written out by hand: what each reader's documentation says it takes.
+OPTIONS = {
+    "smi_csv": {"tz", "fields", "interval_ms"},
+    "nsys_sqlite": {"engine", "workers"},
+}
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_reader_options_are_its_keyword_parameters(slug: str) -> None:
+    """A reader's signature is its option declaration: no **kwargs that would accept anything."""
+    import inspect
+
+    params = list(inspect.signature(READERS[slug].function).parameters.values())
+    assert params[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert all(
+        p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+        for p in params
+    )
+    assert READERS[slug].options == OPTIONS.get(slug, set())
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_an_option_the_reader_does_not_take_is_a_clean_error(tmp_path: Path, slug: str) -> None:
+    from traceanalyze.errors import UnsupportedOption
+
+    p = tmp_path / "x"
+    p.write_bytes(b"anything")
+    with pytest.raises(UnsupportedOption) as e:
+        ta.read(p, format=slug, no_such_option=1)
+    assert str(e.value).startswith(f"{p}: option 'no_such_option' is taken by no reader")
+
+
+def _overflowing_cast(path: object, **options: object) -> None:
+    import polars as pl
+
+    pl.Series("x", [float("inf")]).cast(pl.Int64)  # InvalidOperationError, as from 1e400 s
+
+
+def _python_overflow(path: object, **options: object) -> None:
+    int(float("inf"))  # OverflowError
+
+
+@pytest.mark.parametrize("raiser", [_overflowing_cast, _python_overflow])
+@pytest.mark.parametrize("slug", SLUGS)
+def test_unchecked_overflow_in_any_reader_is_malformed_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slug: str, raiser
+) -> None:
+    """The dispatch's net: a value a reader did not check cannot leave as a traceback."""
+    module = READERS[slug].module
+    monkeypatch.setattr(module, f"read_{slug}", raiser)
+    p = tmp_path / "big.txt"
+    p.write_bytes(b"whatever")
+    with pytest.raises(MalformedInput) as e:
+        ta.read(p, format=slug)
+    msg = str(e.value)
+    assert msg.startswith(f"{p}: cannot parse as {slug}: ")
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_an_error_raised_without_the_path_gets_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slug: str
+) -> None:
+    def raiser(path: object, **options: object) -> None:
+        raise MalformedInput("bad cell", table="t")
+
+    monkeypatch.setattr(READERS[slug].module, f"read_{slug}", raiser)
+    p = tmp_path / "f.bin"
+    p.write_bytes(b"x")
+    with pytest.raises(MalformedInput, match=rf"^{p}, table t: bad cell$"):
+        ta.read(p, format=slug)
+
+
+def _shared_with_suffix(*suffixes: str) -> list[Path]:
+    return [p for p in all_shared_files() if p.name.endswith(suffixes)]
+
+
+@pytest.mark.parametrize("src", _shared_with_suffix(".gz"), ids=lambda p: p.name)
+def test_truncated_gzip_is_reported_as_such(tmp_path: Path, src: Path) -> None:
+    """Cut anywhere, a gzip trace says "truncated gzip", never "no reader recognizes"."""
+    data = src.read_bytes()
+    for n in (20, 100, 1500, len(data) // 2, len(data) - 1):
+        p = tmp_path / f"cut{n}{''.join(src.suffixes)}"
+        p.write_bytes(data[:n])
+        with pytest.raises(MalformedInput, match=r"truncated gzip \(no end of stream\)$"):
+            ta.read(p)
+
+
+@pytest.mark.parametrize("src", _shared_with_suffix(".sqlite", ".sql"), ids=lambda p: p.name)
+def test_truncated_sqlite_is_reported_as_such(tmp_path: Path, src: Path) -> None:
+    """Cut anywhere, an SQLite export says "unreadable SQLite database"; even a cut in pages
+    no query touches (SQLite would read them as zeros) is caught by the header's page count."""
+    data = src.read_bytes()
+    for n in (50, 4096, len(data) // 2, len(data) - 1):
+        p = tmp_path / f"cut{n}.sqlite"
+        p.write_bytes(data[:n])
+        with pytest.raises(MalformedInput, match=r": unreadable SQLite database"):
+            ta.read(p)
+
+
+def test_corrupt_gzip_is_reported_as_such(tmp_path: Path) -> None:
+    import gzip as gz
+
+    body = gz.compress(b"neither json nor csv " * 20000)
+    bad = bytearray(body)
+    for i in range(200, 260):  # garble the deflate stream early on
+        bad[i] ^= 0xFF
+    p = tmp_path / "x.gz"
+    p.write_bytes(bytes(bad))
+    with pytest.raises(MalformedInput, match=r"corrupt gzip"):
+        detect_format(p)

@@ -135,29 +135,94 @@ def test_memcpy_by_kind_matches_sql(rel: str) -> None:
     assert expected  # every sample has copies
 
 
+# eventClass → api, in SQL: 3.x through the export's own ENUM_NSYS_EVENT_CLASS; 2.x (no ENUM
+# tables) by the numbering those tables give (0 CUDA runtime, 1 CUDA driver), written out here.
+_API_OF_CLASS_SQL = {
+    "3": "(SELECT CASE e.name WHEN 'TRACE_PROCESS_EVENT_CUDA_RUNTIME' THEN 'runtime' "
+    "WHEN 'TRACE_PROCESS_EVENT_CUDA_DRIVER' THEN 'driver' END "
+    "FROM ENUM_NSYS_EVENT_CLASS e WHERE e.id = r.eventClass)",
+    "2": "CASE r.eventClass WHEN 0 THEN 'runtime' WHEN 1 THEN 'driver' END",
+}
+
+
+def _era(p: Path) -> str:
+    return "3" if "ENUM_NSYS_EVENT_CLASS" in _tables(p) else "2"
+
+
+def test_driver_calls_of_the_2026_2_export() -> None:
+    """The audit's figures: eventClass 0 (CUDA runtime) 6,392 rows, 1 (CUDA driver) 1,074."""
+    p = shared(F2026_2)
+    assert _sql(p, "SELECT id, name FROM ENUM_NSYS_EVENT_CLASS WHERE id IN (0, 1)") == [
+        (0, "TRACE_PROCESS_EVENT_CUDA_RUNTIME"),
+        (1, "TRACE_PROCESS_EVENT_CUDA_DRIVER"),
+    ]
+    by_class = dict(
+        _sql(p, "SELECT eventClass, count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME GROUP BY 1")
+    )
+    a = _read(p).api_calls
+    assert dict(a.group_by("api").len().iter_rows()) == {
+        "runtime": by_class[0],
+        "driver": by_class[1],
+    }
+    assert by_class == {0: 6392, 1: 1074}
+    launches = a.filter(pl.col("name") == "cuLaunchKernelEx")
+    assert launches.height > 0 and set(launches["api"]) == {"driver"}
+
+
+def test_backtrace_rows_of_the_2022_2_export_are_not_calls() -> None:
+    """nsys 2022.2 writes a CUDA backtrace row (class 67) per slow runtime call: same thread and
+    correlation id, a span around the call's. They are dropped, not counted twice."""
+    p = shared(F2022)
+    n_bt, n_twin = _sql(
+        p,
+        "SELECT count(*), sum(EXISTS(SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME b "
+        "WHERE b.eventClass = 0 AND b.globalTid = a.globalTid "
+        "AND b.correlationId = a.correlationId AND b.start >= a.start AND b.end <= a.end)) "
+        "FROM CUPTI_ACTIVITY_KIND_RUNTIME a WHERE a.eventClass = 67",
+    )[0]
+    assert n_bt > 0 and n_twin == n_bt
+    (n_calls,) = _sql(
+        p, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE eventClass IN (0, 1)"
+    )[0]
+    a = _read(p).api_calls
+    assert a.height == n_calls
+    dup = a.group_by("process_id", "thread_id", "correlation_id").len().filter(pl.col("len") > 1)
+    assert dup.height == 0
+
+
 @pytest.mark.parametrize("rel", ALL)
 def test_api_calls_markers_devices_sources(rel: str) -> None:
     p = shared(rel)
     t = _read(p)
-    (n_rt,) = _sql(p, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME")[0]
-    assert t.api_calls.height == n_rt
-    assert set(t.api_calls["api"].unique()) == {"runtime"}
+    # nsys puts CUDA driver calls in the RUNTIME table too; eventClass tells them apart.
+    raw = _sql(
+        p,
+        f"SELECT {_API_OF_CLASS_SQL[_era(p)]}, s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+        "JOIN StringIds s ON s.id = r.nameId",
+    )
+    calls = [(api, v) for api, v in raw if api is not None]  # backtrace rows are no calls
+    assert t.api_calls.height == len(calls)
+    assert Counter(t.api_calls["api"]) == Counter(api for api, _ in calls)
     assert t.api_calls["name"].null_count() == 0
     # Only the export's version suffix goes: cudaStreamGetCaptureInfo_v2_v11030 is the real API
     # cudaStreamGetCaptureInfo_v2, so compare with SQL that strips the last `_v` part.
-    raw = _sql(
-        p, "SELECT s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId"
-    )
-    assert Counter(t.api_calls["name"]) == Counter(
-        v[: v.rindex("_v")] if "_v" in v and v[v.rindex("_v") + 2 :].isdigit() else v
-        for (v,) in raw
+    assert Counter(t.api_calls.select("api", "name").iter_rows()) == Counter(
+        (api, v[: v.rindex("_v")] if "_v" in v and v[v.rindex("_v") + 2 :].isdigit() else v)
+        for api, v in calls
     )
     versioned = _sql(
         p,
         "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s "
-        "ON s.id = r.nameId WHERE s.value LIKE 'cudaLaunchKernel%'",
+        "ON s.id = r.nameId WHERE s.value LIKE 'cudaLaunchKernel%' AND r.eventClass = 0",
     )[0][0]
     assert (t.api_calls["name"] == "cudaLaunchKernel").sum() == versioned
+    # Driver calls are the cu* functions, runtime calls the cuda* ones.
+    drv = t.api_calls.filter(pl.col("api") == "driver")["name"]
+    rt = t.api_calls.filter(pl.col("api") == "runtime")["name"]
+    assert (
+        drv.len() > 0 and drv.str.starts_with("cu").all() and not drv.str.starts_with("cuda").any()
+    )
+    assert rt.str.starts_with("cuda").all()
 
     if "NVTX_EVENTS" in _tables(p):
         n_nvtx, n_marks = _sql(
@@ -413,6 +478,7 @@ def _mini_2x(tmp_path: Path, extra: list[tuple[str, list[tuple]]] | None = None)
                     (3, "cudaLaunchKernel_v7000"),
                     (4, "from textId"),
                     (5, "cudaMemcpy_v3020"),
+                    (6, "cuLaunchKernel"),
                 ],
             ),
             (
@@ -441,8 +507,12 @@ def _mini_2x(tmp_path: Path, extra: list[tuple[str, list[tuple]]] | None = None)
                 "INTEGER, globalTid INTEGER, correlationId INTEGER, nameId INTEGER, returnValue "
                 "INTEGER, callchainId INTEGER)",
                 [
-                    (90, 99, 1, (42 << 24) | 43, 11, 3, 0, None),
-                    (5, 9, 1, (42 << 24) | 43, 13, 5, 1, None),
+                    # eventClass 0 CUDA runtime, 1 CUDA driver, 67 CUDA backtrace (a copy of the
+                    # runtime call at 90-99 that carries a call chain)
+                    (90, 99, 0, (42 << 24) | 43, 11, 3, 0, None),
+                    (5, 9, 0, (42 << 24) | 43, 13, 5, 1, None),
+                    (92, 97, 1, (42 << 24) | 43, 16, 6, 0, None),
+                    (89, 100, 67, (42 << 24) | 43, 11, 3, 0, 0),
                 ],
             ),
             (
@@ -480,9 +550,10 @@ def test_inline_2x_without_enum_tables(tmp_path: Path) -> None:
     assert m["src_kind"].to_list() == ["Pinned", "Device", None]  # 7 = Unknown → null
     assert m["dst_kind"].to_list() == ["Device", "Device", "Managed Static"]
     a = t.api_calls.sort("start_ns")
-    assert a["name"].to_list() == ["cudaMemcpy", "cudaLaunchKernel"]
-    assert a["thread_id"].to_list() == [43, 43]
-    assert a["return_code"].to_list() == [1, 0]
+    assert a["name"].to_list() == ["cudaMemcpy", "cudaLaunchKernel", "cuLaunchKernel"]
+    assert a["api"].to_list() == ["runtime", "runtime", "driver"]  # 2.x: documented numbering
+    assert a["thread_id"].to_list() == [43, 43, 43]
+    assert a["return_code"].to_list() == [1, 0, 0]
     mk = t.markers.sort("start_ns")
     assert mk["name"].to_list() == ["with text", "from textId", "a mark"]
     assert mk["domain"].to_list() == [None, "MyDomain", None]
@@ -523,6 +594,39 @@ def test_inline_enum_tables_with_other_label_text(tmp_path: Path) -> None:
     assert m["kind"].to_list() == ["DtoH", "PtoP", "Unified HtoD"]
     assert m["src_kind"].to_list() == ["Device", "Device Static", "Pinned"]
     assert m["dst_kind"].to_list() == ["Device Static", "Device Static", None]
+
+
+def test_inline_event_class_enum_wins_over_the_numbering(tmp_path: Path) -> None:
+    """With ENUM_NSYS_EVENT_CLASS present its ids decide, whatever they are; a class that is
+    not a CUDA API (here OSRT runtime) is dropped with a warning naming it."""
+    p = _mini_2x(
+        tmp_path,
+        [
+            (
+                "CREATE TABLE ENUM_NSYS_EVENT_CLASS (id INTEGER, name TEXT, label TEXT)",
+                [
+                    (0, "TRACE_PROCESS_EVENT_CUDA_DRIVER", "CUDA driver"),
+                    (1, "TRACE_PROCESS_EVENT_CUDA_RUNTIME", "CUDA runtime"),
+                    (67, "TRACE_PROCESS_EVENT_OS_RUNTIME", "OSRT runtime"),
+                ],
+            )
+        ],
+    )
+    with pytest.warns(UserWarning, match=r"1 of class 67 \(OSRT runtime\)"):
+        a = read_nsys_sqlite(p).api_calls.sort("start_ns")
+    # rows of class 0 (start 5, 90) are driver by this table, class 1 (start 92) runtime
+    assert a.select("start_ns", "api").rows() == [(5, "driver"), (90, "driver"), (92, "runtime")]
+
+
+def test_inline_runtime_table_without_event_class(tmp_path: Path) -> None:
+    """An export whose RUNTIME table lacks eventClass labels its rows by the table."""
+    p = _mini_2x(tmp_path)
+    con = sqlite3.connect(p)
+    con.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_RUNTIME DROP COLUMN eventClass")
+    con.commit()
+    con.close()
+    a = read_nsys_sqlite(p).api_calls
+    assert a.height == 4 and set(a["api"]) == {"runtime"}
 
 
 def test_inline_gpu_metrics(tmp_path: Path) -> None:

@@ -623,3 +623,68 @@ def test_text_in_an_integer_column(tmp_path: Path) -> None:
         read_nvprof_sqlite(db)
     assert str(db) in str(e.value) and f"{K}KERNEL" in str(e.value)
     assert "\n" not in str(e.value)
+
+
+# (demangled name, base name written out by hand)
+SHORT_NAMES = [
+    ("void foo::operator()<int>(int)", "operator()"),
+    ("std::ostream& operator<<(std::ostream&, X const&)", "operator<<"),
+    ("void operator<< <int>(int)", "operator<<"),
+    ("bool operator< <int>(int, int)", "operator<"),
+    ("bool X::operator<(X const&) const", "operator<"),
+    ("X::operator>>=(int)", "operator>>="),
+    ("X::operator->() const", "operator->"),
+    ("X::operator<=>(X const&) const", "operator<=>"),
+    ("operator new(unsigned long, void*)", "operator new"),
+    ("void operator delete[](void*)", "operator delete[]"),
+    ("X::operator bool() const", "operator bool"),
+    ("void at::native::k<float>(float*)", "k"),
+    ("void k<(int)3>(float*)", "k"),
+    ("void ns::Foo<(anonymous namespace)::T>::run<2>(int)", "run"),
+    ("ns::Foo<int>::~Foo()", "~Foo"),
+    ("ns::Foo<int>::Foo(int)", "Foo"),
+    ("unsigned int ns::f(int)", "f"),
+    (
+        "at::native::add_kernel_cuda(at::TensorIterator&)::{lambda()#1}::operator()() const",
+        "operator()",
+    ),
+    (
+        "void cutlass::Kernel<cutlass::gemm::kernel::Gemm<int> >"
+        "(cutlass::gemm::kernel::Gemm<int>::Params)",
+        "Kernel",
+    ),
+    ("volta_sgemm_128x64_tn", "volta_sgemm_128x64_tn"),
+]
+
+
+@pytest.mark.parametrize(("name", "short"), SHORT_NAMES, ids=[s for _, s in SHORT_NAMES])
+def test_short_name_of_operators_templates_and_scopes(name: str, short: str) -> None:
+    from traceanalyze.readers.nvprof_sqlite import _short_name
+
+    assert _short_name(name) == short
+
+
+@pytest.mark.parametrize(
+    ("mangled", "short"),
+    [
+        ("_ZN3fooclIiEEvi", "operator()"),  # void foo::operator()<int>(int)
+        ("_ZlsIiEvT_", "operator<<"),  # void operator<< <int>(int)
+        ("_ZltIiEbT_S0_", "operator<"),  # bool operator< <int>(int, int)
+        ("_ZnwmPv", "operator new"),  # operator new(unsigned long, void*)
+        ("_ZN1XcvbEv", "operator bool"),  # X::operator bool()
+        ("_ZN2at6native1kIfEEvPf", "k"),  # void at::native::k<float>(float*)
+    ],
+)
+def test_short_name_through_the_demangler(tmp_path: Path, mangled: str, short: str) -> None:
+    """Names as the reader sees them: mangled in StringTable, demangled by cxxfilt."""
+    p = tmp_path / "ops.nvvp"
+    con = sqlite3.connect(p)
+    con.execute("CREATE TABLE StringTable (_id_ INTEGER PRIMARY KEY, value TEXT)")
+    con.execute("INSERT INTO StringTable VALUES (0, '-- null --'), (1, ?)", (mangled,))
+    con.execute(f"CREATE TABLE {K}CONCURRENT_KERNEL (start INT, end INT, name INT)")
+    con.execute(f"INSERT INTO {K}CONCURRENT_KERNEL VALUES (10, 20, 1)")
+    con.commit()
+    con.close()
+    k = read_nvprof_sqlite(p).kernels
+    assert k["name"].to_list() == [cxxfilt.demangle(mangled)]
+    assert k["short_name"].to_list() == [short]

@@ -162,3 +162,114 @@ def test_files_from_an_older_schema_read_missing_columns_as_null(tmp_path: Path,
     it = ta.Store(st).table("iterations")
     assert it.columns == schema.table("iterations").names
     assert it.height == 2 and it["images_per_s"].null_count() == 2
+
+
+def test_progress_callbacks_fire_as_each_file_is_staged(tmp_path: Path, write) -> None:
+    """on_result comes right after each file is parsed and staged, before the next file is
+    read and before anything is committed (a progress bar advances per file)."""
+    st = tmp_path / "st"
+    a, b = write("a.txt", LOG_A), write("b.txt", LOG_B)
+    ta.ingest([a], st)  # a is then "unchanged": its result comes without a read
+    c = write("c.txt", "Iteration Duration 0 2 : 2\n")
+    events: list[tuple[str, str, bool]] = []
+    store = ta.Store(st)
+
+    def on_start(p: str) -> None:
+        events.append(("start", Path(p).name, False))
+
+    def on_result(r: ta.IngestResult) -> None:
+        events.append(("result", Path(r.path).name, store.has_source(r.source_id)))
+
+    ta.ingest([a, b, c], st, on_start=on_start, on_result=on_result)
+    assert events == [
+        ("result", "a.txt", True),  # unchanged, was already in the store
+        ("start", "b.txt", False),
+        ("result", "b.txt", False),  # staged, not yet committed
+        ("start", "c.txt", False),
+        ("result", "c.txt", False),
+    ]
+    sid_c = hashlib.sha256(c.read_bytes()).hexdigest()[:16]
+    assert store.has_source(sid_c)
+
+
+@pytest.mark.parametrize("as_path", [False, True])
+def test_ingest_takes_a_single_path(tmp_path: Path, write, as_path: bool) -> None:
+    a = write("a.txt", LOG_A)
+    [res] = ta.ingest(a if as_path else str(a), tmp_path / "st")
+    assert res.status == "ingested" and res.path == str(a)
+    assert ta.Store(tmp_path / "st").table("iterations").height == 2
+
+
+def test_an_option_no_reader_of_the_files_takes_is_refused_before_reading(
+    tmp_path: Path, write
+) -> None:
+    from traceanalyze.errors import UnsupportedOption
+
+    st = tmp_path / "st"
+    with pytest.raises(
+        UnsupportedOption,
+        match=r"^option 'tz' is not taken by the iterlog reader of these files; "
+        r"it applies to smi_csv$",
+    ):
+        ta.ingest([write("a.txt", LOG_A)], st, tz="UTC")
+    assert not st.exists()
+    with pytest.raises(
+        UnsupportedOption,
+        match=r"^option 'colour' is taken by no reader \(reader options: engine, fields, "
+        r"interval_ms, tz, workers\)$",
+    ):
+        ta.ingest([write("a.txt", LOG_A)], st, colour="red")
+
+
+def test_options_go_only_to_the_readers_that_take_them(tmp_path: Path, write) -> None:
+    # an nvidia-smi log (local wall-clock stamps) and an iteration log in one ingest with tz=
+    smi = write(
+        "smi.csv", "timestamp, index, power.draw [W]\n2024/05/01 12:00:00.000, 0, 70.50 W\n"
+    )
+    [r_smi, r_it] = ta.ingest([smi, write("a.txt", LOG_A)], tmp_path / "st", tz="UTC")
+    assert (r_smi.format, r_it.format) == ("smi_csv", "iterlog")
+    t = ta.Store(tmp_path / "st").tables([r_smi.source_id])
+    assert t.sources["timezone"].to_list() == ["UTC"]
+    # 2024-05-01 12:00 UTC, from the calendar: 19844 days after 1970-01-01, plus 12 h
+    assert t.gpu_samples["timestamp_ns"].to_list() == [(19844 * 86400 + 12 * 3600) * 10**9]
+
+
+def test_all_digit_source_id_stays_a_string(tmp_path: Path, write) -> None:
+    """Hive readers infer an all-digit partition value as an integer (0123… would lose its
+    leading zero); the store pins source_id to String."""
+    sid = "0123456789012345"
+    t = ta.read(write("a.txt", LOG_A)).with_source_id(sid)
+    store = ta.Store(tmp_path / "st")
+    store.write(t)
+    assert (tmp_path / "st" / "iterations" / f"source_id={sid}").is_dir()
+    for name in ("iterations", "sources"):
+        got = store.scan(name).collect()
+        assert got.schema["source_id"] == pl.String
+        assert got["source_id"].unique().to_list() == [sid]
+    assert store.source_ids() == [sid] and store.has_source(sid)
+    assert store.tables([sid]).iterations.height == 2
+    # the recipe for users' own scans (README): pin the hive column's type the same way
+    lf = pl.scan_parquet(
+        f"{tmp_path / 'st'}/iterations/**/*.parquet",
+        hive_partitioning=True,
+        hive_schema={"source_id": pl.String},
+    )
+    assert lf.collect()["source_id"].unique().to_list() == [sid]
+    # without it, polars infers Int64 and the leading zero is gone
+    bare = pl.scan_parquet(f"{tmp_path / 'st'}/iterations/**/*.parquet", hive_partitioning=True)
+    assert bare.collect()["source_id"].unique().to_list() == [int(sid)]
+    rows = duckdb.sql(
+        f"SELECT DISTINCT source_id, typeof(source_id) FROM read_parquet("
+        f"'{tmp_path / 'st'}/iterations/*/*.parquet', hive_partitioning=true, "
+        "hive_types={'source_id': 'VARCHAR'})"
+    ).fetchall()
+    assert rows == [(sid, "VARCHAR")]
+
+
+def test_ingest_of_nothing_and_of_an_unknown_format(tmp_path: Path, write) -> None:
+    from traceanalyze.errors import UnknownFormat
+
+    assert ta.ingest([], tmp_path / "st", tz="UTC") == []
+    with pytest.raises(UnknownFormat, match=r"^unknown format 'bogus' \(formats: iterlog, "):
+        ta.ingest(write("a.txt", LOG_A), tmp_path / "st", format="bogus")
+    assert not (tmp_path / "st").exists()

@@ -18,6 +18,7 @@ from .errors import (
     TraceanalyzeError,
     UnknownFormat,
     UnknownUnit,
+    UnsupportedOption,
 )
 from .readers import READERS, detect_format, read
 from .store import IngestResult, Store, ingest
@@ -38,6 +39,7 @@ __all__ = [
     "MalformedInput",
     "UnknownUnit",
     "MissingColumn",
+    "UnsupportedOption",
     "StoreError",
     "ToolNotFound",
     "CollectError",

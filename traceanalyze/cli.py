@@ -86,6 +86,44 @@ def output_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def reader_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--tz, --fields, --interval-ms, given to the command as one dict `reader_opts` (unset ones
+    left out). Each goes only to the readers that take it (`read_<slug>`'s keywords); one that no
+    reader of the given files takes is a one-line error from the library."""
+    import functools
+
+    @functools.wraps(f)
+    def wrapper(
+        *args: Any, tz: str | None, fields: str | None, interval_ms: float | None, **kwargs: Any
+    ) -> Any:
+        given = {"tz": tz, "fields": fields, "interval_ms": interval_ms}
+        kwargs["reader_opts"] = {k: v for k, v in given.items() if v is not None}
+        return f(*args, **kwargs)
+
+    w: Callable[..., Any] = wrapper
+    w = click.option(
+        "--interval-ms",
+        "interval_ms",
+        type=float,
+        default=None,
+        help="Sampling interval in ms of dcgmi dmon text (its -d; dcgmi's default is 1000), "
+        "which has no timestamps: sample n is placed at n x interval. [smi_csv]",
+    )(w)
+    w = click.option(
+        "--fields",
+        default=None,
+        help="Field list of an nvidia-smi log written with --format=csv,noheader (the "
+        "--query-gpu value, e.g. 'timestamp,index,power.draw,clocks.sm'). [smi_csv]",
+    )(w)
+    w = click.option(
+        "--tz",
+        default=None,
+        help="Timezone of local wall-clock stamps (nvidia-smi logs): an IANA name such as "
+        "'Europe/Berlin', 'UTC', or an offset '+01:00'; default the machine's. [smi_csv]",
+    )(w)
+    return w
+
+
 def quiet_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--quiet", "-q", is_flag=True, help="No progress or chatter.")(f)
 
@@ -112,26 +150,19 @@ def emit(df: Any, out_json: bool, out_csv: bool, title: str | None = None) -> No
 @store_option()
 @format_option
 @click.option("--force", is_flag=True, help="Re-ingest files already in the store.")
-@click.option(
-    "--tz",
-    default=None,
-    help="Timezone of local wall-clock stamps (nvidia-smi logs); default the machine's.",
-)
+@reader_options
 @quiet_option
 def ingest(
     files: tuple[Path, ...],
     store_dir: Path,
     fmt: str | None,
     force: bool,
-    tz: str | None,
+    reader_opts: dict[str, Any],
     quiet: bool,
 ) -> None:
     """Read FILE... and add them to the store."""
     from .store import ingest as do_ingest
 
-    options: dict[str, Any] = {}
-    if tz is not None:
-        options["tz"] = tz
     show_progress = not quiet and sys.stderr.isatty()
     if show_progress:
         from rich.console import Console
@@ -152,11 +183,12 @@ def ingest(
                 format=fmt,
                 force=force,
                 on_start=lambda p: progress.update(task, description=f"reading {Path(p).name}"),
+                # advanced as each file is parsed and staged, not at the final commit
                 on_result=lambda r: progress.advance(task),
-                **options,
+                **reader_opts,
             )
     else:
-        results = do_ingest(files, store_dir, format=fmt, force=force, **options)
+        results = do_ingest(files, store_dir, format=fmt, force=force, **reader_opts)
     if not quiet:
         for r in results:
             click.echo(r.message())

@@ -60,6 +60,10 @@ class MissingColumn(MalformedInput):
     """A column (or table) the format requires is absent."""
 
 
+class UnsupportedOption(TraceanalyzeError):
+    """A reader option (`tz=`, `fields=`, …) that no reader of the given files takes."""
+
+
 class StoreError(TraceanalyzeError):
     """The store directory is unusable (not a store, unknown table, bad layout)."""
 

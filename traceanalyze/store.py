@@ -6,7 +6,10 @@ Layout (hive partitioning, readable as-is by polars, DuckDB, Spark, pyarrow)::
     <store>/<table>/source_id=<id>/part-0.parquet   one file per table per source
 
 `source_id` lives in the directory name only (the hive convention), so a scan with hive
-partitioning gives it back as a column. A source is *present* when its `sources` partition exists;
+partitioning gives it back as a column. It is hex text that can be all digits (`0123…`), which
+hive readers infer as an integer, dropping leading zeros: `scan` pins it to String, and a scan of
+your own should too (polars `hive_schema={"source_id": pl.String}`, DuckDB
+`hive_types={'source_id': 'VARCHAR'}`). A source is *present* when its `sources` partition exists;
 that partition is renamed into place last.
 
 Writes are atomic per source: every file is written under a temporary directory inside the store,
@@ -28,7 +31,7 @@ from typing import Any
 import polars as pl
 
 from . import schema
-from .errors import StoreError, TraceanalyzeError
+from .errors import StoreError, TraceanalyzeError, UnknownFormat
 from .readers import READERS, detect_format, file_sha256, source_id_for
 from .tables import Tables
 
@@ -194,7 +197,7 @@ class IngestResult:
 
 
 def ingest(
-    paths: Iterable[str | os.PathLike[str]],
+    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     store: Store | str | os.PathLike[str],
     *,
     format: str | None = None,
@@ -205,48 +208,65 @@ def ingest(
 ) -> list[IngestResult]:
     """Read each file and write it to the store.
 
-    A file whose SHA-256 is already in the store is skipped (status "unchanged") unless `force`.
-    Every file is parsed and staged (written under a temporary directory in the store) before any
-    is committed, so bad input anywhere leaves the store byte-identical.
+    `paths` is one path or an iterable of paths. A file whose SHA-256 is already in the store is
+    skipped (status "unchanged") unless `force`. Every file is parsed and staged (written under a
+    temporary directory in the store) before any is committed, so bad input anywhere leaves the
+    store byte-identical. `on_start(path)` is called before a file is read and `on_result(result)`
+    as soon as it is staged or skipped (the commit of them all follows the last one).
+
+    Reader options (`tz=`, `fields=`, `interval_ms=`, …) go to the readers that take them; one
+    that no reader of these files takes raises UnsupportedOption before anything is read.
     """
+    from .readers import check_options, options_for
     from .readers import read as _read_one
 
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if format is not None and format not in READERS:
+        raise UnknownFormat(f"unknown format {format!r} (formats: {', '.join(READERS)})")
     st = store if isinstance(store, Store) else Store(store)
+    # Check every path and learn its format before reading any, so a missing file or an option
+    # no reader takes fails fast, before minutes of parsing.
+    todo: list[tuple[str, str]] = []
+    for p in paths:
+        path = os.fspath(p)
+        if not Path(path).is_file():
+            why = "is not a regular file" if Path(path).exists() else "no such file"
+            raise TraceanalyzeError(why, path=path)
+        todo.append((path, format or detect_format(path)))
+    if not todo:
+        return []
+    check_options([fmt for _, fmt in todo], options)
     staged: list[tuple[Staged | None, IngestResult]] = []
     seen: set[str] = set()
     try:
-        for p in paths:
-            path = os.fspath(p)
-            if not Path(path).is_file():
-                why = "is not a regular file" if Path(path).exists() else "no such file"
-                raise TraceanalyzeError(why, path=path)
-            fmt = format or detect_format(path)
+        for path, fmt in todo:
             sha = file_sha256(path)
             sid = source_id_for(sha)
             if sid in seen or (st.has_source(sid) and not force):
-                staged.append((None, IngestResult(path, sid, fmt, "unchanged", {})))
-                continue
-            seen.add(sid)
-            if on_start is not None:
-                on_start(path)
-            tables = _read_one(path, format=fmt, sha256=sha, **options)
-            status = "replaced" if st.has_source(sid) else "ingested"
-            st_ = st.stage(tables, replace_existing=force)
-            staged.append((st_, IngestResult(path, sid, fmt, status, tables.counts())))
-            del tables
+                res = IngestResult(path, sid, fmt, "unchanged", {})
+                staged.append((None, res))
+            else:
+                seen.add(sid)
+                if on_start is not None:
+                    on_start(path)
+                tables = _read_one(path, format=fmt, sha256=sha, **options_for(fmt, options))
+                status = "replaced" if st.has_source(sid) else "ingested"
+                st_ = st.stage(tables, replace_existing=force)
+                res = IngestResult(path, sid, fmt, status, tables.counts())
+                staged.append((st_, res))
+                del tables
+            if on_result is not None:
+                on_result(res)
     except BaseException:
         for s_, _ in reversed(staged):
             if s_ is not None:
                 st.discard(s_)
         raise
-    results = []
-    for s_, res in staged:
+    for s_, _ in staged:
         if s_ is not None:
             st.commit(s_)
-        results.append(res)
-        if on_result is not None:
-            on_result(res)
-    return results
+    return [res for _, res in staged]
 
 
 __all__ = ["Store", "ingest", "IngestResult", "READERS"]

@@ -1,5 +1,9 @@
-"""Readers: one module per format, each with `read_<slug>(path, **options) -> Tables` and
+"""Readers: one module per format, each with `read_<slug>(path, *, <options>) -> Tables` and
 `sniff(path) -> bool`. Adding a format = its module, one line in `_SLUGS`, its tests and data.
+
+A reader's options are the keyword parameters of its `read_<slug>` after the path (e.g. smi_csv's
+`tz=`, `fields=`, `interval_ms=`); no reader takes `**kwargs`, so its signature is its option
+declaration. `ingest` passes each option only to the readers that declare it.
 """
 
 from __future__ import annotations
@@ -7,11 +11,12 @@ from __future__ import annotations
 import gzip
 import hashlib
 import importlib
+import inspect
 import lzma
 import os
 import sqlite3
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
@@ -20,9 +25,9 @@ from typing import Any
 import polars as pl
 
 from .. import schema
-from ..errors import MalformedInput, TraceanalyzeError, UnknownFormat
+from ..errors import MalformedInput, TraceanalyzeError, UnknownFormat, UnsupportedOption
 from ..tables import Tables
-from ._common import PathLike
+from ._common import PathLike, gzip_damage, sqlite_damage
 
 # Slug -> one-line description. Order is the order `--format` lists them in.
 _SLUGS: dict[str, str] = {
@@ -45,9 +50,20 @@ class Reader:
     def module(self) -> ModuleType:
         return importlib.import_module(f"{__name__}.{self.slug}")
 
-    def read(self, path: PathLike, **options: Any) -> Tables:
+    @property
+    def function(self) -> Callable[..., Tables]:
         fn: Callable[..., Tables] = getattr(self.module, f"read_{self.slug}")
-        return fn(path, **options)
+        return fn
+
+    @property
+    def options(self) -> frozenset[str]:
+        """The option names `read_<slug>` takes: its keyword parameters after the path."""
+        params = list(inspect.signature(self.function).parameters.values())[1:]
+        kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        return frozenset(p.name for p in params if p.kind in kinds)
+
+    def read(self, path: PathLike, **options: Any) -> Tables:
+        return self.function(path, **options)
 
     def sniff(self, path: PathLike) -> bool:
         fn: Callable[[PathLike], bool] = self.module.sniff
@@ -58,11 +74,19 @@ READERS: dict[str, Reader] = {slug: Reader(slug, desc) for slug, desc in _SLUGS.
 
 
 def detect_format(path: PathLike) -> str:
-    """The slug of the one reader that claims the file; UnknownFormat for none or several."""
+    """The slug of the one reader that claims the file; UnknownFormat for none or several.
+
+    When none claims it because the container itself is damaged (a gzip cut short before any
+    reader could recognize its content, an SQLite file whose schema pages are gone), the error
+    is MalformedInput saying so ("truncated gzip …", "unreadable SQLite database …").
+    """
     matches = [slug for slug, r in READERS.items() if r.sniff(path)]
     if len(matches) == 1:
         return matches[0]
     if not matches:
+        damage = gzip_damage(path) or sqlite_damage(path)
+        if damage is not None:
+            raise MalformedInput(damage, path=path)
         raise UnknownFormat(
             f"no reader recognizes this file (formats: {', '.join(READERS)}); "
             "pass --format SLUG if you know it",
@@ -96,6 +120,11 @@ _BAD_INPUT_ERRORS: tuple[type[BaseException], ...] = (
     lzma.LZMAError,
     pl.exceptions.ComputeError,
     pl.exceptions.NoDataError,
+    # A strict cast of a value from the file that does not fit (inf or 1e30 seconds to int64
+    # ns, a 20-digit id): the reader should have checked and named the line; this net keeps an
+    # unchecked one from surfacing as a traceback.
+    pl.exceptions.InvalidOperationError,
+    OverflowError,
 )
 try:  # orjson is a runtime dependency; its decode error subclasses ValueError
     import orjson
@@ -105,13 +134,39 @@ except ImportError:  # pragma: no cover
     pass
 
 
+def options_for(format: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The subset of `options` that the reader `format` takes."""
+    accepted = READERS[format].options
+    return {k: v for k, v in options.items() if k in accepted}
+
+
+def check_options(formats: Iterable[str], options: Mapping[str, Any]) -> None:
+    """UnsupportedOption when an option is taken by none of the readers of `formats`."""
+    fmts = sorted(set(formats))
+    for name in options:
+        if any(name in READERS[f].options for f in fmts):
+            continue
+        takers = [slug for slug, r in READERS.items() if name in r.options]
+        if not takers:
+            known = sorted({o for r in READERS.values() for o in r.options})
+            raise UnsupportedOption(
+                f"option {name!r} is taken by no reader (reader options: {', '.join(known)})"
+            )
+        where = f"the {', '.join(fmts)} reader" + ("s" if len(fmts) > 1 else "")
+        raise UnsupportedOption(
+            f"option {name!r} is not taken by {where} of these files; "
+            f"it applies to {', '.join(takers)}"
+        )
+
+
 def read(
     path: PathLike, format: str | None = None, *, sha256: str | None = None, **options: Any
 ) -> Tables:
     """Read one file into normalized `Tables`, with its `sources` row and `source_id` filled.
 
     `format` is a reader slug; by default it is detected. Options go to the reader (e.g. `tz=`
-    for smi_csv). Bad input raises a `TraceanalyzeError` subclass naming the file.
+    for smi_csv); one the reader does not take raises UnsupportedOption. Bad input raises a
+    `TraceanalyzeError` subclass naming the file.
     """
     p = Path(path)
     if not p.exists():
@@ -122,13 +177,23 @@ def read(
         format = detect_format(path)
     elif format not in READERS:
         raise UnknownFormat(f"unknown format {format!r} (formats: {', '.join(READERS)})", path=path)
+    try:
+        check_options([format], options)
+    except UnsupportedOption as e:
+        raise UnsupportedOption(e.message, path=path) from None
     sha = sha256 or file_sha256(path)
     try:
         tables = READERS[format].read(path, **options)
-    except TraceanalyzeError:
+    except TraceanalyzeError as e:
+        if e.path is None:  # raised below a reader's entry point, which alone knows the path
+            e.path = os.fspath(path)
         raise
     except _BAD_INPUT_ERRORS as e:
-        raise MalformedInput(f"cannot parse as {format}: {type(e).__name__}: {e}", path=path) from e
+        # polars errors run over several lines (the expression, hints): keep the first.
+        first = str(e).strip().split("\n", 1)[0]
+        raise MalformedInput(
+            f"cannot parse as {format}: {type(e).__name__}: {first}", path=path
+        ) from e
     return finalize(tables, path=p, format=format, sha256=sha)
 
 
@@ -149,4 +214,13 @@ def finalize(tables: Tables, *, path: Path, format: str, sha256: str) -> Tables:
     return replace(tables, sources=schema.conform("sources", row)).with_source_id(sid)
 
 
-__all__ = ["READERS", "Reader", "detect_format", "read", "file_sha256", "source_id_for"]
+__all__ = [
+    "READERS",
+    "Reader",
+    "check_options",
+    "detect_format",
+    "file_sha256",
+    "options_for",
+    "read",
+    "source_id_for",
+]

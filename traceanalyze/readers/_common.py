@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import gzip
 import importlib
 import os
 import sqlite3
 import types
 import warnings
+import zlib
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import polars as pl
 
@@ -24,20 +24,87 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def head_bytes(path: PathLike, n: int = 65536) -> bytes:
-    """The first `n` bytes of the file, decompressed when it is gzip; b'' when unreadable."""
+    """The first `n` bytes of the file, decompressed when it is gzip; b'' when unreadable.
+
+    A damaged gzip (truncated, corrupt further on) gives what decompresses before the damage,
+    so a truncated `.json.gz` is still recognized by its content and its reader can say what is
+    wrong with it, instead of detection finding no reader.
+    """
     try:
         with open(path, "rb") as f:
             raw = f.read(n)
-            if raw.startswith(GZIP_MAGIC):
-                f.seek(0)
-                with gzip.GzipFile(fileobj=f) as g:
-                    try:
-                        return g.read(n)
-                    except (OSError, EOFError):
-                        return b""
-            return raw
+            if not raw.startswith(GZIP_MAGIC):
+                return raw
+            f.seek(0)
+            return _gunzip_prefix(f, n)
     except OSError:
         return b""
+
+
+def _gunzip_prefix(f: BinaryIO, n: int) -> bytes:
+    """Up to `n` decompressed bytes from a gzip stream, stopping quietly at damage."""
+    out = bytearray()
+    d = zlib.decompressobj(31)
+    data = b""
+    while len(out) < n:
+        if not data:
+            data = f.read(1 << 16)
+            if not data:
+                break
+        try:
+            out += d.decompress(data, n - len(out))
+        except zlib.error:
+            break
+        data = d.unconsumed_tail
+        if d.eof:  # next member, if any; trailing zero padding fails its header check: stop
+            data, d = d.unused_data, zlib.decompressobj(31)
+    return bytes(out[:n])
+
+
+def gzip_damage(path: PathLike) -> str | None:
+    """Why a gzip file cannot be decompressed to its end ("truncated gzip …", "corrupt gzip …"),
+    or None when it can (or is not gzip). Reads the whole file: only for diagnosing errors."""
+    with open(path, "rb") as f:
+        if f.read(2) != GZIP_MAGIC:
+            return None
+        f.seek(0)
+        d = zlib.decompressobj(31)
+        started = False
+        data = b""
+        try:
+            while True:
+                if not data:
+                    data = f.read(1 << 20)
+                    if not data:
+                        return "truncated gzip (no end of stream)" if started else None
+                if not started and not data.strip(b"\x00"):
+                    data = b""
+                    continue
+                started = True
+                d.decompress(data, 1 << 22)
+                data = d.unconsumed_tail
+                if d.eof:
+                    data, d, started = d.unused_data, zlib.decompressobj(31), False
+        except zlib.error as e:
+            return f"corrupt gzip ({e})"
+
+
+def sqlite_damage(path: PathLike) -> str | None:
+    """Why a file with the SQLite magic cannot be opened and listed, or None when it can (or
+    is not SQLite). A truncated export usually fails here, on its schema pages."""
+    if not is_sqlite(path):
+        return None
+    try:
+        con = connect_readonly(path)
+    except MalformedInput as e:
+        return e.message
+    try:
+        sqlite_tables(con)
+    except sqlite3.DatabaseError as e:
+        return f"unreadable SQLite database ({e}); truncated or corrupt"
+    finally:
+        con.close()
+    return None
 
 
 def head_text(path: PathLike, n: int = 65536) -> str:
@@ -49,11 +116,42 @@ def is_sqlite(path: PathLike) -> bool:
     return head_bytes(path, 16) == SQLITE_MAGIC
 
 
+def sqlite_truncation(path: PathLike) -> str | None:
+    """Why an SQLite file is shorter than its header says, or None.
+
+    SQLite reads pages past the end of a truncated file as zeros, so a file cut in a table the
+    query does not touch reads without error. The header (sqlite.org/fileformat.html §1.3) has
+    the page size (offset 16, 1 meaning 65536) and the page count (offset 28), which is valid
+    when the change counter (24) equals the version-valid-for number (92).
+    """
+    try:
+        with open(path, "rb") as f:
+            h = f.read(100)
+        size = os.path.getsize(path)
+    except OSError:
+        return None
+    if len(h) < 100 or not h.startswith(SQLITE_MAGIC):
+        return None
+    page = int.from_bytes(h[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(h[28:32], "big")
+    if h[24:28] != h[92:96] or pages == 0 or size >= page * pages:
+        return None
+    return (
+        f"unreadable SQLite database: truncated ({size:,} bytes; its header says {pages:,} "
+        f"pages of {page:,} bytes = {page * pages:,})"
+    )
+
+
 def connect_readonly(path: PathLike) -> sqlite3.Connection:
     """Open an SQLite file read-only (URI mode=ro), tolerant of non-UTF-8 text.
 
-    Untrusted input: never opened writable, so a reader can't modify or create the file.
+    Untrusted input: never opened writable, so a reader can't modify or create the file. A file
+    shorter than its header says (an incomplete copy) is refused: see `sqlite_truncation`.
     """
+    cut = sqlite_truncation(path)
+    if cut is not None:
+        raise MalformedInput(cut, path=path)
     uri = Path(path).resolve().as_uri() + "?mode=ro"
     try:
         con = sqlite3.connect(uri, uri=True)
@@ -62,7 +160,9 @@ def connect_readonly(path: PathLike) -> sqlite3.Connection:
         con.execute("PRAGMA query_only = ON")
         con.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
     except sqlite3.DatabaseError as e:
-        raise MalformedInput(f"not a readable SQLite database ({e})", path=path) from None
+        raise MalformedInput(
+            f"unreadable SQLite database ({e}); truncated or corrupt", path=path
+        ) from None
     return con
 
 

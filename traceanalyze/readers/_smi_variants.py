@@ -242,10 +242,14 @@ def read_dcgmi(raw: bytes, path: PathLike, *, interval_ms: Any) -> Tables:
             path=path,
         )
     step_ns = float(interval_ms) * 1e6
-    if not step_ns > 0:
-        raise TraceanalyzeError(f"interval_ms must be positive, got {interval_ms}", path=path)
+    if not 0 < step_ns < 2.0**63:  # also refuses nan and inf
+        raise TraceanalyzeError(
+            f"interval_ms must be positive and below ~292 years, got {interval_ms}", path=path
+        )
     text = raw.decode("utf-8", "replace")
-    lines = text.splitlines()
+    # split on "\n" only (not str.splitlines, which also breaks at \x0b, \x1c, U+2028, …), so
+    # list index + 1 is the line number an editor shows.
+    lines = text.split("\n")
     header_i = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("#Entity"))
     header = lines[header_i]
     tags = header.split()[1:]
@@ -261,23 +265,30 @@ def read_dcgmi(raw: bytes, path: PathLike, *, interval_ms: Any) -> Tables:
                 units[tags[k]] = m.group()
     s = pl.Series("line", lines, dtype=pl.String).str.strip_chars()
     # Data rows: not headers, units lines or blank; repeated headers must be identical.
-    heads = s.filter(s.str.starts_with("#Entity")).unique().to_list()
-    if len(heads) > 1 and len({tuple(h.split()) for h in heads}) > 1:
-        raise MalformedInput("dcgmi dmon header changes mid-file", path=path)
-    rows = s.filter(
-        ~(s.str.starts_with("#") | s.str.starts_with("ID") | (s == "") | s.str.starts_with("Error"))
+    is_head = s.str.starts_with("#Entity")
+    changed = is_head & (s.str.replace_all(r"\s+", " ") != " ".join(header.split()))
+    if changed.any():
+        raise MalformedInput(
+            "dcgmi dmon header changes mid-file", path=path, line=int(changed.arg_true()[0]) + 1
+        )
+    keep = ~(
+        s.str.starts_with("#") | s.str.starts_with("ID") | (s == "") | s.str.starts_with("Error")
     )
+    rows = s.filter(keep)
+    line_no = pl.int_range(1, len(lines) + 1, eager=True).filter(keep)
     parts = rows.str.replace_all(r"\s+", " ").str.split(" ")
     n = parts.list.len()
     bad = (n != len(tags) + 2).arg_true()
     if bad.len():
+        i = int(bad[0])
         raise MalformedInput(
-            f"dcgmi dmon row with {n[int(bad[0])]} fields, expected {len(tags) + 2}: "
-            f"{rows[int(bad[0])]!r}",
+            f"dcgmi dmon row with {n[i]} fields, expected {len(tags) + 2}: {rows[i]!r}",
             path=path,
+            line=int(line_no[i]),
         )
     df = pl.DataFrame(
         {
+            "line": line_no,
             "entity": parts.list.get(0),
             "id": parts.list.get(1),
             **{t: parts.list.get(i + 2) for i, t in enumerate(tags)},
@@ -286,8 +297,20 @@ def read_dcgmi(raw: bytes, path: PathLike, *, interval_ms: Any) -> Tables:
     gpu = df.filter(pl.col("entity") == "GPU")
     if gpu.height < df.height:
         warn(f"{path}: skipped {df.height - gpu.height} dcgmi row(s) of non-GPU entities")
+    gpu = gpu.with_columns(pl.col("id").cast(pl.Int64, strict=False).alias("device_id"))
+    bad_rows = gpu.filter(pl.col("device_id").is_null())
+    if bad_rows.height:
+        raise MalformedInput(
+            f"dcgmi dmon GPU id is not an integer: {bad_rows['id'][0]!r}",
+            path=path,
+            line=int(bad_rows["line"][0]),
+        )
+    per_gpu = gpu.group_by("id").len()["len"].max()
+    if isinstance(per_gpu, int) and not (per_gpu - 1) * step_ns < 2.0**63:
+        raise TraceanalyzeError(
+            f"interval_ms={interval_ms} places samples past int64 nanoseconds", path=path
+        )
     gpu = gpu.with_columns(
-        pl.col("id").cast(pl.Int64).alias("device_id"),
         (pl.int_range(pl.len()).over("id") * step_ns).round(0).cast(pl.Int64).alias("timestamp_ns"),
     )
 
@@ -296,9 +319,14 @@ def read_dcgmi(raw: bytes, path: PathLike, *, interval_ms: Any) -> Tables:
         return pl.when(v == "N/A").then(None).otherwise(v).cast(pl.Float64, strict=False)
 
     for t in tags:
-        bad = gpu.filter(num(t).is_null() & (pl.col(t) != "N/A"))
-        if bad.height:
-            raise MalformedInput(f"dcgmi dmon {t}: not a number: {bad[t][0]!r}", path=path)
+        bad_rows = gpu.filter(num(t).is_null() & (pl.col(t) != "N/A"))
+        if bad_rows.height:
+            raise MalformedInput(
+                f"dcgmi dmon {t}: not a number: {bad_rows[t][0]!r}",
+                path=path,
+                line=int(bad_rows["line"][0]),
+                column=t,
+            )
     samples = gpu.select(
         "device_id",
         "timestamp_ns",

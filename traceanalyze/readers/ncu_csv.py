@@ -71,7 +71,7 @@ import gzip
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -504,10 +504,8 @@ _KERNEL_METRICS = {
 }
 
 
-def read_ncu_csv(path: PathLike, **options: Any) -> Tables:
+def read_ncu_csv(path: PathLike) -> Tables:
     """Read an Nsight Compute CSV (long or raw page) or, with `ncu_report`, an `.ncu-rep`."""
-    if options:
-        raise TypeError(f"read_ncu_csv: unknown options {sorted(options)}")
     if str(path).endswith(REP_MAGIC_SUFFIX):
         return _read_report(path)
     raw, offset = _read_bytes(path)

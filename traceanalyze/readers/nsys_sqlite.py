@@ -25,10 +25,19 @@ Tables:
   Static, 6 Managed Static (this is nsys's numbering, not CUPTI's). Labels are normalized to the
   schema's spelling (`HtoD`, `DtoD`, `PtoP`, `Unified HtoD`, …) whatever the enum's label text;
   the enums' "Unknown" entries become null (a missing value, not a kind).
-* `api_calls` ← `CUPTI_ACTIVITY_KIND_RUNTIME` (api `runtime`) and `…_DRIVER` (api `driver`) when
-  present; `nameId` → `StringIds` with the `_v7000`-style version suffix stripped; process and
-  thread from `globalTid`; `returnValue` → `return_code`. Correlation ids restart per process, so
-  join to kernels on (`process_id`, `correlation_id`).
+* `api_calls` ← `CUPTI_ACTIVITY_KIND_RUNTIME` (and `…_DRIVER` when present). nsys writes CUDA
+  driver calls (`cuLaunchKernelEx`, `cuKernelGetAttribute`, …) into the RUNTIME table too and
+  tells them apart by `eventClass`, so `api` comes from each row's `eventClass` looked up in
+  `ENUM_NSYS_EVENT_CLASS` (3.x: `TRACE_PROCESS_EVENT_CUDA_RUNTIME` → `runtime`,
+  `…_CUDA_DRIVER` → `driver`); 2.x exports have no ENUM tables, so the same numbering is the
+  documented fallback (`EVENT_CLASS_2X`: 0 runtime, 1 driver, 67 CUDA backtrace; the 2022.2
+  sample agrees: class 1 holds `cuModuleGetLoadingMode`). A table without the column labels its
+  rows by the table (`runtime` / `driver`). CUDA backtrace rows (class 67, `nsys
+  --cudabacktrace`) are not calls: each repeats a runtime call of the same thread and correlation
+  id, widened, to carry its `callchainId`, so they are dropped; rows of any other class are
+  dropped with a warning. `nameId` → `StringIds` with the `_v7000`-style version suffix
+  stripped; process and thread from `globalTid`; `returnValue` → `return_code`. Correlation ids
+  restart per process, so join to kernels on (`process_id`, `correlation_id`).
 * `markers` ← `NVTX_EVENTS` event types 59 (push/pop range), 60 (start/end range) and 34 (mark,
   null end). The name is `text`, else `StringIds[textId]`; the domain is the name of the
   DomainCreate (75) row with the same `domainId` (domain 0, the default domain, is null).
@@ -124,6 +133,11 @@ MEM_KIND_2X: dict[int, str | None] = {
     7: None,  # Unknown
 }
 _MEM_KINDS = {v.upper().replace(" ", ""): v for v in MEM_KIND_2X.values() if v}
+# `eventClass` of the API tables: the ids of ENUM_NSYS_EVENT_CLASS in the 3.x exports here
+# (2026.1, 2026.2), used for 2.x exports, which have no ENUM tables. Values are `api` labels;
+# "backtrace" rows are dropped (see the module docstring).
+EVENT_CLASS_2X: dict[int, str | None] = {0: "runtime", 1: "driver", 67: "backtrace"}
+_API_LABELS = ("runtime", "driver")
 
 # NVTX eventType values (ENUM_NSYS_EVENT_TYPE): the ones that become markers, and DomainCreate.
 NVTX_MARK, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 34, 59, 60, 75
@@ -493,6 +507,20 @@ def _mem_label(name: str | None, label: str | None) -> str | None:
     return label or name
 
 
+def _class_label(name: str | None, label: str | None) -> str | None:
+    """'TRACE_PROCESS_EVENT_CUDA_DRIVER' or 'CUDA driver' → 'driver'; CUDA runtime → 'runtime';
+    CUDA backtrace → 'backtrace'; any other class keeps its label text."""
+    for text in (name, label):
+        t = re.sub(r"[^A-Z]", "", (text or "").upper())
+        # "CUDA EGL driver" (CUDAEGLDRIVER) and "OSRT runtime" do not match.
+        for key, api in (("CUDARUNTIME", "runtime"), ("CUDADRIVER", "driver")):
+            if t.endswith(key):
+                return api
+        if t.endswith("CUDABACKTRACE"):
+            return "backtrace"
+    return label or name
+
+
 def _enum(
     con: sqlite3.Connection,
     names: set[str],
@@ -642,6 +670,7 @@ _API_COLS = {
     "correlation_id": "correlationId",
     "name_id": "nameId",
     "return_code": "returnValue",
+    "event_class": "eventClass",
 }
 
 
@@ -653,17 +682,31 @@ def _api_calls(
     fast: _Fast | None,
 ) -> pl.DataFrame | None:
     parts = []
-    for table, api in ((RUNTIME, "runtime"), (DRIVER, "driver")):
+    classes = _enum(con, names, "ENUM_NSYS_EVENT_CLASS", EVENT_CLASS_2X, _class_label)
+    for table, table_api in ((RUNTIME, "runtime"), (DRIVER, "driver")):
         if table not in names:
             continue
         df = _fetch(con, table, _API_COLS, dict.fromkeys(_API_COLS, _I), fast=fast)
-        _warn_dropped(df, "name_id", bad_ids, f"{api} API calls")
+        if "eventClass" in table_columns(con, table):
+            df = df.with_columns(_label(pl.col("event_class"), classes, "api"))
+            known = pl.col("api").is_in([*_API_LABELS, "backtrace"])
+            other = df.filter(~known.fill_null(False))
+            if other.height:
+                counts = other.group_by("event_class", "api").len().sort("event_class")
+                listed = ", ".join(
+                    f"{n} of class {c} ({a or 'unknown'})" for c, a, n in counts.iter_rows()
+                )
+                warn(f"nsys_sqlite: {table} rows of non-CUDA-API event classes dropped: {listed}")
+            df = df.filter(pl.col("api").is_in(_API_LABELS))
+        else:
+            df = df.with_columns(pl.lit(table_api, dtype=pl.String).alias("api"))
+        _warn_dropped(df, "name_id", bad_ids, "API calls")
         parts.append(
             df.select(
                 _pid("global_tid"),
                 _tid("global_tid"),
                 "correlation_id",
-                pl.lit(api, dtype=pl.String).alias("api"),
+                "api",
                 _resolve(pl.col("name_id"), strings)
                 .str.replace(_API_VERSION_SUFFIX, "")
                 .alias("name"),
