@@ -299,3 +299,18 @@ def test_truncated_sqlite_says_unreadable_sqlite(tmp_path: Path, write) -> None:
         f"traceanalyze: error: {p}: unreadable SQLite database: truncated (1,000,000 bytes; "
         f"its header says {pages:,} pages of {size:,} bytes = {pages * size:,})\n"
     )
+
+
+def test_data_quality_warnings_are_one_line(tmp_path: Path, write) -> None:
+    # a complete event without `dur`: kept, and the reader warns (kineto_json)
+    trace = (
+        '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 5}]}'
+    )
+    p = write("nodur.json", trace)
+    r = CliRunner().invoke(main, ["ingest", str(p), "--store", str(tmp_path / "st")])
+    assert r.exit_code == 0
+    warned = [ln for ln in r.stderr.splitlines() if "warning" in ln]
+    assert warned == [
+        f"traceanalyze: warning: {p}: kernels: 1 complete event(s) without dur: "
+        "end and duration null"
+    ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,11 +43,26 @@ class _Group(click.Group):
         return super().get_command(ctx, name)
 
     def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except TraceanalyzeError as e:
-            click.echo(f"traceanalyze: error: {e}", err=True)
-            ctx.exit(1)
+        # Data-quality notes (`warnings.warn` in the library) as one line each, like errors,
+        # not Python's two-line form with a source line.
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            try:
+                return super().invoke(ctx)
+            except TraceanalyzeError as e:
+                click.echo(f"traceanalyze: error: {e}", err=True)
+                ctx.exit(1)
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    click.echo(f"traceanalyze: warning: {message}", err=True)
 
 
 @click.group(cls=_Group)
