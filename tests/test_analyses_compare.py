@@ -61,6 +61,30 @@ def test_compare_overview() -> None:
     assert m["kernel_time_per_iteration_ms"]["a"] == pytest.approx(50e-6 / 2)
 
 
-def test_compare_empty_side() -> None:
-    with pytest.raises(NotAnswerable, match="no kernels in source"):
+def test_compare_empty_side_names_it() -> None:
+    with pytest.raises(NotAnswerable, match="^no kernels in C$"):
         compare_kernels(tables().kernels, "A", "C")
+    with pytest.raises(NotAnswerable, match=r"^no kernels in B = b.txt and C = c.txt$"):
+        compare_kernels(
+            tables().kernels.filter(pl.col("source_id") == "A"),
+            "B",
+            "C",
+            names={"B": "B = b.txt", "C": "C = c.txt"},
+        )
+
+
+def test_compare_a_source_with_itself() -> None:
+    # The same source on both sides (the CLI relabels one copy A and one B): all matched, 1.0.
+    k = tables().kernels.filter(pl.col("source_id") == "A")
+    both = pl.concat([k, k.with_columns(pl.lit("B").alias("source_id"))])
+    kc = compare_kernels(both, "A", "B")
+    assert kc["matched"].all() and kc["ratio_mean"].to_list() == [1.0, 1.0]
+
+
+def test_overview_with_nothing_to_compare_says_so() -> None:
+    t = tables()
+    with (
+        pytest.warns(UserWarning, match="^kernel rows left out: no kernels in X and Y$"),
+        pytest.raises(NotAnswerable, match="^X and Y have no kernels, iterations or telemetry$"),
+    ):
+        compare_overview(t.kernels, t.iterations, t.gpu_samples, "X", "Y")

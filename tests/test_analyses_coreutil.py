@@ -9,7 +9,12 @@ import pytest
 from conftest import shared
 
 import traceanalyze as ta
-from traceanalyze.analyses.coreutil import batch_size_from_name, core_utilization
+from traceanalyze.analyses.coreutil import (
+    PIPE_METRICS,
+    batch_size_from_name,
+    core_utilization,
+    core_utilization_each,
+)
 from traceanalyze.errors import NotAnswerable
 
 FMA = "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_elapsed"
@@ -126,10 +131,18 @@ def test_ampere_names_and_missing_unit_warns() -> None:
             "invocations_count": [None] * 4,
         }
     )
-    with pytest.warns(UserWarning, match="no metric for fma, fp16, sfu"):
+    with pytest.warns(UserWarning, match="no metric for fma, fp16, sfu") as rec:
         r = core_utilization(df).row(0, named=True)
     assert r["tensor_pct"] == pytest.approx((100 * 80 + 300 * 40) / 400)
     assert r["tensor_metric"] == hmma and r["fma_pct"] is None
+    # Every missing unit's candidates are listed, not only the first unit's.
+    msg = str(rec[0].message)
+    for unit in ("fma", "fp16", "sfu"):
+        base = PIPE_METRICS[unit][0].split(".avg.")[0]
+        alt = PIPE_METRICS[unit][-1].split(".avg.")[0]
+        assert base in msg and alt in msg, unit
+    assert "FMA: sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_{elapsed,active}" in msg
+    assert "SFU: sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_{elapsed,active}" in msg
 
 
 def test_missing_metrics_not_answerable() -> None:
@@ -155,10 +168,12 @@ def test_nvprof_levels_real_capture() -> None:
     with open(p, newline="") as f:
         rows = [r for r in csv.reader(f) if len(r) == 8 and r[3].endswith("_fu_utilization")]
     avg = {r[3]: float(r[7].split("(")[1].rstrip(")")) for r in rows}
-    with warnings.catch_warnings(record=True):
+    with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
         r = core_utilization(ta.read(p).kernel_metrics).row(0, named=True)
-    assert r["scale"] == "level_0_10" and r["weight"] == "invocations"
+    # --weight cycles (the default) cannot apply to per-kernel aggregates: said, not silent.
+    assert any("weighted by invocations instead of cycles" in str(w.message) for w in rec)
+    assert r["scale"] == "level" and r["weight"] == "invocations"
     assert r["fma_pct"] == avg["single_precision_fu_utilization"]
     assert r["fp16_pct"] == avg["half_precision_fu_utilization"]
     assert r["sfu_pct"] == avg["special_fu_utilization"]
@@ -194,3 +209,93 @@ def test_inline_ncu_2026_header_hopper_names(write) -> None:
     assert r["tensor_pct"] == pytest.approx((1234567 * 75.5 + 2000 * 0.0) / (1234567 + 2000))
     assert r["fma_pct"] == pytest.approx((1234567 * 3.25 + 2000 * 50.0) / (1234567 + 2000))
     assert (r["tensor_metric"], r["fma_metric"], r["launches"]) == (hmma, fma, 2)
+
+
+def test_nvprof_levels_weight_none_is_stated_and_duration_refused() -> None:
+    p = shared("nvprof_csv/magus_matrixMul_gtx1080ti_metrics_all.csv")
+    km = ta.read(p).kernel_metrics
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        r = core_utilization(km, weight="none").row(0, named=True)
+    assert r["weight"] == "invocations" and r["scale"] == "level"
+    assert any("every launch counts once (weight = invocations)" in str(w.message) for w in rec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = core_utilization_each(km, weight="duration")
+    assert res.table.height == 0
+    assert res.unanswered.row(0, named=True)["missing"] == ["gpu__time_duration.sum"]
+    assert "weight 'duration' is not available" in res.unanswered["reason"][0]
+
+
+def test_each_source_answers_on_its_own_and_failures_name_files_and_all_units() -> None:
+    # s1 has every metric; s2 lacks all pipe metrics (only the weight); s3 has no kernel metrics.
+    good = frame(sid="s1")
+    bad = frame(sid="s2").filter(pl.col("metric_name") == CYC)
+    sources = pl.DataFrame(
+        {"source_id": ["s1", "s2", "s3"], "path": ["/r/batch_8.csv", "/r/bad.csv", "/r/it.txt"]}
+    )
+    res = core_utilization_each(pl.concat([good, bad]), sources=sources)
+    assert res.table["source_id"].to_list() == ["s1"]
+    assert res.table["fma_pct"][0] == pytest.approx(expected(3, 0))
+    un = res.unanswered
+    assert un["file"].to_list() == ["/r/bad.csv", "/r/it.txt"]
+    assert un["missing"].to_list() == [
+        ["fma", "fp16", "tensor", "sfu"],
+        ["fma", "fp16", "tensor", "sfu", CYC],
+    ]
+    reason = un["reason"][0]
+    assert reason.startswith("no pipe-utilization metric for any of FMA, FP16, Tensor Core, SFU")
+    for unit in ("fma", "fp16", "tensor", "sfu"):
+        for m in PIPE_METRICS[unit]:
+            assert m.split(".avg.")[0] in reason, m
+    assert un["reason"][1].endswith(f"; weight 'cycles' also needs {CYC}")
+    # The strict form names every failing file in one message.
+    with pytest.raises(NotAnswerable) as e:
+        core_utilization(pl.concat([good, bad]), sources=sources)
+    assert str(e.value).startswith("/r/bad.csv: no pipe-utilization metric")
+    assert "; /r/it.txt: no pipe-utilization metric" in str(e.value)
+
+
+def test_missing_weight_lists_missing_units_too() -> None:
+    only_fma = frame().filter(pl.col("metric_name").is_in([FMA, DUR]))
+    res = core_utilization_each(only_fma)
+    assert res.unanswered["missing"].to_list() == [["fp16", "tensor", "sfu", CYC]]
+    assert res.unanswered["reason"][0].startswith(
+        f"weight 'cycles' needs metric {CYC} on each launch"
+    )
+
+
+def test_hopper_hmma_and_gmma_are_summed_per_launch() -> None:
+    hmma = "sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_elapsed"
+    gmma = "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_elapsed"
+    # (kernel, cycles, hmma %, gmma %): a wgmma kernel, an mma.sync kernel, one using both (sum
+    # 70 + 50 capped at 100), and one where ncu gave gmma only (hmma n/a: counted as 0).
+    launches = [
+        (0, 1000.0, 0.0, 80.0),
+        (1, 3000.0, 40.0, 0.0),
+        (2, 500.0, 70.0, 50.0),
+        (3, 2000.0, None, 10.0),
+    ]
+    recs = [
+        {
+            "source_id": "h",
+            "process_id": 1,
+            "kernel_id": k,
+            "name": f"k{k}",
+            "metric_name": m,
+            "stat": None,
+            "value": v,
+            "invocations_count": None,
+        }
+        for k, cyc, h, g in launches
+        for m, v in ((CYC, cyc), (hmma, h), (gmma, g))
+        if v is not None
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fma, fp16, sfu absent
+        r = core_utilization(pl.DataFrame(recs)).row(0, named=True)
+    per_launch = [80.0, 40.0, 100.0, 10.0]
+    cycles = [c for _, c, _, _ in launches]
+    want = sum(c * p for c, p in zip(cycles, per_launch, strict=True)) / sum(cycles)
+    assert r["tensor_pct"] == pytest.approx(want)
+    assert r["tensor_metric"] == f"{hmma} + {gmma}"

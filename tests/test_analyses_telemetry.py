@@ -5,7 +5,12 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from traceanalyze.analyses.telemetry import align_samples, attribute, attribute_iterations
+from traceanalyze.analyses.telemetry import (
+    align_samples,
+    attribute,
+    attribute_iterations,
+    pair_samples,
+)
 from traceanalyze.errors import NotAnswerable
 from traceanalyze.tables import Tables
 
@@ -94,12 +99,135 @@ def test_align_samples_through_epoch_origins() -> None:
     moved = align_samples(samples("b"), src, "a")
     assert moved["source_id"].unique().to_list() == ["a"]
     assert moved["timestamp_ns"].to_list() == [t - 500 for t in samples()["timestamp_ns"]]
-    with pytest.raises(NotAnswerable, match="c have no recorded epoch origin"):
+    with pytest.raises(NotAnswerable, match="^c have no recorded epoch origin"):
         align_samples(samples("c"), src, "a")
-    with pytest.raises(NotAnswerable, match="source c has no recorded epoch origin"):
+    with pytest.raises(NotAnswerable, match="^c has no recorded epoch origin"):
         align_samples(samples("a"), src, "c")
+    # Messages name the file when the sources table has its path.
+    named = src.with_columns(pl.Series("path", ["a.json", "b.csv", "/runs/c.csv"]))
+    with pytest.raises(NotAnswerable, match="^/runs/c.csv have no recorded epoch origin"):
+        align_samples(samples("c"), named, "a")
 
 
 def test_other_source_samples_need_alignment() -> None:
     with pytest.raises(NotAnswerable, match="align"):
         attribute(intervals(), samples("b"))
+
+
+# --- pairing samples of another source (an iteration log + an NVML log of the same run) -------
+
+LOG_ORIGIN = 10_000 * MS  # the log's clock starts 10 s after the sampler's epoch-ns clock
+
+
+def log_iterations(device: int | None = None) -> pl.DataFrame:
+    # Two iterations on the log's own clock: [0, 20) and [20, 40) ms.
+    return Tables.build(
+        iterations=pl.DataFrame(
+            {
+                "source_id": ["log"] * 2,
+                "device_id": pl.Series([device] * 2, dtype=pl.Int64),
+                "iteration": [0, 1],
+                "start_ns": [0, 20 * MS],
+                "end_ns": [20 * MS, 40 * MS],
+            }
+        )
+    ).iterations
+
+
+def nvml(devices: tuple[int, ...] = (0,), sid: str = "nvml", t0: int = LOG_ORIGIN) -> pl.DataFrame:
+    # Epoch timestamps; on device d the power is 100..500 W + 1000·d, every 10 ms.
+    rows = [
+        {
+            "source_id": sid,
+            "device_id": d,
+            "timestamp_ns": t0 + k * 10 * MS,
+            "power_w": p + 1000 * d,
+        }
+        for d in devices
+        for k, p in enumerate((100.0, 200.0, 300.0, 400.0, 500.0))
+    ]
+    return Tables.build(gpu_samples=pl.DataFrame(rows)).gpu_samples
+
+
+def sources(**origins: int | None) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "source_id": list(origins),
+            "path": [f"/run/{s}.csv" for s in origins],
+            "time_origin_epoch_ns": pl.Series(list(origins.values()), dtype=pl.Int64),
+        }
+    )
+
+
+def test_iteration_log_takes_the_one_device_of_an_overlapping_sampler() -> None:
+    src = sources(log=LOG_ORIGIN, nvml=0)
+    df = attribute_iterations(log_iterations(), nvml(), sources=src)
+    # Iteration 0 holds 100 W for 10 ms then 200 W; iteration 1: 300 W then 400 W.
+    assert df["power_w"].to_list() == pytest.approx([150.0, 350.0])
+    assert df["energy_j"].to_list() == pytest.approx([150 * 0.02, 350 * 0.02])
+    assert df["samples_source_id"].to_list() == ["nvml", "nvml"]
+    assert df["samples_device_id"].to_list() == [0, 0]
+    assert df["device_id"].to_list() == [None, None]  # the iterations' own device stays unknown
+
+
+def test_null_device_with_several_sampled_devices_is_ambiguous_not_guessed() -> None:
+    src = sources(log=LOG_ORIGIN, nvml=0)
+    with pytest.raises(NotAnswerable) as e:
+        attribute_iterations(log_iterations(), nvml((0, 1)), sources=src)
+    assert str(e.value) == (
+        "no telemetry for these iterations: /run/log.csv: ambiguous for unknown device "
+        "(/run/nvml.csv device 0, /run/nvml.csv device 1)"
+    )
+    with pytest.warns(UserWarning, match="ambiguous for unknown device") as rec:
+        pairs = pair_samples(log_iterations(), nvml((0, 1)), src, what="iterations")
+    assert len(rec) == 1
+    assert pairs.select("samples_source_id", "samples_device_id").row(0) == (None, None)
+
+
+def test_known_devices_are_matched() -> None:
+    src = sources(log=LOG_ORIGIN, nvml=0)
+    df = attribute_iterations(log_iterations(device=1), nvml((0, 1)), sources=src)
+    assert df["power_w"].to_list() == pytest.approx([1150.0, 1350.0])
+    assert df["samples_device_id"].to_list() == [1, 1]
+
+
+def test_only_sources_with_epoch_origins_that_overlap_are_used() -> None:
+    # "far" overlaps nothing (a day later); "loose" has no epoch origin: not considered, said so.
+    smp = pl.concat(
+        [nvml(), nvml(sid="far", t0=LOG_ORIGIN + 86_400_000 * MS), nvml(sid="loose", t0=0)]
+    )
+    src = sources(log=LOG_ORIGIN, nvml=0, far=0, loose=None)
+    pairs = pair_samples(log_iterations(), smp, src)
+    assert pairs.select("samples_source_id", "shift_ns", "pairing").row(0) == (
+        "nvml",
+        -LOG_ORIGIN,
+        "epoch overlap",
+    )
+    with pytest.warns(UserWarning, match="loose.csv have no recorded epoch origin"):
+        pairs = pair_samples(log_iterations(), nvml(sid="loose", t0=0), src)
+    assert pairs["samples_source_id"].to_list() == [None]
+    # An iteration source without an epoch origin cannot use other sources' samples.
+    with pytest.raises(NotAnswerable, match="no recorded epoch origin, so other sources"):
+        attribute_iterations(log_iterations(), nvml(), sources=sources(log=None, nvml=0))
+
+
+def test_own_samples_come_first_and_need_no_origin() -> None:
+    own = samples("log")  # the log's own clock, 100..500 W every 10 ms from 0
+    smp = pl.concat([own, nvml()], how="diagonal_relaxed")
+    df = attribute_iterations(log_iterations(device=0), smp, sources=sources(log=None, nvml=0))
+    assert df["samples_source_id"].to_list() == ["log", "log"]
+    assert df["power_w"].to_list() == pytest.approx([150.0, 350.0])
+
+
+def test_samples_from_forces_a_source() -> None:
+    smp = pl.concat([nvml(), nvml(sid="other", t0=LOG_ORIGIN - 10 * MS)])
+    src = sources(log=LOG_ORIGIN, nvml=0, other=0)
+    # Both overlap the log: with a known device that is ambiguous; --samples-from settles it.
+    with pytest.raises(NotAnswerable, match="ambiguous for device 0"):
+        attribute_iterations(log_iterations(device=0), smp, sources=src)
+    df = attribute_iterations(log_iterations(device=0), smp, sources=src, samples_from="other")
+    # "other" runs 10 ms earlier, -10..30 ms on the log's clock: iteration 0 sees 200 W then
+    # 300 W; iteration 1, [20, 40) ms, ends after its last sample.
+    assert df["power_w"][0] == pytest.approx(250.0)
+    assert df["coverage"].to_list() == ["ok", "outside"] and df["power_w"][1] is None
+    assert df["samples_source_id"].to_list() == ["other", "other"]

@@ -8,8 +8,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from conftest import shared
 from test_analyses_coreutil import LAUNCHES, expected, tbd_csv
 
+from traceanalyze import cli
+from traceanalyze.analyses.coreutil import PIPE_METRICS
 from traceanalyze.cli import main
 from traceanalyze.store import Store
 from traceanalyze.tables import Tables
@@ -105,7 +108,17 @@ def test_coreutil_json_several_files(write) -> None:
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)
     assert [list(x) for x in got] == [
-        ["file", "batch_size", "fma_pct", "fp16_pct", "tensor_pct", "sfu_pct", "launches", "weight"]
+        [
+            "file",
+            "batch_size",
+            "fma_pct",
+            "fp16_pct",
+            "tensor_pct",
+            "sfu_pct",
+            "launches",
+            "weight",
+            "scale",
+        ]
     ] * 2
     assert [(x["file"], x["batch_size"], x["launches"]) for x in got] == [
         (str(b), 8, 1),
@@ -113,7 +126,7 @@ def test_coreutil_json_several_files(write) -> None:
     ]
     assert got[0]["fma_pct"] == pytest.approx(10.0)
     assert got[1]["tensor_pct"] == pytest.approx(expected(3, 2))
-    assert got[1]["weight"] == "cycles"
+    assert got[1]["weight"] == "cycles" and got[1]["scale"] == "pct"
 
 
 def test_coreutil_weight_none_and_plot(write, tmp_path: Path) -> None:
@@ -122,10 +135,10 @@ def test_coreutil_weight_none_and_plot(write, tmp_path: Path) -> None:
     r = run("coreutil", str(a), "--weight", "none", "--csv", "--plot", str(png))
     assert r.exit_code == 0
     rows = r.stdout.splitlines()
-    assert rows[0] == "file,batch_size,fma_pct,fp16_pct,tensor_pct,sfu_pct,launches,weight"
+    assert rows[0] == "file,batch_size,fma_pct,fp16_pct,tensor_pct,sfu_pct,launches,weight,scale"
     fma = sum(x[5] for x in LAUNCHES) / 3
     assert rows[1].startswith(f"{a},4,{fma!r},")
-    assert rows[1].endswith(",3,none")
+    assert rows[1].endswith(",3,none,pct")
     assert png.read_bytes().startswith(b"\x89PNG")
 
 
@@ -133,8 +146,63 @@ def test_coreutil_not_answerable(write) -> None:
     p = write("x.csv", "\n".join(ln for ln in tbd_csv().splitlines() if "pipe" not in ln) + "\n")
     r = CliRunner().invoke(main, ["coreutil", str(p)])
     assert r.exit_code == 1
-    assert r.output.startswith("traceanalyze: error: source ")
-    assert "no pipe-utilization metric; missing e.g. sm__inst_executed_pipe_fma" in r.output
+    assert r.stdout == ""
+    assert r.stderr.startswith(
+        f"traceanalyze: error: {p}: no pipe-utilization metric for any of "
+        "FMA, FP16, Tensor Core, SFU (looked for FMA: sm__inst_executed_pipe_fma"
+    )
+
+
+def test_coreutil_prints_what_it_can_then_each_bad_file(write, monkeypatch) -> None:
+    monkeypatch.chdir(write("batch_16.csv", tbd_csv()).parent)
+    write("batch_8.csv", "\n".join(tbd_csv().splitlines()[:8]) + "\n")
+    write("bad.csv", "\n".join(ln for ln in tbd_csv().splitlines() if "pipe" not in ln) + "\n")
+    r = CliRunner().invoke(main, ["coreutil", "batch_16.csv", "batch_8.csv", "bad.csv"])
+    assert r.exit_code == 1
+    # batch_16 by hand: cycles 1,000 + 12,345 + 2,000,000 = 2,013,345;
+    # FMA (10,000 + 370,350 + 40,000,000) / 2,013,345 = 20.0563…; FP16 61,725 / … = 0.0307…;
+    # Tensor 120,657,250 / … = 59.9288…; SFU 1,025,690 / … = 0.5094…
+    assert r.stdout == (
+        "file          batch_size  fma_pct  fp16_pct  tensor_pct  sfu_pct  launches  weight"
+        "  scale\n"
+        "------------  ----------  -------  --------  ----------  -------  --------  ------"
+        "  -----\n"
+        "batch_8.csv            8       10         0          40        1         1  cycles  pct\n"
+        "batch_16.csv          16   20.056     0.031      59.929    0.509         3  cycles  pct\n"
+    )
+    (line,) = r.stderr.splitlines()
+    assert line.startswith(
+        "traceanalyze: error: bad.csv: no pipe-utilization metric for any of "
+        "FMA, FP16, Tensor Core, SFU (looked for FMA: "
+    )
+    # Every unit and every candidate metric is named, not only the first.
+    for unit in ("fma", "fp16", "tensor", "sfu"):
+        for m in PIPE_METRICS[unit]:
+            assert m.split(".avg.")[0] in line, m
+    assert line.endswith(
+        "; or nvprof's single_precision_fu_utilization, half_precision_fu_utilization, "
+        "tensor_precision_fu_utilization, special_fu_utilization)"
+    )
+    r = CliRunner().invoke(main, ["coreutil", "batch_16.csv", "bad.csv", "--json"])
+    assert r.exit_code == 1
+    assert [x["file"] for x in json.loads(r.stdout)] == ["batch_16.csv"]
+    assert r.stderr.startswith("traceanalyze: error: bad.csv: no pipe-utilization metric")
+
+
+def test_coreutil_nvprof_levels_keep_their_scale(write) -> None:
+    p = shared("nvprof_csv/magus_matrixMul_gtx1080ti_metrics_all.csv")
+    a = write("batch_16.csv", tbd_csv())
+    r = CliRunner().invoke(main, ["coreutil", str(a), str(p), "--json"])
+    assert r.exit_code == 0
+    got = {Path(x["file"]).name: x for x in json.loads(r.stdout)}
+    lv = got[p.name]
+    # The file's own `Avg` level of single_precision_fu_utilization is "Low (3)".
+    assert (lv["fma_pct"], lv["scale"], lv["weight"]) == (3.0, "level", "invocations")
+    assert got["batch_16.csv"]["scale"] == "pct"
+    assert (
+        f"traceanalyze: note: {p}: nvprof *_fu_utilization levels have no per-launch cycle "
+        "count; weighted by invocations instead of cycles"
+    ) in r.stderr
 
 
 def test_input_usage_errors(store: str, write) -> None:
@@ -148,12 +216,13 @@ def test_busy_csv_exact(store: str) -> None:
     # a: kernels [0,10) [10,15) [100,110) [110,115) ms, copy [50,60): window 115, busy 30.
     # b: kernels [0,20) [10,25) [200,220) [210,225): window 225, union [0,25) + [200,225) = 50.
     r = run("busy", "--store", store, "--csv")
+    a, b = "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb"
     assert r.output == (
-        "source_id,device_id,activity,interval_count,window_ms,busy_ms,busy_pct\n"
-        "aaaaaaaaaaaaaaaa,0,copies,1,115.0,10.0,8.695652173913043\n"
-        "aaaaaaaaaaaaaaaa,0,kernels,4,115.0,30.0,26.08695652173913\n"
-        f"bbbbbbbbbbbbbbbb,0,copies,1,225.0,10.0,{100 * 10 / 225!r}\n"
-        f"bbbbbbbbbbbbbbbb,0,kernels,4,225.0,50.0,{100 * 50 / 225!r}\n"
+        "source_id,file,device_id,activity,interval_count,window_ms,busy_ms,busy_pct\n"
+        f"{a},{a}.csv,0,copies,1,115.0,10.0,8.695652173913043\n"
+        f"{a},{a}.csv,0,kernels,4,115.0,30.0,26.08695652173913\n"
+        f"{b},{b}.csv,0,copies,1,225.0,10.0,{100 * 10 / 225!r}\n"
+        f"{b},{b}.csv,0,kernels,4,225.0,50.0,{100 * 50 / 225!r}\n"
     )
     r = run(
         "busy",
@@ -169,6 +238,24 @@ def test_busy_csv_exact(store: str) -> None:
     )
     k = [x for x in json.loads(r.output) if x["activity"] == "kernels"][0]
     assert (k["window_ms"], k["busy_ms"]) == (20.0, 15.0)  # [0,10) + [10,15)
+
+
+def test_busy_table_exact(store: str) -> None:
+    r = run("busy", "--store", store)
+    assert r.output == (
+        "source_id         file                  device_id  activity  interval_count  window_ms"
+        "  busy_ms  busy_pct\n"
+        "----------------  --------------------  ---------  --------  --------------  ---------"
+        "  -------  --------\n"
+        "aaaaaaaaaaaaaaaa  aaaaaaaaaaaaaaaa.csv          0  copies                 1        115"
+        "       10     8.696\n"
+        "aaaaaaaaaaaaaaaa  aaaaaaaaaaaaaaaa.csv          0  kernels                4        115"
+        "       30    26.087\n"
+        "bbbbbbbbbbbbbbbb  bbbbbbbbbbbbbbbb.csv          0  copies                 1        225"
+        "       10     4.444\n"
+        "bbbbbbbbbbbbbbbb  bbbbbbbbbbbbbbbb.csv          0  kernels                4        225"
+        "       50    22.222\n"
+    )
 
 
 def test_variability_and_plot(store: str, tmp_path: Path) -> None:
@@ -289,7 +376,7 @@ def test_attribute_samples_from_other_source(store: str) -> None:
     )
     assert r.exit_code == 1
     assert r.output == (
-        "traceanalyze: error: source(s) dddddddddddddddd have no recorded epoch origin; "
+        "traceanalyze: error: dddddddddddddddd have no recorded epoch origin; "
         "their samples cannot be aligned to another source's clock\n"
     )
 
@@ -310,10 +397,271 @@ def test_compare_two_iteration_logs_notes_missing_kernels(write) -> None:
         "iteration_count,3.0,3.0,0.0,1.0",
         "median_iteration_ms,500.0,500.0,0.0,1.0",
     ]
-    assert "traceanalyze: note: kernel rows left out: no kernels in source(s) A, B" in r.stderr
+    assert r.stdout.count("\n\n") == 0  # no kernel table after the overview
+    assert f"traceanalyze: note: kernel rows left out: no kernels in A = {a} and B = {b}" in (
+        r.stderr
+    )
 
 
 def test_device_filter(store: str) -> None:
     r = CliRunner().invoke(main, ["busy", "--store", store, "--device", "1"])
     assert r.exit_code == 1
     assert r.output == "traceanalyze: error: no kernels or copies with start and end times\n"
+
+
+# --- compare: exact table, self-comparison, CSV with both tables, filters ---------------------
+
+
+def test_compare_table_exact(store: str) -> None:
+    a, b = "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb"
+    r = run("compare", a, b, "--store", store)
+    # By hand: a's kernels gemm 2 x 10 ms, relu 2 x 5 ms (30 ms); b's gemm 2 x 20 ms, relu
+    # 2 x 15 ms (70 ms); both match by name and grid/block. Iterations 100 vs 200 ms; samples
+    # 1500 vs 750 MHz, 200 vs 400 W, 60 °C. Per iteration: 30 / 4 and 70 / 4 ms.
+    assert r.output == (
+        f"A = {a} ({a}.csv)\n"
+        f"B = {b} ({b}.csv)\n"
+        "== overview\n"
+        "metric                              a     b  delta  ratio\n"
+        "----------------------------  -------  ----  -----  -----\n"
+        "kernel_launch_count                 4     4      0      1\n"
+        "kernel_time_ms                     30    70     40  2.333\n"
+        "matched_kernel_time_ms             30    70     40  2.333\n"
+        "match_coverage_pct                100   100      0      1\n"
+        "iteration_count                     4     4      0      1\n"
+        "median_iteration_ms               100   200    100      2\n"
+        "median_images_per_s                 -     -      -      -\n"
+        "median_sm_clock_mhz           1,500.0   750   -750    0.5\n"
+        "median_power_w                    200   400    200      2\n"
+        "median_temperature_c               60    60      0      1\n"
+        "kernel_time_per_iteration_ms      7.5  17.5     10  2.333\n"
+        "\n"
+        "== kernels (top 2 of 2 by time)\n"
+        "name  grid_x  grid_y  grid_z  block_x  block_y  block_z  count_a  count_b  total_ms_a"
+        "  total_ms_b  mean_us_a  mean_us_b  delta_mean_us  ratio_mean  matched\n"
+        "----  ------  ------  ------  -------  -------  -------  -------  -------  ----------"
+        "  ----------  ---------  ---------  -------------  ----------  -------\n"
+        "gemm       4       -       -      256        -        -        2        2          20"
+        "          40   10,000.0   20,000.0       10,000.0           2  True\n"
+        "relu       4       -       -      256        -        -        2        2          10"
+        "          30    5,000.0   15,000.0       10,000.0           3  True\n"
+    )
+
+
+def test_compare_a_source_with_itself(store: str) -> None:
+    a = "aaaaaaaaaaaaaaaa"
+    r = run("compare", a, a, "--store", store, "--json")
+    assert r.stderr == ""  # no "no kernels in …" note: both sides have a's kernels
+    got = json.loads(r.stdout)
+    assert (got["a"], got["b"]) == (f"A = {a} ({a}.csv)", f"B = {a} ({a}.csv)")
+    ov = {x["metric"]: x for x in got["overview"]}
+    assert ov["kernel_time_ms"]["a"] == ov["kernel_time_ms"]["b"] == 30.0
+    assert ov["match_coverage_pct"]["b"] == 100.0 and ov["median_iteration_ms"]["ratio"] == 1.0
+    assert {x["name"]: x["ratio_mean"] for x in got["kernels"]} == {"gemm": 1.0, "relu": 1.0}
+
+
+def test_compare_csv_has_both_tables(store: str) -> None:
+    r = run("compare", "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb", "--store", store, "--csv")
+    overview, kernels = r.stdout.split("\n\n")
+    assert overview.splitlines()[0] == "metric,a,b,delta,ratio"
+    assert len(overview.splitlines()) == 1 + 11
+    lines = kernels.splitlines()
+    assert lines[0] == (
+        "name,grid_x,grid_y,grid_z,block_x,block_y,block_z,count_a,count_b,total_ms_a,"
+        "total_ms_b,mean_us_a,mean_us_b,delta_mean_us,ratio_mean,matched"
+    )
+    assert lines[1:] == [
+        "gemm,4,,,256,,,2,2,20.0,40.0,10000.0,20000.0,10000.0,2.0,true",
+        "relu,4,,,256,,,2,2,10.0,30.0,5000.0,15000.0,10000.0,3.0,true",
+    ]
+
+
+def test_compare_source_and_device_filters(store: str, tmp_path: Path) -> None:
+    # Two stores holding both sources each; --source picks the same one on both sides.
+    other = make_store(tmp_path / "other")
+    r = run("compare", store, other, "--source", "bbbbbbbbbbbbbbbb", "--json")
+    ov = {x["metric"]: x for x in json.loads(r.stdout)["overview"]}
+    assert ov["kernel_time_ms"]["a"] == ov["kernel_time_ms"]["b"] == 70.0
+    # Without --source each side is both sources: 30 + 70 ms.
+    r = run("compare", store, other, "--json")
+    ov = {x["metric"]: x for x in json.loads(r.stdout)["overview"]}
+    assert ov["kernel_time_ms"]["a"] == 100.0
+    r = CliRunner().invoke(main, ["compare", store, other, "--source", "cccc"])
+    assert r.exit_code == 1
+    assert r.stderr == f"traceanalyze: error: {store}: none of the sources cccc is in A\n"
+    r = CliRunner().invoke(main, ["compare", "a", "b", "--store", store, "--source", "a"])
+    assert r.exit_code == 2 and "--source applies to files or stores" in r.output
+    # --device 1: nobody ran there.
+    r = CliRunner().invoke(
+        main, ["compare", "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb", "--store", store, "--device", "1"]
+    )
+    assert r.exit_code == 1
+    assert r.stderr.endswith(
+        "traceanalyze: error: A = aaaaaaaaaaaaaaaa (aaaaaaaaaaaaaaaa.csv) and "
+        "B = bbbbbbbbbbbbbbbb (bbbbbbbbbbbbbbbb.csv) have no kernels, iterations or telemetry\n"
+    )
+
+
+# --- an iteration log plus an NVML log of the same run (two files, two clocks) ----------------
+
+T0 = 1_732_260_000_000_000_000  # epoch ns
+
+
+def iterlog(path_write) -> Path:
+    # Device unknown (empty cell): three 100 ms iterations from T0.
+    rows = [f"0,,{i},{T0 + i * 100 * MS},{100 * MS},64,640.0" for i in range(3)]
+    return path_write(
+        "iterations.csv",
+        "# traceanalyze-iterlog v1\nrank,device_id,iteration,start_ns,duration_ns,batch_size,"
+        "images_per_s\n" + "\n".join(rows) + "\n",
+    )
+
+
+def nvml_log(path_write, devices: tuple[int, ...]) -> Path:
+    from traceanalyze.readers.smi_csv import NVML_SAMPLER_HEADER, NVML_SAMPLER_MAGIC
+
+    # Every 25 ms from T0 for 300 ms: power 100 + 10·k W on device 0, 1000 + 10·k on device 1.
+    lines = [f"{NVML_SAMPLER_MAGIC} interval_ms=25", ",".join(NVML_SAMPLER_HEADER)]
+    for k in range(13):
+        for d in devices:
+            row = {
+                "timestamp_ns": T0 + k * 25 * MS,
+                "device_id": d,
+                "power_w": 100.0 + 1000 * d + 10 * k,
+                "power_kind": "instant",
+            }
+            lines.append(",".join(str(row.get(c, "")) for c in NVML_SAMPLER_HEADER))
+    return path_write("nvml.csv", "\n".join(lines) + "\n")
+
+
+def test_attribute_iteration_log_with_a_separate_nvml_log(write) -> None:
+    log, smi = iterlog(write), nvml_log(write, (0,))
+    r = run("attribute", str(log), str(smi), "--json")
+    got = json.loads(r.stdout)
+    # Iteration 0 [0, 100) ms holds 100, 110, 120, 130 W for 25 ms each: 115 W, 11.5 J; then
+    # 155 W and 195 W.
+    assert [x["power_w"] for x in got] == pytest.approx([115.0, 155.0, 195.0])
+    assert [x["energy_j"] for x in got] == pytest.approx([11.5, 15.5, 19.5])
+    assert {(x["samples_file"], x["samples_device_id"]) for x in got} == {(str(smi), 0)}
+    assert {x["file"] for x in got} == {str(log)}
+
+
+def test_ambiguous_device_is_said_and_device_filter_settles_it(write) -> None:
+    log, smi = iterlog(write), nvml_log(write, (0, 1))
+    r = CliRunner().invoke(main, ["attribute", str(log), str(smi)])
+    assert r.exit_code == 1
+    assert r.stderr == (
+        f"traceanalyze: error: no telemetry for these iterations: {log}: ambiguous for unknown "
+        f"device ({smi} device 0, {smi} device 1)\n"
+    )
+    r = run("attribute", str(log), str(smi), "--device", "1", "--json")
+    got = json.loads(r.stdout)
+    assert got[0]["power_w"] == pytest.approx(1115.0) and got[0]["samples_device_id"] == 1
+    # variability: one GPU, warm-up max(1, 3 // 10) = 1 iteration; steady span 100..300 ms holds
+    # samples k = 4..12 (140..220 W): median 180 W.
+    r = run("variability", str(log), str(smi), "--json")
+    (v,) = json.loads(r.stdout)
+    assert v["median_power_w"] is None and v["telemetry_window"] == "none"
+    assert (
+        f"traceanalyze: note: {log}: no telemetry for iterations: ambiguous for unknown device"
+    ) in r.stderr
+    r = run("variability", str(log), str(smi), "--device", "0", "--json")
+    (v,) = json.loads(r.stdout)
+    assert v["median_power_w"] == 180.0 and v["samples_file"] == str(smi)
+    assert v["file"] == str(log) and v["device_id"] is None
+
+
+# --- summary: FILE... or --store, --device, health with the requested interval ----------------
+
+
+@pytest.fixture
+def lazy_summary(monkeypatch):
+    # The analysis-side `summary` (FILE..., --device); cli.py registers it in _LAZY.
+    monkeypatch.setitem(cli._LAZY, "summary", "traceanalyze.cli_analyses:summary")
+
+
+def test_summary_takes_files_and_device(write, lazy_summary) -> None:
+    log, smi = iterlog(write), nvml_log(write, (0, 1))
+    r = run("summary", str(log), str(smi), "--json")
+    rep = json.loads(r.stdout)
+    assert {x["path"] for x in rep["sources"]} == {str(log), str(smi)}
+    (sh,) = rep["sampling_health"]
+    assert sh["file"] == str(smi)  # every per-source table names the file
+    # 13 samples per device, 25 ms apart, 25 ms asked for (the sampler's header says so).
+    assert (sh["sample_count"], sh["requested_interval_ms"], sh["median_gap_ms"]) == (
+        26,
+        25.0,
+        25.0,
+    )
+    assert sh["interval_ratio"] == 1.0
+    (ev,) = rep["event_health"]
+    assert (ev["table"], ev["row_count"], ev["untimed_count"], ev["negative_count"]) == (
+        "iterations",
+        3,
+        0,
+        0,
+    )
+    r = run("summary", str(log), str(smi), "--device", "1", "--json")
+    (sh,) = json.loads(r.stdout)["sampling_health"]
+    assert sh["sample_count"] == 13
+    r = CliRunner().invoke(main, ["summary", str(log), "--csv"])
+    assert r.exit_code == 2 and "summary has several tables" in r.output
+
+
+def test_summary_store_still_works(store: str, lazy_summary) -> None:
+    r = run("summary", "--help")
+    assert r.exit_code == 0 and "[FILES]..." in r.output and "--device" in r.output
+    r = run("summary", "--store", store, "--source", "aaaaaaaaaaaaaaaa", "--json")
+    rep = json.loads(r.stdout)
+    assert [x["source_id"] for x in rep["sampling_health"]] == ["aaaaaaaaaaaaaaaa"]
+    assert [x["overlapping_kernel_count"] for x in rep["kernel_health"]] == [0]
+
+
+# --- timeline on a real PyTorch trace: nothing before the first kernel is lost ----------------
+
+
+def test_timeline_keeps_markers_that_start_before_the_first_kernel(tmp_path: Path) -> None:
+    import traceanalyze as ta
+
+    p = shared("kineto_json/hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz")
+    t = ta.read(p)
+    first_kernel = t.kernels["start_ns"].min()
+    early = t.markers.filter(pl.col("start_ns") < first_kernel)["name"].to_list()
+    assert "ProfilerStep#101" in early and any(n.startswith("Iteration Start") for n in early)
+    tr, png = tmp_path / "t.json", tmp_path / "t.png"
+    r = run("timeline", str(p), "--perfetto", str(tr), "-o", str(png))
+    assert r.exit_code == 0
+    ev = json.loads(tr.read_text())["traceEvents"]
+    marks = [e for e in ev if e["ph"] in ("X", "i") and e["cat"] not in ("kernel", "memcpy")]
+    assert len(marks) == t.markers.height  # all 87, the early ones included
+    assert set(early) <= {e["name"] for e in marks}
+    assert min(e["ts"] for e in ev if "ts" in e) == 0.0  # never negative (Perfetto rejects it)
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_timeline_zoom_shorter_than_the_sampling_period_holds_telemetry(
+    store: str, tmp_path: Path
+) -> None:
+    # Samples every 10 ms; a 4 ms window from 12 to 16 ms has none inside: the 10 ms sample holds.
+    tr = tmp_path / "z.json"
+    r = run(
+        "timeline",
+        "--store",
+        store,
+        "--source",
+        "aaaaaaaaaaaaaaaa",
+        "--start",
+        "12",
+        "--end",
+        "16",
+        "--perfetto",
+        str(tr),
+    )
+    assert r.exit_code == 0
+    ev = json.loads(tr.read_text())["traceEvents"]
+    power = [(e["ts"], e["args"]["value"]) for e in ev if e["ph"] == "C" and e["name"] == "power_w"]
+    # The relu kernel [10, 15) ms overlaps the window from before: the origin is its start,
+    # and the held sample sits at the window start, 2 ms later.
+    assert power == [(2000.0, 200.0)]
+    kernels = [(e["name"], e["ts"], e["dur"]) for e in ev if e.get("cat") == "kernel"]
+    assert kernels == [("relu", 0.0, 5000.0)]

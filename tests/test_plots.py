@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import polars as pl  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from traceanalyze.analyses.timeline import lanes  # noqa: E402
@@ -43,6 +44,52 @@ def test_coreutil_figure() -> None:
     assert "images per iteration" in ax.get_xlabel()
     assert [t.get_text() for t in ax.get_xticklabels()] == ["bs 8", "bs 16"]
     assert len(ax.patches) == 8  # 2 groups x 4 units
+    # The missing FP16 value of bs 16 is marked, not drawn as a zero.
+    assert [t.get_text() for t in ax.texts] == ["n/a"]
+    assert png(fig).startswith(b"\x89PNG")
+
+
+def _inside(inner, outer) -> bool:
+    return (
+        inner.x0 >= outer.x0 - 1
+        and inner.y0 >= outer.y0 - 1
+        and inner.x1 <= outer.x1 + 1
+        and inner.y1 <= outer.y1 + 1
+    )
+
+
+def test_coreutil_figure_levels_on_their_own_axis_legend_outside_title_fits() -> None:
+    df = pl.DataFrame(
+        {
+            "file": ["/long/path/to/profiled_data_ncu/batch_8.csv", "/x/nvprof_metrics.csv"],
+            "batch_size": [8, None],
+            "fma_pct": [10.0, 3.0],
+            "fp16_pct": [0.0, 0.0],
+            "tensor_pct": [40.0, None],
+            "sfu_pct": [1.0, 0.0],
+            "weight": ["none", "invocations"],
+            "scale": ["pct", "level"],
+        }
+    )
+    fig = coreutil_figure(df)
+    pct, lvl = fig.axes
+    assert pct.get_ylabel() == "pipe utilization (% of peak)"
+    assert lvl.get_ylabel().startswith("nvprof utilization level")
+    assert lvl.get_ylim() == (0.0, 10.5)
+    assert [t.get_text() for t in pct.get_xticklabels()] == ["bs 8"]
+    assert [t.get_text() for t in lvl.get_xticklabels()] == ["nvprof_metrics"]  # the stem
+    assert "weighted by none" in pct.get_title() and "invocations" in lvl.get_title()
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    r = canvas.get_renderer()
+    whole = fig.bbox
+    legend = fig.legends[0].get_window_extent(r)
+    for ax in (pct, lvl):
+        assert not legend.overlaps(ax.get_window_extent(r))  # the legend covers no bars
+        assert _inside(ax.title.get_window_extent(r), whole)
+    title = fig._suptitle.get_window_extent(r)  # noqa: SLF001
+    assert _inside(title, whole) and _inside(legend, whole)
+    assert not legend.overlaps(title)
     assert png(fig).startswith(b"\x89PNG")
 
 
@@ -82,6 +129,39 @@ def test_timeline_figure_binned_is_said() -> None:
     assert png(fig).startswith(b"\x89PNG")
 
 
+def test_timeline_iterations_and_held_telemetry() -> None:
+    k = Tables.build(
+        kernels=pl.DataFrame(
+            {"device_id": [0], "stream_id": [7], "start_ns": [2_000_000], "end_ns": [8_000_000]}
+        )
+    ).kernels
+    # Iteration 1 began before the window (0..10 ms shown from 1 ms); iteration 2 ends inside.
+    its = pl.DataFrame(
+        {"iteration": [1, 2], "start_ns": [-5_000_000, 4_000_000], "end_ns": [4_000_000, 9_000_000]}
+    )
+    # One sample 50 ms before the window and one after it: the held value must still show.
+    s = pl.DataFrame(
+        {"device_id": [0, 0], "timestamp_ns": [-50_000_000, 60_000_000], "power_w": [210.0, 250.0]}
+    )
+    fig = timeline_figure(
+        lanes(k, None, start_ns=1_000_000, end_ns=10_000_000),
+        t0_ns=1_000_000,
+        t1_ns=10_000_000,
+        iterations=its,
+        samples=s,
+    )
+    top, power = fig.axes
+    # Dashed lines at 4 ms (1 ends, 2 starts) and 9 ms (2 ends), in ms from the window start;
+    # iteration 1's start is outside the window and not drawn.
+    xs = sorted({float(ln.get_xdata()[0]) for ln in top.get_lines() if ln.get_linestyle() == "--"})
+    assert xs == [3.0, 8.0]
+    assert [t.get_text() for t in top.texts] == ["iter 1", "iter 2"]
+    (step,) = [ln for ln in power.get_lines() if ln.get_linestyle() != "--"]
+    assert list(step.get_ydata()) == [210.0, 250.0]  # 210 W held across the whole window
+    lo, hi = power.get_xlim()
+    assert lo < 0 < 9 < hi < 60
+
+
 def test_variability_figure() -> None:
     per = pl.DataFrame(
         {
@@ -114,3 +194,55 @@ def test_variability_figure() -> None:
     ]
     assert "2 of 2 GPUs" in fig.axes[0].get_title()
     assert png(fig).startswith(b"\x89PNG")
+
+
+def test_variability_figure_without_telemetry_says_so_with_readable_labels() -> None:
+    per = pl.DataFrame(
+        {
+            "source_id": ["e279d7280e73719e"],
+            "file": ["/traces/kineto_json/hta_resnet50_rank0.pt.trace.json.gz"],
+            "device_id": pl.Series([None], dtype=pl.Int64),
+            "median_iteration_ms": [95.6],
+            "median_sm_clock_mhz": pl.Series([None], dtype=pl.Float64),
+            "median_power_w": pl.Series([None], dtype=pl.Float64),
+            "median_temperature_c": pl.Series([None], dtype=pl.Float64),
+            "perf_ratio": [1.0],
+            "outlier": [False],
+            "rank": [1],
+        }
+    )
+    steady = pl.DataFrame(
+        {
+            "source_id": ["e279d7280e73719e"] * 2,
+            "device_id": pl.Series([None, None], dtype=pl.Int64),
+            "duration_ns": [95_000_000, 96_000_000],
+        }
+    )
+    fig = variability_figure(per, steady)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["hta_resnet50_rank0 · GPU ?"]
+    for ax, what in zip(fig.axes[1:], ("SM clock", "power", "temperature"), strict=True):
+        assert [t.get_text() for t in ax.texts] == [f"no {what} telemetry\nfor any GPU"]
+        assert ax.get_xticks().size == 0 and not ax.collections  # no empty scatter
+
+
+def test_coreutil_figure_one_panel_legend_clear_of_title() -> None:
+    df = pl.DataFrame(
+        {
+            "file": ["/x/nvprof_metrics.csv"],
+            "fma_pct": [3.0],
+            "fp16_pct": [0.0],
+            "tensor_pct": [None],
+            "sfu_pct": [0.0],
+            "weight": ["invocations"],
+            "scale": ["level"],
+        }
+    )
+    fig = coreutil_figure(df)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    r = canvas.get_renderer()
+    legend = fig.legends[0].get_window_extent(r)
+    title = fig._suptitle.get_window_extent(r)  # noqa: SLF001
+    (ax,) = fig.axes
+    assert not legend.overlaps(title) and not legend.overlaps(ax.get_window_extent(r))
+    assert _inside(title, fig.bbox) and _inside(legend, fig.bbox)

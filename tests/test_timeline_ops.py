@@ -6,7 +6,13 @@ import polars as pl
 import pytest
 
 from traceanalyze import schema
-from traceanalyze.analyses.timeline import lanes
+from traceanalyze.analyses.timeline import (
+    extent,
+    iteration_spans,
+    lanes,
+    overlapping,
+    window_samples,
+)
 from traceanalyze.errors import NotAnswerable
 
 
@@ -33,5 +39,125 @@ def test_cpu_ops_lane_per_thread_and_window_clipping() -> None:
 
 
 def test_nothing_to_draw_says_why() -> None:
-    with pytest.raises(NotAnswerable, match="no kernels, copies or CPU ops"):
+    with pytest.raises(NotAnswerable, match="no kernels, copies, CPU ops or markers"):
         lanes(schema.empty("kernels"), schema.empty("memcpy"), ops=schema.empty("ops"))
+
+
+# --- windows: overlap, not start-in-window; the default window spans everything exported -----
+
+
+def test_extent_spans_markers_and_iterations() -> None:
+    k = schema.conform("kernels", pl.DataFrame({"start_ns": [100], "end_ns": [200]}))
+    # A step range that opens 60 ns before the first kernel, an instant marker at 30 ns, and an
+    # iteration (duration only for its end) that ends after the last kernel.
+    mk = schema.conform(
+        "markers",
+        pl.DataFrame(
+            {"name": ["Iteration Start", "ProfilerStep#1"], "start_ns": [30, 40]}
+        ).with_columns(pl.Series("end_ns", [None, 190], dtype=pl.Int64)),
+    )
+    it = schema.conform(
+        "iterations", pl.DataFrame({"iteration": [1], "start_ns": [40], "duration_ns": [250]})
+    )
+    assert extent(k, None, None, mk, it) == (30, 290)
+    assert extent(k) == (100, 200)
+    with pytest.raises(NotAnswerable, match="with start and end times"):
+        extent(schema.empty("kernels"))
+
+
+def test_overlapping_keeps_intervals_that_began_before_the_window() -> None:
+    mk = schema.conform(
+        "markers",
+        pl.DataFrame(
+            {
+                "name": [
+                    "before",
+                    "straddles start",
+                    "inside",
+                    "straddles end",
+                    "after",
+                    "instant",
+                ],
+                "start_ns": [0, 5, 12, 18, 30, 15],
+            }
+        ).with_columns(pl.Series("end_ns", [9, 11, 14, 40, 35, None], dtype=pl.Int64)),
+    )
+    got = overlapping(mk, 10, 20).collect()["name"].to_list()
+    assert got == ["straddles start", "inside", "straddles end", "instant"]
+    # Touching is not overlapping: [0, 10) ends where the window starts.
+    assert overlapping(mk, 9, 10).collect()["name"].to_list() == ["straddles start"]
+
+
+def test_window_samples_hold_the_last_value_before_the_window() -> None:
+    s = schema.conform(
+        "gpu_samples",
+        pl.DataFrame(
+            {
+                "source_id": ["a"] * 4 + ["a"],
+                "device_id": [0] * 4 + [1],
+                "timestamp_ns": [0, 50, 100, 150, 60],
+                "power_w": [1.0, 2.0, 3.0, 4.0, 9.0],
+                "sm_clock_mhz": [10.0, None, 30.0, 40.0, 90.0],
+            }
+        ),
+    )
+    # A 10 ns zoom between samples (period 50): device 0 holds 2 W (t=50) and, for the clock,
+    # 10 MHz (t=0; the t=50 row has no clock); device 1 holds its only sample.
+    w = window_samples(s, 70, 80)
+    assert w.select("device_id", "timestamp_ns").rows() == [(0, 0), (0, 50), (0, 100), (1, 60)]
+    clipped = window_samples(s, 70, 80, after=False, clip=True)
+    assert clipped.select("device_id", "timestamp_ns", "power_w").rows() == [
+        (0, 70, 1.0),
+        (0, 70, 2.0),
+        (1, 70, 9.0),
+    ]
+    # A sample exactly at the window start is the value there: no earlier one is added.
+    assert window_samples(s, 100, 120, after=False)["timestamp_ns"].to_list() == [100, 60]
+
+
+def test_iteration_spans_from_table_or_profiler_steps() -> None:
+    it = schema.conform(
+        "iterations",
+        pl.DataFrame(
+            {
+                "device_id": [0, 1, 0],
+                "iteration": [7, 7, 8],
+                "start_ns": [100, 105, 200],
+                "end_ns": [190, 195, None],
+                "duration_ns": [None, None, 80],
+            }
+        ),
+    )
+    assert iteration_spans(it).rows() == [(7, 100, 195), (8, 200, 280)]
+    mk = schema.conform(
+        "markers",
+        pl.DataFrame(
+            {
+                "name": ["ProfilerStep#101", "## forward ##", "ProfilerStep#102"],
+                "start_ns": [10, 12, 40],
+                "end_ns": [40, 20, 70],
+            }
+        ),
+    )
+    assert iteration_spans(schema.empty("iterations"), mk).rows() == [(101, 10, 40), (102, 40, 70)]
+
+
+def test_marker_lanes_with_instants() -> None:
+    mk = schema.conform(
+        "markers",
+        pl.DataFrame({"thread_id": [5, 5, None], "start_ns": [0, 10, 0]}).with_columns(
+            pl.Series("end_ns", [30, 20, None], dtype=pl.Int64)
+        ),
+    )
+    k = schema.conform(
+        "kernels",
+        pl.DataFrame({"device_id": [0], "stream_id": [7], "start_ns": [40], "end_ns": [50]}),
+    )
+    ln = lanes(k, None, markers=mk)
+    got = ln.select("lane", "start_ns", "end_ns", "interval_count").sort("lane", "start_ns").rows()
+    assert got == [
+        ("CPU thread 5 markers", 0, 30, 2),
+        ("CPU thread 5 markers", 10, 20, 2),
+        ("GPU 0 s7 kernels", 40, 50, 1),
+        ("markers (no thread)", 0, 0, 1),  # the instant at the window start is kept
+    ]

@@ -28,6 +28,7 @@ _LAZY: dict[str, str] = {
     "attribute": "traceanalyze.cli_analyses:attribute",
     "variability": "traceanalyze.cli_analyses:variability",
     "compare": "traceanalyze.cli_analyses:compare",
+    "summary": "traceanalyze.cli_analyses:summary",
 }
 
 
@@ -208,31 +209,6 @@ def ingest(
     if not quiet:
         for r in results:
             click.echo(r.message())
-
-
-@main.command()
-@store_option()
-@click.option("--source", "sources", multiple=True, help="Only these source ids (repeatable).")
-@click.option("--top", default=10, show_default=True, help="Top kernels per source.")
-@output_options
-def summary(
-    store_dir: Path, sources: tuple[str, ...], top: int, out_json: bool, out_csv: bool
-) -> None:
-    """Per source: kernels, top kernels, copies, telemetry, iterations."""
-    from .report import summary_report
-
-    rep = summary_report(store_dir, sources=list(sources) or None, top=top)
-    if out_json:
-        click.echo(render.to_json(rep))
-        return
-    if out_csv:
-        raise click.UsageError("summary has several tables; use --json, or query the store")
-    for title, df in rep.items():
-        if df.height == 0:
-            continue
-        click.echo(f"== {title.replace('_', ' ')}")
-        click.echo(render.text_table(df))
-        click.echo("")
 
 
 @main.command("schema")

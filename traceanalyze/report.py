@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import polars as pl
 
@@ -10,6 +11,8 @@ from .analyses import health
 from .analyses import summary as s
 from .errors import StoreError
 from .store import MARKER, Store
+
+Scan = Callable[[str], pl.LazyFrame]
 
 
 def open_store(root: str | os.PathLike[str]) -> Store:
@@ -23,7 +26,7 @@ def open_store(root: str | os.PathLike[str]) -> Store:
 def summary_report(
     store: Store | str | os.PathLike[str], *, sources: list[str] | None = None, top: int = 10
 ) -> dict[str, pl.DataFrame]:
-    """Per source: identity, kernel overview, top kernels, copies, telemetry, iterations."""
+    """Per source: identity, kernel overview, top kernels, copies, telemetry, iterations, health."""
     st = store if isinstance(store, Store) else open_store(store)
 
     def scan(table: str) -> pl.LazyFrame:
@@ -32,16 +35,23 @@ def summary_report(
             lf = lf.filter(pl.col("source_id").is_in(sources))
         return lf
 
+    if sources:
+        have = set(scan("sources").select("source_id").collect()["source_id"].to_list())
+        missing = sorted(set(sources) - have)
+        if missing:
+            raise StoreError(f"no such source(s): {', '.join(missing)}", path=st.root)
+    return summary_tables(scan, top=top)
+
+
+def summary_tables(scan: Scan, *, top: int = 10) -> dict[str, pl.DataFrame]:
+    """`summary_report` over any `scan(table) -> LazyFrame` (a store, files read in memory, with
+    or without source/device filters)."""
     srcs = (
         scan("sources")
         .select("source_id", "format", "tool", "tool_version", "path")
         .sort("source_id")
         .collect()
     )
-    if sources:
-        missing = sorted(set(sources) - set(srcs["source_id"].to_list()))
-        if missing:
-            raise StoreError(f"no such source(s): {', '.join(missing)}", path=st.root)
     return {
         "sources": srcs,
         "kernels": s.kernel_overview(scan("kernels"))
@@ -63,9 +73,11 @@ def summary_report(
         .drop("total_ns"),
         "telemetry": s.telemetry_stats(scan("gpu_samples")),
         "iterations": s.iteration_stats(scan("iterations")),
-        # Measurement health (traceanalyze.analyses.health): sampling gaps, same-stream kernel
-        # overlaps, negative durations, missing iteration numbers.
-        "sampling_health": health.sampling_health(scan("gpu_samples")),
-        "kernel_health": health.kernel_health(scan("kernels"), scan("memcpy")),
+        # Measurement health (traceanalyze.analyses.health, whose docstring lists what is
+        # checked): requested vs achieved sampling interval and gaps, same-stream kernel overlaps,
+        # untimed events and negative durations per table, missing iteration numbers.
+        "sampling_health": health.sampling_health(scan("gpu_samples"), scan("sources")),
+        "kernel_health": health.kernel_health(scan("kernels")),
+        "event_health": health.event_health(**{t: scan(t) for t in health.EVENT_TABLES}),
         "iteration_health": health.iteration_health(scan("iterations")),
     }

@@ -11,10 +11,12 @@ the other side: a comparison over 40 % of the time says little about the rest.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 
 import polars as pl
 
 from ..errors import NotAnswerable
+from .naming import source_name
 
 Frame = pl.DataFrame | pl.LazyFrame
 
@@ -37,13 +39,19 @@ def _side(kernels: pl.DataFrame, sid: str) -> pl.DataFrame:
     )
 
 
-def compare_kernels(kernels: Frame, a: str, b: str) -> pl.DataFrame:
-    """Per kernel key: launches, total and mean time (µs) on each side, delta and ratio of means."""
+def compare_kernels(
+    kernels: Frame, a: str, b: str, *, names: Mapping[str, str] | None = None
+) -> pl.DataFrame:
+    """Per kernel key: launches, total and mean time (µs) on each side, delta and ratio of means.
+
+    `a` and `b` may be the same source (a self-comparison matches everything); `names` maps them
+    to what messages call them (file paths), default the ids.
+    """
     k = _collect(kernels.lazy().filter(pl.col("source_id").is_in([a, b])))
     ka, kb = _side(k, a), _side(k, b)
     if ka.height == 0 or kb.height == 0:
-        empty = [s for s, d in ((a, ka), (b, kb)) if d.height == 0]
-        raise NotAnswerable(f"no kernels in source(s) {', '.join(empty)}")
+        empty = [source_name(names, s) for s, d in ((a, ka), (b, kb)) if d.height == 0]
+        raise NotAnswerable(f"no kernels in {' and '.join(dict.fromkeys(empty))}")
     j = ka.join(kb, on=KERNEL_KEY, how="full", coalesce=True, nulls_equal=True, suffix="_b")
     j = j.rename({"count": "count_a", "total_ns": "total_ns_a"})
     return (
@@ -84,14 +92,17 @@ def compare_overview(
     gpu_samples: Frame,
     a: str,
     b: str,
+    *,
+    names: Mapping[str, str] | None = None,
 ) -> pl.DataFrame:
     """Metric, a, b, delta (b − a), ratio (b / a): kernel time, match coverage, iterations,
     images/s, telemetry medians. Rows whose inputs are absent have nulls; kernel rows are left
-    out (with a warning) when a side has no kernels, e.g. two iteration logs."""
+    out (with a warning naming the side, by `names`) when a side has no kernels, e.g. two
+    iteration logs."""
     rows: list[tuple[str, float | None, float | None]] = []
     kc: pl.DataFrame | None
     try:
-        kc = compare_kernels(kernels, a, b)
+        kc = compare_kernels(kernels, a, b, names=names)
     except NotAnswerable as e:
         warnings.warn(f"kernel rows left out: {e}", stacklevel=2)
         kc = None
@@ -136,8 +147,11 @@ def compare_overview(
                 float(kc["total_ms_b"].sum()) / counts[b],
             )
         )
-    if not rows:
-        raise NotAnswerable(f"sources {a} and {b} have no kernels, iterations or telemetry")
+    if all(va is None and vb is None for _, va, vb in rows):
+        raise NotAnswerable(
+            f"{source_name(names, a)} and {source_name(names, b)} have no kernels, iterations "
+            "or telemetry"
+        )
     df = pl.DataFrame(
         rows, schema={"metric": pl.String, "a": pl.Float64, "b": pl.Float64}, orient="row"
     )

@@ -30,17 +30,25 @@ the first one present in the data is used (the chosen name is reported):
 nvprof (Kepler…Volta) reports utilization *levels* 0–10 (`Idle (0)` … `Max (10)`), not percent:
 `single_precision_fu_utilization`, `half_precision_fu_utilization`,
 `tensor_precision_fu_utilization`, `special_fu_utilization` map onto the same four units with
-`scale = "level_0_10"`; they are aggregates per kernel name, weighted by `invocations_count`.
+`scale = "level"` (0–10, in the same `_pct` columns: read `scale` first, never mix the two on one
+axis); they are aggregates per kernel name, so the only weight is `invocations_count` (every launch
+counts once): `--weight cycles` falls back to it and says so in a warning, `--weight none` is the
+same thing (also stated), `--weight duration` has no answer.
+
+Several sources: each answers on its own (`core_utilization_each`); a source without the needed
+metrics is listed with every unit and metric it lacks, by file path, and never stops the others.
 """
 
 from __future__ import annotations
 
 import re
 import warnings
+from typing import NamedTuple
 
 import polars as pl
 
 from ..errors import NotAnswerable
+from .naming import source_name, source_paths
 
 Frame = pl.DataFrame | pl.LazyFrame
 
@@ -64,6 +72,7 @@ PIPE_METRICS: dict[str, list[str]] = {
     "tensor": [
         *_variants("sm__inst_executed_pipe_tensor"),  # sm_70/75
         *_variants("sm__inst_executed_pipe_tensor_op_hmma"),  # sm_80+
+        *_variants("sm__inst_executed_pipe_tensor_op_gmma"),  # sm_90 wgmma instructions
         *_variants("sm__pipe_tensor_op_hmma_cycles_active"),
         *_variants("sm__pipe_tensor_cycles_active"),
         *_variants("sm__pipe_tensor_op_gmma_cycles_active"),  # sm_90 wgmma
@@ -73,6 +82,21 @@ PIPE_METRICS: dict[str, list[str]] = {
         *_variants("sm__pipe_xu_cycles_active"),
     ],
 }
+
+# Hopper (sm_90) issues Tensor Core work as HMMA (`mma.sync`) and as GMMA (`wgmma`, what cuDNN
+# and cuBLAS use there for most convolutions and GEMMs); both run on the same tensor cores, and
+# ncu counts them in separate metrics, each as a percentage of that pipe's peak. Taking the first
+# present name alone would report a wgmma-bound kernel as ~0 %. When both of a pair are present,
+# a launch's Tensor Core utilization is their sum, capped at 100 (a launch missing one counts it
+# as 0; missing both, null), and the reported metric name is "<hmma> + <gmma>".
+TENSOR_SUMS: dict[str, str] = {
+    **{
+        h: g
+        for base in ("sm__inst_executed_pipe_tensor_op_{}", "sm__pipe_tensor_op_{}_cycles_active")
+        for h, g in zip(_variants(base.format("hmma")), _variants(base.format("gmma")), strict=True)
+    },
+}
+_SUM_SEP = " + "
 
 # nvprof --metrics names (levels 0–10).
 NVPROF_LEVELS: dict[str, str] = {
@@ -107,18 +131,73 @@ def _collect(df: Frame) -> pl.DataFrame:
     return df.collect() if isinstance(df, pl.LazyFrame) else df
 
 
-def core_utilization(
-    kernel_metrics: Frame, *, weight: str = "cycles", by_kernel: bool = False
-) -> pl.DataFrame:
+UNIT_LABELS: dict[str, str] = {"fma": "FMA", "fp16": "FP16", "tensor": "Tensor Core", "sfu": "SFU"}
+_PCT_SUFFIX = ".avg.pct_of_peak_sustained_"
+
+
+def _compact(candidates: list[str]) -> str:
+    """`a.avg.pct_of_peak_sustained_{elapsed,active}` instead of the two names spelled out."""
+    groups: dict[str, list[str]] = {}
+    for c in candidates:
+        base, sep, tail = c.partition(_PCT_SUFFIX)
+        groups.setdefault(base if sep else c, []).append(tail if sep else "")
+    out = []
+    for base, tails in groups.items():
+        tails = [t for t in tails if t]
+        if not tails:
+            out.append(base)
+        elif len(tails) == 1:
+            out.append(f"{base}{_PCT_SUFFIX}{tails[0]}")
+        else:
+            out.append(f"{base}{_PCT_SUFFIX}{{{','.join(tails)}}}")
+    return ", ".join(out)
+
+
+def _looked_for(units: list[str]) -> str:
+    """Every candidate metric of every unit in `units` (the whole list, for each unit)."""
+    return "; ".join(f"{UNIT_LABELS[u]}: {_compact(PIPE_METRICS[u])}" for u in units)
+
+
+class CoreUtilization(NamedTuple):
+    """`core_utilization_each`'s answer: the rows it could compute, and why the others failed.
+
+    `unanswered` has one row per source that has no answer: `source_id`, `file` (the path, or the
+    id), `reason` (one line) and `missing` (the units and metrics that are absent).
+    """
+
+    table: pl.DataFrame
+    unanswered: pl.DataFrame
+
+
+class _Unanswered(Exception):
+    def __init__(self, reason: str, missing: list[str]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.missing = missing
+
+
+def core_utilization_each(
+    kernel_metrics: Frame,
+    *,
+    weight: str = "cycles",
+    by_kernel: bool = False,
+    sources: Frame | None = None,
+) -> CoreUtilization:
     """Per source (and kernel name with `by_kernel`): weighted FMA/FP16/Tensor/SFU utilization.
 
-    Columns: `source_id`, [`name`], `fma_pct`, `fp16_pct`, `tensor_pct`, `sfu_pct`, `launches`,
-    `weight`, `scale` ("pct" or "level_0_10"; the `_pct` columns then hold levels 0–10), and
-    `<unit>_metric` (the metric name used). NotAnswerable when no pipe metric or the weight is
-    missing.
+    Columns of `table`: `source_id`, [`name`], `fma_pct`, `fp16_pct`, `tensor_pct`, `sfu_pct`,
+    `launches`, `weight`, `scale` ("pct": percent of peak, 0–100; "level": nvprof's utilization
+    level 0–10, held in the same `_pct` columns, so read `scale` before the numbers), and
+    `<unit>_metric` (the metric name used).
+
+    A source that cannot be answered (no pipe metric, the weight's metric absent, nvprof levels
+    with `weight="duration"`) does not stop the others: it gets a row in `unanswered` saying which
+    units and metrics are missing. With `sources` given, every source in it is accounted for (a
+    source without any kernel metrics is unanswered too) and messages name its file path.
     """
     if weight not in WEIGHT_METRICS:
         raise ValueError(f"weight must be one of {list(WEIGHT_METRICS)}, got {weight!r}")
+    names = source_paths(sources)
     wanted = {m for c in PIPE_METRICS.values() for m in c} | set(NVPROF_LEVELS.values())
     wanted |= {w for w in WEIGHT_METRICS.values() if w}
     km = _collect(
@@ -135,48 +214,134 @@ def core_utilization(
             "invocations_count",
         )
     )
-    if km.height == 0:
-        raise NotAnswerable(
-            "no pipe-utilization metrics in kernel_metrics; need one of "
-            + ", ".join(PIPE_METRICS["fma"][:1] + PIPE_METRICS["tensor"][:2])
-            + " … (ncu --metrics) or nvprof's *_fu_utilization"
+    expected: list[str] = sorted(str(s) for s in km["source_id"].unique().to_list())
+    if sources is not None:
+        listed = _collect(sources.lazy().select("source_id"))["source_id"].to_list()
+        expected = sorted({str(s) for s in listed} | set(expected))
+    groups = {str(sid): sub for (sid,), sub in km.group_by(["source_id"], maintain_order=True)}
+    parts: list[pl.DataFrame] = []
+    failed: list[dict[str, object]] = []
+    for sid in expected:
+        label = source_name(names, sid)
+        try:
+            sub = groups.get(sid)
+            if sub is None:
+                raise _Unanswered(_no_pipes_reason(set(), weight), _all_missing(set(), weight))
+            parts.append(_one_source(sub, sid, label, weight, by_kernel))
+        except _Unanswered as e:
+            failed.append(
+                {"source_id": sid, "file": label, "reason": e.reason, "missing": e.missing}
+            )
+    table = (
+        pl.concat(parts, how="diagonal_relaxed").sort(
+            ["source_id", "name"] if by_kernel else ["source_id"]
         )
-    parts = []
-    for (sid,), sub in km.group_by(["source_id"], maintain_order=True):
-        parts.append(_one_source(sub, str(sid), weight, by_kernel))
-    return pl.concat(parts, how="diagonal_relaxed").sort(
-        ["source_id", "name"] if by_kernel else ["source_id"]
+        if parts
+        else _empty(by_kernel)
     )
+    unanswered = pl.DataFrame(
+        failed,
+        schema={
+            "source_id": pl.String,
+            "file": pl.String,
+            "reason": pl.String,
+            "missing": pl.List(pl.String),
+        },
+    )
+    return CoreUtilization(table, unanswered)
 
 
-def _one_source(km: pl.DataFrame, sid: str, weight: str, by_kernel: bool) -> pl.DataFrame:
+def core_utilization(
+    kernel_metrics: Frame,
+    *,
+    weight: str = "cycles",
+    by_kernel: bool = False,
+    sources: Frame | None = None,
+) -> pl.DataFrame:
+    """`core_utilization_each(...).table`, strict: NotAnswerable when any source has no answer.
+
+    The message names every such source (its file path when `sources` is given) and everything
+    it lacks; use `core_utilization_each` to keep the rows of the sources that do answer.
+    """
+    res = core_utilization_each(kernel_metrics, weight=weight, by_kernel=by_kernel, sources=sources)
+    if res.unanswered.height:
+        raise NotAnswerable(
+            "; ".join(f"{f}: {r}" for f, r in res.unanswered.select("file", "reason").iter_rows())
+        )
+    return res.table
+
+
+def _all_missing(present: set[str], weight: str) -> list[str]:
+    missing = list(UNITS)
+    wmetric = WEIGHT_METRICS[weight]
+    if wmetric is not None and wmetric not in present:
+        missing.append(wmetric)
+    return missing
+
+
+def _no_pipes_reason(present: set[str], weight: str) -> str:
+    reason = (
+        "no pipe-utilization metric for any of "
+        + ", ".join(UNIT_LABELS[u] for u in UNITS)
+        + f" (looked for {_looked_for(list(UNITS))}; or nvprof's "
+        + ", ".join(NVPROF_LEVELS[u] for u in UNITS)
+        + ")"
+    )
+    wmetric = WEIGHT_METRICS[weight]
+    if wmetric is not None and wmetric not in present:
+        reason += f"; weight {weight!r} also needs {wmetric}"
+    return reason
+
+
+def _one_source(
+    km: pl.DataFrame, sid: str, label: str, weight: str, by_kernel: bool
+) -> pl.DataFrame:
     present = set(km["metric_name"].unique().to_list())
     chosen = {u: _pick(present, PIPE_METRICS[u]) for u in UNITS}
+    hmma = chosen["tensor"]
+    if hmma in TENSOR_SUMS and TENSOR_SUMS[hmma] in present:
+        chosen["tensor"] = f"{hmma}{_SUM_SEP}{TENSOR_SUMS[hmma]}"
     if any(chosen.values()):
-        return _ncu(km, sid, chosen, weight, by_kernel)
+        return _ncu(km, sid, label, chosen, weight, by_kernel)
     levels = {u: NVPROF_LEVELS[u] if NVPROF_LEVELS[u] in present else None for u in UNITS}
     if any(levels.values()):
-        return _nvprof_levels(km, sid, levels, weight, by_kernel)
-    raise NotAnswerable(
-        f"source {sid}: no pipe-utilization metric; missing e.g. "
-        + ", ".join(PIPE_METRICS[u][0] for u in UNITS)
-    )
+        return _nvprof_levels(km, sid, label, levels, weight, by_kernel)
+    raise _Unanswered(_no_pipes_reason(present, weight), _all_missing(present, weight))
 
 
-def _warn_missing(sid: str, chosen: dict[str, str | None]) -> None:
+def _warn_missing(label: str, chosen: dict[str, str | None]) -> None:
     missing = [u for u, m in chosen.items() if m is None]
     if missing:
         warnings.warn(
-            f"source {sid}: no metric for {', '.join(missing)} "
-            f"(looked for {', '.join(PIPE_METRICS[missing[0]][:2])} …); reported as null",
-            stacklevel=3,
+            f"{label}: no metric for {', '.join(missing)} "
+            f"(looked for {_looked_for(missing)}); reported as null",
+            stacklevel=4,
         )
 
 
 def _ncu(
-    km: pl.DataFrame, sid: str, chosen: dict[str, str | None], weight: str, by_kernel: bool
+    km: pl.DataFrame,
+    sid: str,
+    label: str,
+    chosen: dict[str, str | None],
+    weight: str,
+    by_kernel: bool,
 ) -> pl.DataFrame:
     launches = km.filter(pl.col("kernel_id").is_not_null())
+    wmetric = WEIGHT_METRICS[weight]
+    if wmetric is not None and wmetric not in set(launches["metric_name"].to_list()):
+        absent = [u for u, m in chosen.items() if m is None]
+        also = f"; also no metric for {_looked_for(absent)}" if absent else ""
+        raise _Unanswered(
+            f"weight {weight!r} needs metric {wmetric} on each launch "
+            f"(add it to ncu --metrics, or use --weight none){also}",
+            [*absent, wmetric],
+        )
+    if launches.height == 0:
+        raise _Unanswered(
+            "pipe metrics present but on no individual launch (aggregate rows cannot be weighted)",
+            [u for u in UNITS],
+        )
     wide = launches.pivot(
         on="metric_name",
         index=["process_id", "kernel_id"],
@@ -185,27 +350,31 @@ def _ncu(
     )
     names = launches.group_by("process_id", "kernel_id").agg(pl.col("name").first())
     wide = wide.join(names, on=["process_id", "kernel_id"], how="left", nulls_equal=True)
+    # Summed pairs (TENSOR_SUMS) become one column named after both.
+    for m in chosen.values():
+        if m is not None and _SUM_SEP in m:
+            a, b = (pl.col(x) if x in wide.columns else pl.lit(None) for x in m.split(_SUM_SEP))
+            both_null = a.is_null() & b.is_null()
+            total = pl.min_horizontal(a.fill_null(0.0) + b.fill_null(0.0), pl.lit(100.0))
+            wide = wide.with_columns(pl.when(both_null).then(None).otherwise(total).alias(m))
     # A metric seen only on aggregate rows (no launch id) cannot be weighted per launch.
     chosen = {u: m if m is not None and m in wide.columns else None for u, m in chosen.items()}
     if not any(chosen.values()):
-        raise NotAnswerable(f"source {sid}: pipe metrics present but on no individual launch")
-    wmetric = WEIGHT_METRICS[weight]
+        raise _Unanswered(
+            "pipe metrics present but on no individual launch (aggregate rows cannot be weighted)",
+            [u for u in UNITS],
+        )
     if wmetric is not None:
-        if wmetric not in wide.columns:
-            raise NotAnswerable(
-                f"source {sid}: weight {weight!r} needs metric {wmetric} "
-                f"(add it to ncu --metrics, or use --weight none)"
-            )
         n_null = wide[wmetric].null_count()
         if n_null:
             warnings.warn(
-                f"source {sid}: {n_null} launch(es) without {wmetric} are left out", stacklevel=3
+                f"{label}: {n_null} launch(es) without {wmetric} are left out", stacklevel=4
             )
         wide = wide.filter(pl.col(wmetric).is_not_null())
         w = pl.col(wmetric)
     else:
         w = pl.lit(1.0)
-    _warn_missing(sid, chosen)
+    _warn_missing(label, chosen)
     keys = ["name"] if by_kernel else []
     aggs: list[pl.Expr] = [pl.len().alias("launches")]
     for u in UNITS:
@@ -230,20 +399,42 @@ def _ncu(
 
 
 def _nvprof_levels(
-    km: pl.DataFrame, sid: str, levels: dict[str, str | None], weight: str, by_kernel: bool
+    km: pl.DataFrame,
+    sid: str,
+    label: str,
+    levels: dict[str, str | None],
+    weight: str,
+    by_kernel: bool,
 ) -> pl.DataFrame:
-    if weight != "none" and weight != "cycles":
-        raise NotAnswerable(
-            f"source {sid}: nvprof *_fu_utilization levels are aggregates per kernel; "
-            f"weight {weight!r} is not available (use --weight none)"
+    # nvprof --metrics aggregates per kernel name (Min/Max/Avg over `Invocations`); there is no
+    # per-launch cycle count or duration to weight by.
+    if weight == "duration":
+        raise _Unanswered(
+            "nvprof *_fu_utilization levels are aggregates per kernel name; weight 'duration' "
+            "is not available (use --weight none: every launch counts once)",
+            ["gpu__time_duration.sum"],
+        )
+    if weight == "cycles":
+        warnings.warn(
+            f"{label}: nvprof *_fu_utilization levels have no per-launch cycle count; weighted "
+            "by invocations instead of cycles (every launch counts once); weight = invocations",
+            stacklevel=4,
+        )
+    else:
+        warnings.warn(
+            f"{label}: nvprof *_fu_utilization levels are per-kernel averages; each is weighted "
+            "by its invocations, so every launch counts once (weight = invocations)",
+            stacklevel=4,
         )
     # Aggregate rows: use `avg`; per-launch rows (nvprof trace mode) have stat null.
     rows = km.filter(pl.col("stat").is_null() | (pl.col("stat") == "avg"))
     missing = [u for u, m in levels.items() if m is None]
     if missing:
         warnings.warn(
-            f"source {sid}: no nvprof level metric for {', '.join(missing)}; reported as null",
-            stacklevel=3,
+            f"{label}: no nvprof level metric for {', '.join(missing)} (looked for "
+            + ", ".join(NVPROF_LEVELS[u] for u in missing)
+            + "); reported as null",
+            stacklevel=4,
         )
     keys = ["name"] if by_kernel else []
     # Each aggregate row stands for `invocations_count` launches (1 when per-launch).
@@ -270,7 +461,7 @@ def _nvprof_levels(
     return out.with_columns(
         pl.lit(sid).alias("source_id"),
         pl.lit("invocations").alias("weight"),
-        pl.lit("level_0_10").alias("scale"),
+        pl.lit("level").alias("scale"),
         *[pl.lit(levels[u], dtype=pl.String).alias(f"{u}_metric") for u in UNITS],
     ).select(_order(by_kernel))
 
@@ -285,3 +476,13 @@ def _order(by_kernel: bool) -> list[str]:
         "scale",
         *[f"{u}_metric" for u in UNITS],
     ]
+
+
+def _empty(by_kernel: bool) -> pl.DataFrame:
+    schema: dict[str, type[pl.DataType] | pl.DataType] = {"source_id": pl.String}
+    if by_kernel:
+        schema["name"] = pl.String
+    schema |= {f"{u}_pct": pl.Float64 for u in UNITS}
+    schema |= {"launches": pl.Int64, "weight": pl.String, "scale": pl.String}
+    schema |= {f"{u}_metric": pl.String for u in UNITS}
+    return pl.DataFrame(schema=schema)

@@ -1,30 +1,57 @@
 """Telemetry attribution: SM clock, power and temperature per kernel or iteration; energy.
 
 Rule (stated once, used everywhere): a telemetry sample holds its value from its timestamp until the
-next sample of the same (source, device) — *sample-and-hold*, a step function. The mean over an
-interval `[s, e]` is the time-weighted mean of that step function, `∫ v dt / (e - s)`, computed from
-a cumulative integral `I(t)` at the sample times and one `join_asof` (backward) for each end of
-every interval; no Python loop per interval. Energy is `∫ power dt` in joules.
+next sample of the same series — *sample-and-hold*, a step function. The mean over an interval
+`[s, e]` is the time-weighted mean of that step function, `∫ v dt / (e - s)`, computed from a
+cumulative integral `I(t)` at the sample times and one `join_asof` (backward) for each end of every
+interval; no Python loop per interval. Energy is `∫ power dt` in joules.
 
 Coverage: an interval is `outside` when it is not inside the sampled span `[first, last sample]`
 (values null), `coarse` when fewer than 2 samples fall inside it or it is shorter than the median
 sampling period (values null: a 50 µs kernel under 50 ms sampling only sees one held sample, and
-the mean would be that sample, not a measurement of the kernel), else `ok`.
+the mean would be that sample, not a measurement of the kernel), `none` when no sample series
+could be paired with it (see below), else `ok`.
 
-Clocks: samples and intervals of the same source share a clock. Samples from another source are
-moved onto the interval source's clock only through recorded epoch origins
-(`sources.time_origin_epoch_ns`); if either is null the answer is NotAnswerable.
+Which samples belong to which intervals (`pair_samples`), per interval source S and device d:
+
+1. S's own samples when S has any (same file, same clock: no alignment needed).
+2. Else samples of other sources T whose epoch time span overlaps S's, moved onto S's clock by
+   `t + origin(T) - origin(S)`. Sources on different clocks are aligned only through their
+   recorded epoch origins (`sources.time_origin_epoch_ns`); both must be non-null, or T is not
+   considered (and a warning says so). The usual case: an iteration log plus an NVML or
+   nvidia-smi log of the same run.
+3. `samples_from=T` (the CLI's `--samples-from`) forces T, still aligned through epoch origins.
+
+Among the candidate series (T, e), device ids are matched where both sides know them: d == e.
+When S's device is null (PyTorch `ProfilerStep`, host-side iteration logs) and the candidates
+cover exactly one device, that one is used; with several devices (or several sources with the same
+device) the match is ambiguous: a warning names the candidates and the values stay null, never a
+guess. Every answer names its `samples_source_id` and `samples_device_id`.
 """
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Mapping
+
 import polars as pl
 
 from ..errors import NotAnswerable
+from .naming import source_name, source_paths
 
 Frame = pl.DataFrame | pl.LazyFrame
 
 METRICS: tuple[str, ...] = ("sm_clock_mhz", "power_w", "temperature_c")
+
+PAIR_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+    "source_id": pl.String,
+    "device_id": pl.Int64,
+    "samples_source_id": pl.String,
+    "samples_device_id": pl.Int64,
+    "shift_ns": pl.Int64,
+    "pairing": pl.String,
+    "reason": pl.String,
+}
 
 
 def _collect(df: Frame) -> pl.DataFrame:
@@ -36,20 +63,22 @@ def align_samples(samples: Frame, sources: Frame, to_source: str) -> pl.DataFram
 
     `t' = t + origin(sample source) - origin(to_source)`; `source_id` becomes `to_source`.
     """
-    src = _collect(sources).select("source_id", "time_origin_epoch_ns")
+    src = _collect(sources.lazy().select("source_id", "time_origin_epoch_ns"))
+    names = source_paths(sources) if "path" in sources.lazy().collect_schema().names() else {}
     smp = _collect(samples)
     origins = dict(src.iter_rows())
     target = origins.get(to_source)
     if target is None:
         raise NotAnswerable(
-            f"source {to_source} has no recorded epoch origin (time_origin_epoch_ns); "
-            "samples from another source cannot be aligned to it"
+            f"{source_name(names, to_source)} has no recorded epoch origin "
+            "(time_origin_epoch_ns); samples from another source cannot be aligned to it"
         )
     others = [s for s in smp["source_id"].unique().to_list() if s != to_source]
     bad = [s for s in others if origins.get(s) is None]
     if bad:
         raise NotAnswerable(
-            f"source(s) {', '.join(sorted(bad))} have no recorded epoch origin; "
+            f"{', '.join(sorted(source_name(names, s) for s in bad))} "
+            "have no recorded epoch origin; "
             "their samples cannot be aligned to another source's clock"
         )
     shift = pl.col("source_id").replace_strict(
@@ -62,9 +91,204 @@ def align_samples(samples: Frame, sources: Frame, to_source: str) -> pl.DataFram
     ).sort("source_id", "device_id", "timestamp_ns")
 
 
+def _dev(d: int | None) -> str:
+    return "unknown device" if d is None else f"device {d}"
+
+
+def pair_samples(
+    intervals: Frame,
+    samples: Frame,
+    sources: Frame | None = None,
+    *,
+    samples_from: str | None = None,
+    what: str = "intervals",
+    warn: bool = True,
+) -> pl.DataFrame:
+    """Which sample series serves each (source_id, device_id) of `intervals` (rules: module doc).
+
+    `intervals` needs source_id, device_id, start_ns, end_ns (null times: only the same source's
+    samples can serve, as overlap in time cannot be judged). Returns one row per interval group:
+    source_id, device_id, samples_source_id, samples_device_id (null: no series, or ambiguous),
+    shift_ns (add to a sample's timestamp to put it on the interval source's clock), pairing
+    ("same source", "epoch overlap", "samples_from" or null) and `reason` (why a group has no
+    series, else null). With `warn`, an ambiguous match, samples that could not be aligned and
+    samples of the wrong device are warned about (one warning per source, naming files); plain
+    absence of telemetry is not.
+    """
+    names = source_paths(sources)
+    groups = _collect(
+        intervals.lazy()
+        .group_by("source_id", "device_id")
+        .agg(pl.col("start_ns").min().alias("_a"), pl.col("end_ns").max().alias("_b"))
+        .sort("source_id", "device_id", nulls_last=True)
+    )
+    series = _collect(
+        samples.lazy()
+        .group_by("source_id", "device_id")
+        .agg(
+            pl.col("timestamp_ns").min().alias("_a"),
+            pl.col("timestamp_ns").max().alias("_b"),
+        )
+        .sort("source_id", "device_id", nulls_last=True)
+    )
+    origins: dict[str, int | None] = {}
+    if sources is not None:
+        src = _collect(sources.lazy().select("source_id", "time_origin_epoch_ns"))
+        origins = {str(s): (None if o is None else int(o)) for s, o in src.iter_rows()}
+    by_source: dict[str, list[tuple[int | None, int | None, int | None]]] = {}
+    for sid, dev, a, b in series.iter_rows():
+        by_source.setdefault(str(sid), []).append((dev, a, b))
+    if samples_from is not None and samples_from not in by_source:
+        raise NotAnswerable(f"{source_name(names, samples_from)} has no telemetry samples")
+
+    rows: list[tuple[object, ...]] = []
+    for (sid,), g in groups.group_by(["source_id"], maintain_order=True):
+        sid = str(sid)
+        label = source_name(names, sid)
+        devs: list[int | None] = g["device_id"].to_list()
+        cands: list[tuple[str, int | None]]
+        why, loud = "no telemetry samples", False
+        if samples_from is not None:
+            how = "samples_from"
+            if samples_from != sid:
+                bad = [s for s in (sid, samples_from) if origins.get(s) is None]
+                if bad:
+                    raise NotAnswerable(
+                        f"{', '.join(source_name(names, s) for s in bad)} "
+                        "have no recorded epoch origin; "
+                        "their samples cannot be aligned to another source's clock"
+                    )
+            cands = [(samples_from, e) for e, _, _ in by_source[samples_from]]
+        elif sid in by_source:
+            how = "same source"
+            cands = [(sid, e) for e, _, _ in by_source[sid]]
+        else:
+            how = "epoch overlap"
+            cands, why, loud = _overlapping(sid, g, by_source, origins, names, what)
+        problems: list[str] = []
+        for d in devs:
+            exact = [c for c in cands if d is not None and c[1] == d]
+            loose = [c for c in cands if d is None or c[1] is None or c[1] == d]
+            pick = exact if exact else loose
+            if len(pick) == 1:
+                t, e = pick[0]
+                shift = 0 if t == sid else _shift(origins, t, sid)
+                rows.append((sid, d, t, e, shift, how, None))
+                continue
+            if len(pick) > 1:
+                listed = ", ".join(f"{source_name(names, t)} {_dev(e)}" for t, e in pick)
+                reason = f"ambiguous for {_dev(d)} ({listed})"
+                problems.append(reason)
+            elif cands:
+                have = sorted({str(e) for _, e in cands})
+                reason = f"the samples are of device {', '.join(have)}, not {d}"
+                problems.append(reason)
+            else:
+                reason = why
+                if loud:
+                    problems.append(reason)
+            rows.append((sid, d, None, None, None, None, f"{label}: {reason}"))
+        if warn and problems:
+            warnings.warn(
+                f"{label}: no telemetry for {what}: {'; '.join(dict.fromkeys(problems))}; "
+                "left null (choose with --samples-from and/or --device)",
+                stacklevel=2,
+            )
+    return pl.DataFrame(rows, schema=PAIR_SCHEMA, orient="row")
+
+
+def _shift(origins: Mapping[str, int | None], t: str, s: str) -> int:
+    ot, os_ = origins.get(t), origins.get(s)
+    assert ot is not None and os_ is not None  # checked by the caller
+    return ot - os_
+
+
+def _overlapping(
+    sid: str,
+    g: pl.DataFrame,
+    by_source: Mapping[str, list[tuple[int | None, int | None, int | None]]],
+    origins: Mapping[str, int | None],
+    names: Mapping[str, str],
+    what: str,
+) -> tuple[list[tuple[str, int | None]], str, bool]:
+    """Series of other sources whose epoch span overlaps `sid`'s (both origins recorded), and
+    when there are none, why, and whether that is worth a warning."""
+    others = [t for t in by_source if t != sid]
+    if not others:
+        return [], "no telemetry samples", False
+    if not origins:  # no `sources` given: only a source's own samples serve
+        why = (
+            "no samples of its own (other sources' samples can only be aligned through the "
+            "sources table's epoch origins)"
+        )
+        return [], why, False
+    o = origins.get(sid)
+    a, b = g["_a"].min(), g["_b"].max()
+    if o is None:
+        return (
+            [],
+            "no samples of its own and no recorded epoch origin, so other sources' samples "
+            "cannot be aligned to it",
+            True,
+        )
+    if a is None or b is None:
+        return (
+            [],
+            f"no samples of its own, and its {what} have no start/end times to match other "
+            "sources' samples in time",
+            True,
+        )
+    lo, hi = o + int(a), o + int(b)  # type: ignore[arg-type]
+    out: list[tuple[str, int | None]] = []
+    unaligned = []
+    for t in others:
+        ot = origins.get(t)
+        if ot is None:
+            unaligned.append(source_name(names, t))
+            continue
+        for e, ta, tb in by_source[t]:
+            if ta is not None and tb is not None and ot + ta <= hi and ot + tb >= lo:
+                out.append((t, e))
+    if out:
+        return out, "", False
+    if unaligned:
+        return (
+            [],
+            "no sample source with an epoch origin overlaps it in time ("
+            + ", ".join(sorted(unaligned))
+            + " have no recorded epoch origin and were not considered)",
+            True,
+        )
+    return [], "no sample source overlaps it in time", False
+
+
+def paired_samples(samples: Frame, pairs: pl.DataFrame) -> pl.LazyFrame:
+    """Samples of every paired series, on their interval group's clock, keyed by `_g`.
+
+    `_g` is the row index of `pairs` (one interval group); a series serving several groups is
+    repeated, once per group.
+    """
+    p = (
+        pairs.with_row_index("_g")
+        .filter(pl.col("samples_source_id").is_not_null())
+        .select(
+            pl.col("_g").cast(pl.Int64),
+            pl.col("samples_source_id").alias("source_id"),
+            pl.col("samples_device_id").alias("device_id"),
+            "shift_ns",
+        )
+    )
+    return (
+        samples.lazy()
+        .join(p.lazy(), on=["source_id", "device_id"], how="inner", nulls_equal=True)
+        .with_columns((pl.col("timestamp_ns") + pl.col("shift_ns")).alias("timestamp_ns"))
+        .drop("shift_ns")
+    )
+
+
 def _cumulative(samples: pl.DataFrame, metric: str) -> pl.DataFrame:
-    """Per (source, device): sample times, held value and cumulative integral up to each sample."""
-    keys = ["source_id", "device_id"]
+    """Per series `_g`: sample times, held value and cumulative integral up to each sample."""
+    keys = ["_g"]
     s = (
         samples.select(*keys, "timestamp_ns", metric)
         .drop_nulls(metric)
@@ -88,34 +312,51 @@ def _cumulative(samples: pl.DataFrame, metric: str) -> pl.DataFrame:
 
 
 def attribute(
-    intervals: Frame, samples: Frame, *, id_columns: list[str] | None = None
+    intervals: Frame,
+    samples: Frame,
+    *,
+    id_columns: list[str] | None = None,
+    sources: Frame | None = None,
+    samples_from: str | None = None,
+    what: str = "intervals",
 ) -> pl.DataFrame:
     """Time-weighted mean SM clock, power and temperature over each interval; energy in J.
 
     `intervals` needs source_id, device_id, start_ns, end_ns (kernels, iterations, or any frame
-    with those); `id_columns` are carried through (default: every other column). Samples must be on
-    the same clock (same source, or aligned with `align_samples`). Adds per metric
-    `<metric>` (mean), `<metric>_samples_count`, and `energy_j`, `coverage`.
+    with those); `id_columns` are carried through (default: every other column). Samples are
+    paired with intervals by `pair_samples` (the module doc's rules; `sources` gives the epoch
+    origins and file names, without it only a source's own samples are used). Adds per metric
+    `<metric>` (mean), `<metric>_samples_count`, and `energy_j`, `coverage`, `samples_source_id`,
+    `samples_device_id`. NotAnswerable when no interval could be paired with any samples.
     """
     iv = _collect(intervals)
-    sm = _collect(samples)
     need = {"source_id", "device_id", "start_ns", "end_ns"}
     if not need <= set(iv.columns):
         raise NotAnswerable(f"intervals lack {sorted(need - set(iv.columns))}")
     iv = iv.filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null())
     if iv.height == 0:
         raise NotAnswerable("no intervals with start and end times (iterations need timestamps)")
-    if sm.height == 0:
+    sm_all = samples.lazy()
+    if _collect(sm_all.select(pl.len())).item() == 0:
         raise NotAnswerable("no telemetry samples for these sources")
+    pairs = pair_samples(iv, sm_all, sources, samples_from=samples_from, what=what, warn=False)
+    unpaired = pairs.filter(pl.col("samples_source_id").is_null())
+    reasons = "; ".join(dict.fromkeys(unpaired["reason"].drop_nulls().to_list()))
+    if unpaired.height == pairs.height:
+        raise NotAnswerable(f"no telemetry for these {what}: {reasons}")
+    if unpaired.height:
+        warnings.warn(f"no telemetry for some {what} (left null): {reasons}", stacklevel=2)
+    sm = _collect(paired_samples(sm_all, pairs))
     keys = ["source_id", "device_id"]
-    common = set(iv["source_id"].unique().to_list()) & set(sm["source_id"].unique().to_list())
-    if not common:
-        raise NotAnswerable(
-            "telemetry samples come from other sources; align them first (align_samples, "
-            "needs epoch origins)"
-        )
     carry = id_columns if id_columns is not None else [c for c in iv.columns if c not in need]
-    base = iv.select(*keys, *carry, "start_ns", "end_ns").with_row_index("_row")
+    g = pairs.with_row_index("_g").select(
+        pl.col("_g").cast(pl.Int64), *keys, "samples_source_id", "samples_device_id"
+    )
+    base = (
+        iv.select(*keys, *carry, "start_ns", "end_ns")
+        .with_row_index("_row")
+        .join(g, on=keys, how="left", nulls_equal=True)
+    )
     out = base.sort("start_ns")
     for metric in METRICS:
         if metric not in sm.columns:
@@ -125,9 +366,12 @@ def attribute(
             out = out.with_columns(
                 pl.lit(None, dtype=pl.Float64).alias(metric),
                 pl.lit(0, dtype=pl.Int64).alias(f"{metric}_samples_count"),
+                pl.lit("none").alias(f"_cov_{metric}"),
             )
+            if metric == "power_w":
+                out = out.with_columns(pl.lit(None, dtype=pl.Float64).alias("energy_j"))
             continue
-        per = cum.select(*keys, "_first", "_last", "_period").unique(keys)
+        per = cum.select("_g", "_first", "_last", "_period").unique("_g")
         at_s = cum.rename({c: f"{c}_s" for c in ("timestamp_ns", "_v", "_I", "_n")}).drop(
             "_first", "_last", "_period"
         )
@@ -140,7 +384,7 @@ def attribute(
                 at_s.sort("timestamp_ns_s"),
                 left_on="start_ns",
                 right_on="timestamp_ns_s",
-                by=keys,
+                by="_g",
                 strategy="backward",
                 check_sortedness=False,
             )
@@ -149,11 +393,11 @@ def attribute(
                 at_e.sort("timestamp_ns_e"),
                 left_on="end_ns",
                 right_on="timestamp_ns_e",
-                by=keys,
+                by="_g",
                 strategy="backward",
                 check_sortedness=False,
             )
-            .join(per, on=keys, how="left", nulls_equal=True)
+            .join(per, on="_g", how="left")
         )
         integ = (
             pl.col("_I_e") + pl.col("_v_e") * (pl.col("end_ns") - pl.col("timestamp_ns_e"))
@@ -166,7 +410,9 @@ def attribute(
         coarse = (n_in < 2) | (dur < pl.col("_period"))
         j = j.with_columns(
             pl.coalesce(n_in, pl.lit(0)).cast(pl.Int64).alias(f"{metric}_samples_count"),
-            pl.when(inside.fill_null(False).not_())
+            pl.when(pl.col("_g").is_null() | pl.col("_first").is_null())
+            .then(pl.lit("none"))
+            .when(inside.fill_null(False).not_())
             .then(pl.lit("outside"))
             .when(coarse.fill_null(True))
             .then(pl.lit("coarse"))
@@ -190,12 +436,21 @@ def attribute(
     covs = [c for c in out.columns if c.startswith("_cov_")]
     if not covs:
         raise NotAnswerable("samples have none of " + ", ".join(METRICS))
-    # Overall coverage: the worst over the metrics present (outside > coarse > ok).
-    rank = {"ok": 0, "coarse": 1, "outside": 2}
+    # Overall coverage: the worst over the metrics present (none > outside > coarse > ok). A
+    # metric no paired series carries at all does not count ("none" only if every metric is).
+    rank = {"ok": 0, "coarse": 1, "outside": 2, "none": 3}
+    worst = pl.max_horizontal(
+        [
+            pl.when(pl.col(c) == "none")
+            .then(None)
+            .otherwise(pl.col(c).replace_strict(rank, return_dtype=pl.Int8))
+            for c in covs
+        ]
+    ).fill_null(3)
     out = out.with_columns(
-        pl.max_horizontal([pl.col(c).replace_strict(rank, return_dtype=pl.Int8) for c in covs])
-        .replace_strict({v: k for k, v in rank.items()}, return_dtype=pl.String)
-        .alias("coverage")
+        worst.replace_strict({v: k for k, v in rank.items()}, return_dtype=pl.String).alias(
+            "coverage"
+        )
     ).drop(covs)
     for metric in METRICS:
         if metric not in out.columns:
@@ -217,19 +472,40 @@ def attribute(
             *[f"{m}_samples_count" for m in METRICS],
             "energy_j",
             "coverage",
+            "samples_source_id",
+            "samples_device_id",
         )
     )
 
 
-def attribute_kernels(kernels: Frame, samples: Frame) -> pl.DataFrame:
+def attribute_kernels(
+    kernels: Frame,
+    samples: Frame,
+    *,
+    sources: Frame | None = None,
+    samples_from: str | None = None,
+) -> pl.DataFrame:
     """`attribute` over kernels, keeping kernel_id, stream_id and name."""
     k = _lazy_select(
         kernels, ["source_id", "device_id", "kernel_id", "stream_id", "name", "start_ns", "end_ns"]
     )
-    return attribute(k, samples, id_columns=["kernel_id", "stream_id", "name"])
+    return attribute(
+        k,
+        samples,
+        id_columns=["kernel_id", "stream_id", "name"],
+        sources=sources,
+        samples_from=samples_from,
+        what="kernels",
+    )
 
 
-def attribute_iterations(iterations: Frame, samples: Frame) -> pl.DataFrame:
+def attribute_iterations(
+    iterations: Frame,
+    samples: Frame,
+    *,
+    sources: Frame | None = None,
+    samples_from: str | None = None,
+) -> pl.DataFrame:
     """`attribute` over iterations (energy per iteration in J), keeping iteration and duration."""
     it = _collect(
         iterations.lazy().select(
@@ -240,7 +516,14 @@ def attribute_iterations(iterations: Frame, samples: Frame) -> pl.DataFrame:
             pl.coalesce("end_ns", pl.col("start_ns") + pl.col("duration_ns")).alias("end_ns"),
         )
     )
-    return attribute(it, samples, id_columns=["iteration"])
+    return attribute(
+        it,
+        samples,
+        id_columns=["iteration"],
+        sources=sources,
+        samples_from=samples_from,
+        what="iterations",
+    )
 
 
 def _lazy_select(df: Frame, cols: list[str]) -> pl.DataFrame:

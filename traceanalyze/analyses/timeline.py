@@ -7,7 +7,16 @@ density is shown instead and the plot says so. No row is ever dropped silently: 
 is the number of intervals behind each lane.
 
 `iteration_window` finds an iteration's `[start, end]` from the `iterations` table, or from
-`ProfilerStep#N` markers when the table has no times.
+`ProfilerStep#N` markers when the table has no times; `iteration_spans` lists them all.
+
+Windows (one rule for the figure and the Perfetto export): an interval belongs to the window
+`[t0, t1]` when it overlaps it, `start < t1 and end > t0` (an instant, end null, when
+`t0 <= start <= t1`); the figure clips it for drawing. Filtering on the start alone drops every
+interval that began before the window, e.g. the `ProfilerStep#101` range that opens a PyTorch
+trace 100 ms before its first kernel. The default window (`extent`) spans everything that is drawn
+or exported: kernels, copies, host operators, markers and iterations. Telemetry in a window
+(`window_samples`) keeps the last sample before it (sample-and-hold: that value is what the
+sensor read at `t0`), so a zoom shorter than the sampling period still shows a value.
 """
 
 from __future__ import annotations
@@ -55,11 +64,12 @@ def lanes(
     memcpy: Frame | None,
     *,
     ops: Frame | None = None,
+    markers: Frame | None = None,
     start_ns: int | None = None,
     end_ns: int | None = None,
     max_bars: int = 1500,
 ) -> pl.DataFrame:
-    """Lanes of intervals in `[start_ns, end_ns]` (default: everything).
+    """Lanes of intervals overlapping `[start_ns, end_ns]` (default: everything), clipped to it.
 
     Columns: device_id, stream_id, activity, lane, start_ns, end_ns, busy_ratio (1 for a raw
     interval, the bin's busy fraction when binned), binned, interval_count (per lane).
@@ -67,6 +77,8 @@ def lanes(
     `ops` (host framework operators) adds one "cpu ops" lane per thread, with the thread id in
     `stream_id` and a null `device_id`: a CPU-only run (no kernels) still has a timeline, and on a
     GPU run the host lanes show launch-bound stretches. Nested operators overlap in their lane.
+    `markers` (NVTX ranges, PyTorch annotations) add one "markers" lane per thread the same way;
+    an instant marker (no end) is a zero-length interval, `start_ns == end_ns`.
     """
     frames = [
         _c(kernels.lazy().select("device_id", "stream_id", "start_ns", "end_ns")).with_columns(
@@ -90,23 +102,40 @@ def lanes(
                 )
             ).with_columns(pl.lit("cpu ops").alias("activity"))
         )
+    if markers is not None:
+        frames.append(
+            _c(
+                markers.lazy().select(
+                    pl.lit(None, dtype=pl.Int64).alias("device_id"),
+                    pl.col("thread_id").alias("stream_id"),
+                    "start_ns",
+                    pl.coalesce("end_ns", "start_ns").alias("end_ns"),
+                )
+            ).with_columns(pl.lit("markers").alias("activity"))
+        )
     rows = pl.concat(frames).drop_nulls(["start_ns", "end_ns"])
     if rows.height == 0:
-        raise NotAnswerable("no kernels, copies or CPU ops with start and end times")
+        raise NotAnswerable("no kernels, copies, CPU ops or markers with start and end times")
     t0 = int(rows["start_ns"].min()) if start_ns is None else start_ns  # type: ignore[arg-type]
     t1 = int(rows["end_ns"].max()) if end_ns is None else end_ns  # type: ignore[arg-type]
     if t1 <= t0:
         raise NotAnswerable(f"empty time window [{t0}, {t1}] ns")
-    rows = rows.filter((pl.col("end_ns") > t0) & (pl.col("start_ns") < t1)).with_columns(
-        pl.col("start_ns").clip(t0, t1), pl.col("end_ns").clip(t0, t1)
+    s, e = pl.col("start_ns"), pl.col("end_ns")
+    rows = rows.filter(((e > t0) & (s < t1)) | ((e == s) & s.is_between(t0, t1))).with_columns(
+        s.clip(t0, t1), e.clip(t0, t1)
     )
     if rows.height == 0:
-        raise NotAnswerable("no kernels, copies or CPU ops in the window")
+        raise NotAnswerable("no kernels, copies, CPU ops or markers in the window")
     keys = ["device_id", "stream_id", "activity"]
     out: list[pl.DataFrame] = []
     for key, sub in rows.sort(keys, nulls_last=True).group_by(keys, maintain_order=True):
         dev, stream, act = key
-        lane = f"CPU thread {stream} ops" if act == "cpu ops" else f"GPU {dev} s{stream} {act}"
+        if act == "cpu ops":
+            lane = f"CPU thread {stream} ops"
+        elif act == "markers":
+            lane = "markers (no thread)" if stream is None else f"CPU thread {stream} markers"
+        else:
+            lane = f"GPU {dev} s{stream} {act}"
         n = sub.height
         if n <= max_bars:
             out.append(
@@ -141,3 +170,126 @@ def lanes(
             )
         )
     return pl.concat(out)
+
+
+def _bounds(df: Frame, start: pl.Expr, end: pl.Expr) -> pl.LazyFrame:
+    return df.lazy().select(start.min().alias("a"), end.max().alias("b"))
+
+
+def extent(
+    kernels: Frame | None = None,
+    memcpy: Frame | None = None,
+    ops: Frame | None = None,
+    markers: Frame | None = None,
+    iterations: Frame | None = None,
+) -> tuple[int, int]:
+    """`(first start, last end)` over every table given: the default timeline window.
+
+    Iterations count with `end_ns`, or `start_ns + duration_ns`; markers without an end count by
+    their start. NotAnswerable when nothing has times.
+    """
+    parts: list[pl.LazyFrame] = []
+    for df in (kernels, memcpy, ops):
+        if df is not None:
+            parts.append(_bounds(df, pl.col("start_ns"), pl.col("end_ns")))
+    if markers is not None:
+        parts.append(
+            _bounds(markers, pl.col("start_ns"), pl.coalesce("end_ns", pl.col("start_ns")))
+        )
+    if iterations is not None:
+        parts.append(
+            _bounds(
+                iterations,
+                pl.col("start_ns"),
+                pl.coalesce("end_ns", pl.col("start_ns") + pl.col("duration_ns")),
+            )
+        )
+    if not parts:
+        raise NotAnswerable("nothing to draw: no kernels, copies, operators, markers or iterations")
+    ext = pl.concat(parts).collect()
+    a, b = ext["a"].min(), ext["b"].max()
+    if a is None or b is None:
+        raise NotAnswerable(
+            "no kernels, copies, operators, markers or iterations with start and end times"
+        )
+    return int(a), int(b)  # type: ignore[arg-type]
+
+
+def overlapping(df: Frame, t0: int, t1: int) -> pl.LazyFrame:
+    """Rows of an interval table that overlap `[t0, t1]` (instants: start inside it)."""
+    s, e = pl.col("start_ns"), pl.col("end_ns")
+    ranged = e.is_not_null() & (s < t1) & (e > t0)
+    instant = e.is_null() & s.is_between(t0, t1)
+    return df.lazy().filter(ranged | instant)
+
+
+def window_samples(
+    samples: Frame,
+    t0: int,
+    t1: int,
+    *,
+    after: bool = True,
+    clip: bool = False,
+    metrics: tuple[str, ...] = ("sm_clock_mhz", "power_w", "temperature_c"),
+) -> pl.DataFrame:
+    """Telemetry samples for the window `[t0, t1]`, per (source, device) and metric.
+
+    The samples inside the window, plus the last sample before it (its value holds at `t0`) and,
+    with `after`, the first one after it (where the last held value ends). `clip` moves those two
+    onto `t0` / `t1` (for formats that have no notion of a view window, like a Chrome trace).
+    Kept per metric, so a row whose metric is null does not hide the value held before.
+    """
+    lf = samples.lazy()
+    keys = ["source_id", "device_id"]
+    cols = lf.collect_schema().names()
+    present = [m for m in metrics if m in cols]
+    ts = pl.col("timestamp_ns")
+    edge_ts: list[pl.LazyFrame] = []
+    for m in present:
+        has = lf.filter(pl.col(m).is_not_null())
+        # `<=`: a sample exactly at t0 is the value at t0, and no earlier one is needed.
+        edge_ts.append(has.filter(ts <= t0).group_by(keys).agg(ts.max()))
+        if after:
+            edge_ts.append(has.filter(ts >= t1).group_by(keys).agg(ts.min()))
+    inside = lf.filter(ts.is_between(t0, t1))
+    parts = [inside]
+    if edge_ts:
+        edges = pl.concat(edge_ts).unique()
+        parts.append(lf.join(edges, on=[*keys, "timestamp_ns"], how="semi", nulls_equal=True))
+    out = pl.concat(parts).unique(maintain_order=True).sort([*keys, "timestamp_ns"])
+    if clip:
+        out = out.with_columns(ts.clip(t0, t1))
+    return out.collect()
+
+
+def iteration_spans(iterations: Frame, markers: Frame | None = None) -> pl.DataFrame:
+    """`iteration, start_ns, end_ns` of every iteration with times (one row per number).
+
+    From the `iterations` table (end = `end_ns` or start + duration), else from `ProfilerStep#N`
+    markers. Devices are merged: the span of number N is the earliest start to the latest end.
+    """
+    it = _c(
+        iterations.lazy()
+        .select(
+            "iteration",
+            "start_ns",
+            pl.coalesce("end_ns", pl.col("start_ns") + pl.col("duration_ns")).alias("end_ns"),
+        )
+        .drop_nulls()
+    )
+    if it.height == 0 and markers is not None:
+        it = _c(
+            markers.lazy()
+            .filter(pl.col("name").str.contains(r"^ProfilerStep#\d+$"))
+            .select(
+                pl.col("name").str.extract(r"#(\d+)$").cast(pl.Int64).alias("iteration"),
+                "start_ns",
+                "end_ns",
+            )
+            .drop_nulls()
+        )
+    return (
+        it.group_by("iteration")
+        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+        .sort("iteration")
+    )

@@ -1,28 +1,60 @@
 """GPU-to-GPU performance variability across a fleet (SC22 "Not All GPUs Are Created Equal").
 
-One row per GPU, a GPU being a (source_id, device_id) pair: a run's log, trace or sampler file per
-device. Steady state only: per GPU the first `warmup` iterations (by iteration number) are dropped;
-the default rule is `max(1, floor(10 % of the GPU's iterations))`, the SC22 scripts having dropped
-the first iteration and longer runs needing more. Telemetry medians use the samples inside the
-steady iterations' time span when iterations have timestamps, else all of the GPU's samples (the
-SC22 stdout logs have durations only; `telemetry_window` says which).
+One row per GPU, a GPU being a (source_id, device_id) pair of the `iterations` table: a run's
+log, trace or sampler file per device (device_id may be null: PyTorch `ProfilerStep` ranges and
+host-side iteration logs do not say which GPU). Steady state only: per GPU the first `warmup`
+iterations (by iteration number) are dropped; the default rule is
+`max(1, floor(10 % of the GPU's iterations))`, the SC22 scripts having dropped the first iteration
+and longer runs needing more.
+
+Telemetry: the samples are paired with each GPU by `telemetry.pair_samples` — the GPU's own
+source's samples, else another source's (an NVML or nvidia-smi log of the same run) whose epoch
+time span overlaps, aligned through `sources.time_origin_epoch_ns`; device ids matched where both
+sides know them, a null device resolved only when the samples cover exactly one device, otherwise
+a warning and nulls. `samples_source_id`/`samples_device_id` say where the values came from.
+Medians use the samples inside the steady iterations' time span when iterations have timestamps,
+else all of the paired series' samples (the SC22 stdout logs have durations only; then only a
+source's own samples can be paired, and `telemetry_window` says "all").
+
+Top kernels: the fleet's `top` kernel names by total time; per GPU and per kernel the median
+launch duration, as columns `top<i>_kernel` (the name) and `top<i>_median_ms` (null when the GPU
+never ran it). A GPU whose device is null takes its source's kernels when they ran on one device.
 
 Performance is `1 / median iteration time`, normalized to the fleet: `perf_ratio = fleet median of
-the GPUs' median iteration times / this GPU's` (> 1 is faster than the typical GPU). Outliers by a
-robust z-score on the median iteration time, `z = (x - median) / (1.4826 · MAD)`, flagged when
-|z| > 3.5 (Iglewicz & Hoaglin); `rank` 1 is the most deviant GPU.
+the GPUs' median iteration times / this GPU's` (> 1 is faster than the typical GPU).
+
+Outliers, by a robust z-score on the median iteration time x (Iglewicz & Hoaglin's modified z;
+the MAD = 0 fallback as in IBM SPSS's "modified z"):
+
+* `z = (x - median) / (1.4826 · MAD)` when MAD > 0 (`z_scale = "mad"`);
+* when MAD = 0 (more than half of the GPUs have exactly the fleet median) but some GPUs differ,
+  `z = (x - median) / (1.2533 · MeanAD)`, MeanAD the mean absolute deviation from the median
+  (`z_scale = "meanad"`): the scale is then never 0, so a GPU that differs gets a finite z that
+  grows with its deviation (fleet 100, 100, 100, 100, 200 ms: MeanAD 20, z = 100 / 25.07 ≈ 3.99);
+* when every deviation is 0, every z is 0 and there is no outlier (`z_scale = "none"`).
+
+An infinite z could only come from dividing a non-zero deviation by a zero scale, which these
+rules exclude (MeanAD is 0 only when every deviation is). A GPU is an `outlier` when |z| > 3.5;
+`rank` 1 is the most deviant GPU (ties broken by source and device).
 """
 
 from __future__ import annotations
 
+import warnings
+
 import polars as pl
 
 from ..errors import NotAnswerable
+from .naming import source_name, source_paths
+from .telemetry import pair_samples, paired_samples
 
 Frame = pl.DataFrame | pl.LazyFrame
 
 KEYS: list[str] = ["source_id", "device_id"]
 Z_OUTLIER = 3.5
+MAD_K = 1.4826  # 1 / Φ⁻¹(3/4): MAD -> σ for normal data
+MEANAD_K = 1.2533  # √(π/2): mean absolute deviation -> σ for normal data
+TELEMETRY = ("median_sm_clock_mhz", "median_power_w", "median_temperature_c")
 
 
 def _lazy(df: Frame) -> pl.LazyFrame:
@@ -40,6 +72,25 @@ def steady_iterations(iterations: Frame, *, warmup: int | None = None) -> pl.Laz
     return lf.filter(pos >= drop)
 
 
+def robust_z(x: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """(z, scale name) for the values of `x` over the frame (the module doc's rule)."""
+    dev = x - x.median()
+    mad = dev.abs().median()
+    meanad = dev.abs().mean()
+    scale = (
+        pl.when(mad > 0).then(MAD_K * mad).when(meanad > 0).then(MEANAD_K * meanad).otherwise(None)
+    )
+    z = pl.when(scale.is_not_null()).then(dev / scale).otherwise(0.0)
+    name = (
+        pl.when(mad > 0)
+        .then(pl.lit("mad"))
+        .when(meanad > 0)
+        .then(pl.lit("meanad"))
+        .otherwise(pl.lit("none"))
+    )
+    return z, name
+
+
 def variability(
     iterations: Frame,
     gpu_samples: Frame | None = None,
@@ -47,8 +98,13 @@ def variability(
     *,
     warmup: int | None = None,
     top: int = 3,
+    sources: Frame | None = None,
 ) -> pl.DataFrame:
-    """Per GPU: steady-state medians, fleet-normalized performance, robust z and outlier rank."""
+    """Per GPU: steady-state medians, fleet-normalized performance, robust z and outlier rank.
+
+    `sources` (the sources table) lets samples of other sources be paired through epoch origins
+    and lets warnings name files; without it only each source's own samples are used.
+    """
     steady = steady_iterations(iterations, warmup=warmup)
     per = (
         steady.group_by(KEYS)
@@ -65,33 +121,28 @@ def variability(
     per = per.filter(pl.col("median_iteration_ms").is_not_null()).sort(KEYS, nulls_last=True)
     if per.height == 0:
         raise NotAnswerable("no steady-state iterations with durations (after dropping warm-up)")
-    if gpu_samples is not None:
-        per = per.join(
-            _telemetry(gpu_samples, per),
-            on=KEYS,
-            how="left",
-            nulls_equal=True,
-            maintain_order="left",
-        )
+    tel = None if gpu_samples is None else _telemetry(gpu_samples, per, sources)
+    if tel is not None:
+        per = per.join(tel, on=KEYS, how="left", nulls_equal=True, maintain_order="left")
     else:
         per = per.with_columns(
-            pl.lit(None, dtype=pl.Float64).alias(c)
-            for c in ("median_sm_clock_mhz", "median_power_w", "median_temperature_c")
-        ).with_columns(pl.lit("none").alias("telemetry_window"))
-    if kernels is not None:
-        per = per.join(
-            _top_kernels(kernels, top), on=KEYS, how="left", nulls_equal=True, maintain_order="left"
+            *[pl.lit(None, dtype=pl.Float64).alias(c) for c in TELEMETRY],
+            pl.lit(None, dtype=pl.String).alias("samples_source_id"),
+            pl.lit(None, dtype=pl.Int64).alias("samples_device_id"),
+            pl.lit("none").alias("telemetry_window"),
         )
-    else:
-        per = per.with_columns(pl.lit(None, dtype=pl.Float64).alias("top_kernels_median_ms"))
     per = per.with_columns(pl.col("telemetry_window").fill_null("none"))
-    x = pl.col("median_iteration_ms")
-    med = x.median()
-    mad = (x - med).abs().median()
-    z = pl.when(mad > 0).then((x - med) / (1.4826 * mad)).otherwise(0.0)
+    top_cols: list[str] = []
+    if kernels is not None:
+        tk, top_cols = _top_kernels(kernels, per.select(KEYS), top, sources)
+        per = per.join(tk, on=KEYS, how="left", nulls_equal=True, maintain_order="left")
+    z, scale = robust_z(pl.col("median_iteration_ms"))
     out = per.with_columns(
-        (med / x).alias("perf_ratio"),
+        (pl.col("median_iteration_ms").median() / pl.col("median_iteration_ms")).alias(
+            "perf_ratio"
+        ),
         z.alias("robust_z"),
+        scale.alias("z_scale"),
     ).with_columns(
         (pl.col("robust_z").abs() > Z_OUTLIER).alias("outlier"),
         pl.col("robust_z").abs().rank("ordinal", descending=True).cast(pl.Int64).alias("rank"),
@@ -101,30 +152,36 @@ def variability(
         "steady_iteration_count",
         "median_iteration_ms",
         "median_images_per_s",
-        "top_kernels_median_ms",
-        "median_sm_clock_mhz",
-        "median_power_w",
-        "median_temperature_c",
+        *top_cols,
+        *TELEMETRY,
         "telemetry_window",
+        "samples_source_id",
+        "samples_device_id",
         "perf_ratio",
         "robust_z",
+        "z_scale",
         "outlier",
         "rank",
     ).sort("rank", *KEYS)
 
 
-def _telemetry(gpu_samples: Frame, per: pl.DataFrame) -> pl.DataFrame:
-    win = per.select(*KEYS, "_w0", "_w1")
-    s = (
-        _lazy(gpu_samples)
-        .select(*KEYS, "timestamp_ns", "sm_clock_mhz", "power_w", "temperature_c")
-        .join(win.lazy(), on=KEYS, how="inner", nulls_equal=True)
+def _telemetry(gpu_samples: Frame, per: pl.DataFrame, sources: Frame | None) -> pl.DataFrame:
+    cols = ["source_id", "device_id", "timestamp_ns", "sm_clock_mhz", "power_w", "temperature_c"]
+    smp = _lazy(gpu_samples).select(cols)
+    gpus = per.select(*KEYS, pl.col("_w0").alias("start_ns"), pl.col("_w1").alias("end_ns"))
+    pairs = pair_samples(gpus, smp, sources, what="iterations")
+    win = (
+        pairs.with_row_index("_g")
+        .with_columns(pl.col("_g").cast(pl.Int64))
+        .join(per.select(*KEYS, "_w0", "_w1"), on=KEYS, how="left", nulls_equal=True)
     )
     timed = pl.col("_w0").is_not_null() & pl.col("_w1").is_not_null()
     in_win = (pl.col("timestamp_ns") >= pl.col("_w0")) & (pl.col("timestamp_ns") <= pl.col("_w1"))
-    return (
-        s.filter(~timed | in_win)
-        .group_by(KEYS)
+    med = (
+        paired_samples(smp, pairs)
+        .join(win.select("_g", "_w0", "_w1").lazy(), on="_g", how="inner")
+        .filter(~timed | in_win)
+        .group_by("_g")
         .agg(
             pl.col("sm_clock_mhz").median().alias("median_sm_clock_mhz"),
             pl.col("power_w").median().alias("median_power_w"),
@@ -135,6 +192,9 @@ def _telemetry(gpu_samples: Frame, per: pl.DataFrame) -> pl.DataFrame:
             .alias("telemetry_window"),
         )
         .collect()
+    )
+    return win.join(med, on="_g", how="left").select(
+        *KEYS, *TELEMETRY, "telemetry_window", "samples_source_id", "samples_device_id"
     )
 
 
@@ -165,13 +225,46 @@ def kernel_medians(kernels: Frame, names: list[str]) -> pl.DataFrame:
     )
 
 
-def _top_kernels(kernels: Frame, top: int) -> pl.DataFrame:
-    # Sum of the medians of the fleet's top kernels: one comparable number per GPU.
+def _top_kernels(
+    kernels: Frame, gpus: pl.DataFrame, top: int, sources: Frame | None
+) -> tuple[pl.DataFrame, list[str]]:
+    """Wide per-GPU columns `top<i>_kernel`, `top<i>_median_ms` for the fleet's top kernels."""
     names = top_kernel_names(kernels, top)
+    cols = [c for i in range(1, len(names) + 1) for c in (f"top{i}_kernel", f"top{i}_median_ms")]
     km = kernel_medians(kernels, names)
-    return km.group_by(KEYS).agg(
-        pl.when(pl.len() == len(names))
-        .then(pl.col("median_ms").sum())
-        .otherwise(None)
-        .alias("top_kernels_median_ms")
+    # A GPU of unknown device (ProfilerStep iterations) takes its source's kernels when those ran
+    # on one device; on several, which one the iterations belong to is not known: say so.
+    kdev = km.group_by("source_id").agg(pl.col("device_id").unique().alias("_devs"))
+    resolved = gpus.join(kdev, on="source_id", how="left").with_columns(
+        pl.when(pl.col("device_id").is_not_null())
+        .then(pl.col("device_id"))
+        .when(pl.col("_devs").list.len() == 1)
+        .then(pl.col("_devs").list.first())
+        .alias("_kdev")
     )
+    amb = resolved.filter(pl.col("device_id").is_null() & (pl.col("_devs").list.len() > 1))
+    if amb.height:
+        paths = source_paths(sources)
+        warnings.warn(
+            "top kernels left null for "
+            + ", ".join(
+                f"{source_name(paths, s)} (iterations of unknown device; kernels on devices "
+                f"{', '.join(str(d) for d in sorted(x for x in ds if x is not None))})"
+                for s, ds in amb.select("source_id", "_devs").iter_rows()
+            ),
+            stacklevel=3,
+        )
+    out = resolved.select(*KEYS, "_kdev")
+    for i, name in enumerate(names, start=1):
+        one = km.filter(pl.col("name") == name).select(
+            "source_id", pl.col("device_id").alias("_kdev"), pl.col("median_ms")
+        )
+        out = (
+            out.join(one, on=["source_id", "_kdev"], how="left", nulls_equal=False)
+            .with_columns(
+                pl.lit(name).alias(f"top{i}_kernel"),
+                pl.col("median_ms").alias(f"top{i}_median_ms"),
+            )
+            .drop("median_ms")
+        )
+    return out.select(*KEYS, *cols), cols

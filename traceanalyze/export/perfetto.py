@@ -9,8 +9,11 @@ Written by `traceanalyze timeline --perfetto out.json`. Events:
 * telemetry: counters `ph: "C"` (`sm_clock_mhz`, `power_w`, `temperature_c`), one track per device;
 * `ph: "M"` metadata naming processes ("GPU 0", "host pid 123") and threads ("stream 7").
 
-Times: `ts`/`dur` in microseconds as floats (the format's unit), relative to the earliest time in
-the exported window so that float64 keeps sub-µs precision. Rows are serialized columnar (polars
+Times: `ts`/`dur` in microseconds as floats (the format's unit), relative to `origin_ns` (default:
+the earliest exported time) so that float64 keeps sub-µs precision. An event that starts before
+`origin_ns` (an interval overlapping a window's start) lowers the origin to its start: Perfetto
+rejects negative timestamps (google/perfetto#107), and an overlapping interval is exported whole,
+never cut. Rows are serialized columnar (polars
 `write_ndjson` per event kind), not with a Python loop per event.
 """
 
@@ -52,15 +55,15 @@ def chrome_trace_json(
 ) -> str:
     """The trace as a JSON text `{"traceEvents": [...], "displayTimeUnit": "ms"}`."""
     k, m, mk, s = _c(kernels), _c(memcpy), _c(markers), _c(gpu_samples)
+    starts: list[int] = []
+    for df, col in ((k, "start_ns"), (m, "start_ns"), (mk, "start_ns"), (s, "timestamp_ns")):
+        if df is not None and df.height:
+            v = df.select(pl.col(col).min()).item()
+            if v is not None:
+                starts.append(int(v))
     if origin_ns is None:
-        starts: list[int] = []
-        for df, col in ((k, "start_ns"), (m, "start_ns"), (mk, "start_ns"), (s, "timestamp_ns")):
-            if df is not None and df.height:
-                v = df.select(pl.col(col).min()).item()
-                if v is not None:
-                    starts.append(int(v))
         origin_ns = min(starts) if starts else 0
-    t0 = origin_ns
+    t0 = min([origin_ns, *starts])
 
     def us(c: str) -> pl.Expr:
         return (pl.col(c) - t0) / 1e3

@@ -1,9 +1,12 @@
 """Timeline: kernels and copies per device and stream, iteration boundaries, telemetry tracks.
 
 Top panel: one lane per (device, stream, activity) from `analyses.timeline.lanes`; raw intervals
-as `broken_barh` bars, binned lanes as a density strip (bar alpha = busy fraction per bin) with
-"binned" in the lane label and the title. Below, on the same time axis (ms from the window start):
-SM clock, power and temperature as step functions (sample-and-hold, like the attribution).
+as `broken_barh` bars (markers translucent, as they nest; instant markers as ticks), binned lanes
+as a density strip (bar alpha = busy fraction per bin) with "binned" in the lane label and the
+title; a raw interval narrower than a pixel is drawn one pixel wide (as trace viewers do), so
+that none vanishes; iteration starts and ends as dashed lines, the iteration number above.
+Below, on the same time axis (ms from the window start): SM clock, power and temperature as step
+functions (sample-and-hold, like the attribution), clipped at the window's edges.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import numpy as np
 import polars as pl
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
+
+COLORS = {"kernels": "tab:blue", "copies": "tab:orange", "markers": "tab:purple"}
 
 TRACKS = (
     ("sm_clock_mhz", "SM clock (MHz)"),
@@ -29,8 +34,17 @@ def timeline_figure(
     samples: pl.DataFrame | None = None,
     title: str = "",
     width_in: float = 14.0,
+    iterations: pl.DataFrame | None = None,
 ) -> Figure:
-    """Draw `lanes` (see `analyses.timeline.lanes`) and the telemetry `samples` in one window."""
+    """Draw `lanes` (see `analyses.timeline.lanes`) and the telemetry `samples` in one window.
+
+    `iterations` (`iteration, start_ns, end_ns`, from `analyses.timeline.iteration_spans`) draws a
+    dashed line at every iteration's start and end inside the window and its number above the
+    lanes; `boundaries_ns` adds plain lines. `samples` may hold one sample on each side of the
+    window (`window_samples`): steps are drawn from them and clipped at the window's edges; one
+    line per value of a `label` column when `samples` has one (the CLI names another source's
+    samples by file), else one per device.
+    """
     tracks = [
         (c, label)
         for c, label in TRACKS
@@ -46,27 +60,61 @@ def timeline_figure(
     def ms(v: np.ndarray | pl.Series) -> np.ndarray:
         return (np.asarray(v, dtype=np.float64) - t0_ns) / 1e6
 
+    # A raw interval narrower than a pixel would vanish (or fade to nothing when antialiased):
+    # draw it one pixel wide, as trace viewers do, so that every interval is seen.
+    span_ms = (t1_ns - t0_ns) / 1e6
+    min_w = span_ms / (width_in * 100)
     any_binned = False
     labels = []
     for i, name in enumerate(lane_names):
         sub = lanes.filter(pl.col("lane") == name)
         binned = bool(sub["binned"][0])
         any_binned |= binned
-        color = {"kernels": "tab:blue", "copies": "tab:orange"}.get(sub["activity"][0], "tab:green")
+        act = sub["activity"][0]
+        color = COLORS.get(act, "tab:green")
         x = ms(sub["start_ns"])
         w = ms(sub["end_ns"]) - x
-        if binned:
+        if act == "markers" and not binned:
+            # Ranges nest (a step contains forward and backward): translucent, so depth shows.
+            inst = w == 0
+            wide = np.maximum(w, min_w)
+            ax.broken_barh(
+                list(zip(x[~inst], wide[~inst], strict=True)),
+                (i - 0.4, 0.8),
+                facecolors=color,
+                alpha=0.35,
+            )
+            if inst.any():  # instant markers: a tick, a zero-width bar would be invisible
+                ax.plot(x[inst], np.full(int(inst.sum()), i), "|", color=color, ms=12, mew=1.5)
+        elif binned:
             rgba = np.array([to_rgba(color)] * sub.height)
             rgba[:, 3] = sub["busy_ratio"].to_numpy()
             ax.broken_barh(list(zip(x, w, strict=True)), (i - 0.4, 0.8), facecolors=rgba)
         else:
-            ax.broken_barh(list(zip(x, w, strict=True)), (i - 0.4, 0.8), facecolors=color)
+            wide = np.maximum(w, min_w)
+            ax.broken_barh(list(zip(x, wide, strict=True)), (i - 0.4, 0.8), facecolors=color)
         n = int(sub["interval_count"][0])
         labels.append(f"{name} ({n:,}{', binned' if binned else ''})")
     ax.set_yticks(range(len(lane_names)), labels, fontsize=7)
     ax.set_ylim(len(lane_names) - 0.5, -0.5)
     ax.set_ylabel("lane")
-    for b in boundaries_ns or []:
+    lines = set(boundaries_ns or [])
+    if iterations is not None and iterations.height:
+        span = iterations.filter((pl.col("start_ns") <= t1_ns) & (pl.col("end_ns") >= t0_ns))
+        for n, a_ns, b_ns in span.select("iteration", "start_ns", "end_ns").iter_rows():
+            lines |= {int(a_ns), int(b_ns)}
+            mid = (max(a_ns, t0_ns) + min(b_ns, t1_ns)) / 2
+            ax.text(
+                (mid - t0_ns) / 1e6,
+                -0.55,
+                f"iter {n}",
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                color="dimgray",
+                clip_on=False,
+            )
+    for b in sorted(x for x in lines if t0_ns <= x <= t1_ns):
         for a in axes:
             a.axvline((b - t0_ns) / 1e6, color="gray", lw=0.6, ls="--")
     note = (
@@ -74,18 +122,21 @@ def timeline_figure(
         if any_binned
         else ""
     )
-    ax.set_title((title + note).strip(" —"), fontsize=9)
+    ax.set_title(title + ("\n" + note.strip(" —") if note else ""), fontsize=9, pad=14)
     for a, (col, label) in zip(axes[1:], tracks, strict=True):
         assert samples is not None
-        for (dev,), sub in (
-            samples.drop_nulls(col)
-            .sort("timestamp_ns")
-            .group_by(["device_id"], maintain_order=True)
+        by = "label" if "label" in samples.columns else "device_id"
+        for (key,), sub in (
+            samples.drop_nulls(col).sort("timestamp_ns").group_by([by], maintain_order=True)
         ):
-            a.step(ms(sub["timestamp_ns"]), sub[col].to_numpy(), where="post", label=f"GPU {dev}")
+            name = str(key) if by == "label" else f"GPU {key}"
+            a.step(ms(sub["timestamp_ns"]), sub[col].to_numpy(), where="post", label=name)
         a.set_ylabel(label)
         a.legend(fontsize=6, loc="upper right")
     axes[-1].set_xlabel("time since window start (ms)")
-    axes[-1].set_xlim(0, (t1_ns - t0_ns) / 1e6)
+    # A small margin, so that what sits exactly on the window's edges (an instant marker at
+    # its start, an iteration's end) is not hidden under the axis frame.
+    pad = span_ms * 0.004
+    axes[-1].set_xlim(-pad, span_ms + pad)
     fig.tight_layout()
     return fig
