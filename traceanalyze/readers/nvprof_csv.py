@@ -758,58 +758,56 @@ def _trace(raw: _Raw, sec: _Section, path: PathLike, out: _Out) -> None:
     df = _to_polars(tbl)
     del tbl  # polars holds its own copy of the strings: free Arrow's before building outputs
     converted = [c for c in _TIME_COLS + _SIZE_COLS if c in hdr]
-    df = df.with_columns(
-        *conv,
-        # a value that did not survive the conversion (checked below, errors only)
-        pl.any_horizontal(
-            [pl.col(c).is_not_null() & e.is_null() for c, e in zip(converted, conv, strict=True)]
-        ).alias("_lost")
-        if conv
-        else pl.lit(False).alias("_lost"),
-    )
-    bad = _first_bad(df, ~pl.col("_lost"))
-    if bad is not None:
-        raw_row = _to_polars(_read_rows(raw, sec, path, {}, only_empty_is_null=True)).row(
-            bad, named=True
-        )
-        col = next(c for c in converted if raw_row[c] is not None and df[c][bad] is None)
-        raise MalformedInput(
-            f"value {raw_row[col]!r} is not a finite {col.lower()} that fits int64 "
-            + ("ns" if col in _TIME_COLS else "bytes"),
-            path=path,
-            line=_line_of_row(sec, raw, bad),
-            column=col,
-        )
-    df = df.drop("_lost")
     for c in (*_TIME_COLS, *_INT_COLS, *_SIZE_COLS, "device_id"):
         if c not in df.columns:
             df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias(c))
     for c in ("SrcMemType", "DstMemType", "System", "Name", "Device"):
         if c not in df.columns:
             df = df.with_columns(pl.lit(None, dtype=pl.String).alias(c))
-
-    bad = _first_bad(df, pl.col("Name").is_not_null())
+    # One pass converts, and one more finds the first bad row (diagnosed below, errors only):
+    # a value that did not survive the conversion, a row without a Name or a Start, or an
+    # activity (kernel, copy, API call) without a Duration. Only the `--system-profiling`
+    # sample rows (`[SM/Memory Clock (MHz)]`, …) leave Duration empty.
+    df = df.with_columns(
+        *conv,
+        pl.any_horizontal(
+            [pl.col(c).is_not_null() & e.is_null() for c, e in zip(converted, conv, strict=True)]
+        ).alias("_lost")
+        if conv
+        else pl.lit(False).alias("_lost"),
+        pl.col("Name").str.starts_with("[").alias("_bracketed"),
+    )
+    sample_row = pl.col("_bracketed") & ~pl.col("Name").str.starts_with("[CUDA ")
+    bad = _first_bad(
+        df,
+        ~pl.col("_lost")
+        & pl.col("Name").is_not_null()
+        & pl.col("Start").is_not_null()
+        & (pl.col("Duration").is_not_null() | sample_row),
+    )
     if bad is not None:
-        raise MalformedInput(
-            "row without a Name", path=path, line=_line_of_row(sec, raw, bad), column="Name"
-        )
-    # Every row has a Start; every activity (kernel, copy, API call) a Duration. Only the
-    # `--system-profiling` sample rows (`[SM/Memory Clock (MHz)]`, …) leave Duration empty.
-    sample_row = pl.col("Name").str.starts_with("[") & ~pl.col("Name").str.starts_with("[CUDA ")
-    for col, ok in (
-        ("Start", pl.col("Start").is_not_null()),
-        ("Duration", pl.col("Duration").is_not_null() | sample_row),
-    ):
-        bad = _first_bad(df, ok)
-        if bad is not None:
+        row = df.row(bad, named=True)
+        line = _line_of_row(sec, raw, bad)
+        if row["_lost"]:
+            raw_row = _to_polars(_read_rows(raw, sec, path, {}, only_empty_is_null=True)).row(
+                bad, named=True
+            )
+            col = next(c for c in converted if raw_row[c] is not None and row[c] is None)
             raise MalformedInput(
-                f"{df['Name'][bad]!r} row without a {col}",
+                f"value {raw_row[col]!r} is not a finite {col.lower()} that fits int64 "
+                + ("ns" if col in _TIME_COLS else "bytes"),
                 path=path,
-                line=_line_of_row(sec, raw, bad),
+                line=line,
                 column=col,
             )
+        if row["Name"] is None:
+            raise MalformedInput("row without a Name", path=path, line=line, column="Name")
+        col = "Start" if row["Start"] is None else "Duration"
+        raise MalformedInput(
+            f"{row['Name']!r} row without a {col}", path=path, line=line, column=col
+        )
+    df = df.drop("_lost")
     pid = pl.lit(sec.process_id, dtype=pl.Int64).alias("process_id")
-    df = df.with_columns(pl.col("Name").str.starts_with("[").alias("_bracketed"))
     times = [
         pl.col("Start").alias("start_ns"),
         (pl.col("Start") + pl.col("Duration")).alias("end_ns"),
