@@ -8,7 +8,7 @@ import sqlite3
 import types
 import warnings
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -61,6 +61,42 @@ def _gunzip_prefix(f: BinaryIO, n: int) -> bytes:
     return bytes(out[:n])
 
 
+def gunzip_stream(
+    f: BinaryIO, path: PathLike, *, out_chunk: int, inflate: Any = zlib
+) -> Iterator[bytes]:
+    """The decompressed bytes of the gzip file `f` (at its start), in pieces of at most
+    `out_chunk`: every member in turn, trailing zero padding ignored, as `gzip` does.
+
+    `inflate` is a zlib-compatible module (zlib, or ISA-L's `isal.isal_zlib`): with wbits=31 it
+    checks each member's header and CRC in C, skipping `gzip.GzipFile`'s Python-level buffering.
+    Raises MalformedInput "truncated gzip (no end of stream)" or "corrupt gzip (…)".
+    """
+    errors = (zlib.error, getattr(inflate, "error", zlib.error))
+    d = inflate.decompressobj(31)
+    started = False  # inside a member
+    data = b""
+    try:
+        while True:
+            if not data:
+                data = f.read(1 << 20)
+                if not data:
+                    if started:
+                        raise MalformedInput("truncated gzip (no end of stream)", path=path)
+                    return
+            if not started and not data.strip(b"\x00"):
+                data = b""
+                continue
+            started = True
+            out = d.decompress(data, out_chunk)
+            data = d.unconsumed_tail
+            if out:
+                yield out
+            if d.eof:
+                data, d, started = d.unused_data, inflate.decompressobj(31), False
+    except errors as e:
+        raise MalformedInput(f"corrupt gzip ({e})", path=path) from None
+
+
 def gzip_damage(path: PathLike) -> str | None:
     """Why a gzip file cannot be decompressed to its end ("truncated gzip …", "corrupt gzip …"),
     or None when it can (or is not gzip). Reads the whole file: only for diagnosing errors."""
@@ -68,25 +104,12 @@ def gzip_damage(path: PathLike) -> str | None:
         if f.read(2) != GZIP_MAGIC:
             return None
         f.seek(0)
-        d = zlib.decompressobj(31)
-        started = False
-        data = b""
         try:
-            while True:
-                if not data:
-                    data = f.read(1 << 20)
-                    if not data:
-                        return "truncated gzip (no end of stream)" if started else None
-                if not started and not data.strip(b"\x00"):
-                    data = b""
-                    continue
-                started = True
-                d.decompress(data, 1 << 22)
-                data = d.unconsumed_tail
-                if d.eof:
-                    data, d, started = d.unused_data, zlib.decompressobj(31), False
-        except zlib.error as e:
-            return f"corrupt gzip ({e})"
+            for _ in gunzip_stream(f, path, out_chunk=1 << 22):
+                pass
+        except MalformedInput as e:
+            return e.message
+    return None
 
 
 def sqlite_damage(path: PathLike) -> str | None:

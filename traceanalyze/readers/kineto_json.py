@@ -70,7 +70,7 @@ from msgspec import Struct, field
 
 from ..errors import MalformedInput
 from ..tables import Tables
-from ._common import GZIP_MAGIC, PathLike, head_bytes, warn
+from ._common import GZIP_MAGIC, PathLike, gunzip_stream, head_bytes, warn
 
 _inflate: Any
 try:  # ISA-L inflates ~2.5x faster than zlib (10 vs 27 ms for the ResNet trace); optional
@@ -244,12 +244,8 @@ _CHUNK = 1 << 21
 
 
 def _chunks(path: PathLike) -> Iterator[bytes]:
-    """The file's bytes in pieces of at most `_CHUNK`, gunzipped when it is gzip.
-
-    The inflater reads gzip members itself (wbits=31 checks the header and the CRC in C), which
-    skips `gzip.GzipFile`'s Python-level buffering and second CRC pass. Members are
-    concatenated; trailing zero padding is ignored, like `gzip` does.
-    """
+    """The file's bytes in pieces of at most `_CHUNK`, gunzipped (every member, with ISA-L when
+    it is installed) when it is gzip."""
     with open(path, "rb") as f:
         if f.read(2) != GZIP_MAGIC:
             f.seek(0)
@@ -257,29 +253,7 @@ def _chunks(path: PathLike) -> Iterator[bytes]:
                 yield b
             return
         f.seek(0)
-        d = _inflate.decompressobj(31)
-        started = False  # inside a member
-        data = b""
-        try:
-            while True:
-                if not data:
-                    data = f.read(1 << 20)
-                    if not data:
-                        if started:
-                            raise MalformedInput("truncated gzip (no end of stream)", path=path)
-                        return
-                if not started and not data.strip(b"\x00"):
-                    data = b""
-                    continue
-                started = True
-                out = d.decompress(data, _CHUNK)
-                data = d.unconsumed_tail
-                if out:
-                    yield out
-                if d.eof:
-                    data, d, started = d.unused_data, _inflate.decompressobj(31), False
-        except (zlib.error, _inflate.error) as e:
-            raise MalformedInput(f"corrupt gzip ({e})", path=path) from None
+        yield from gunzip_stream(f, path, out_chunk=_CHUNK, inflate=_inflate)
 
 
 # The start of the events array, and a candidate boundary between two events. A candidate may
