@@ -91,28 +91,19 @@ def lanes(
                 pl.lit("copies").alias("activity")
             )
         )
-    if ops is not None:
-        frames.append(
-            _c(
-                ops.lazy().select(
-                    pl.lit(None, dtype=pl.Int64).alias("device_id"),
-                    pl.col("thread_id").alias("stream_id"),
-                    "start_ns",
-                    "end_ns",
-                )
-            ).with_columns(pl.lit("cpu ops").alias("activity"))
-        )
-    if markers is not None:
-        frames.append(
-            _c(
-                markers.lazy().select(
-                    pl.lit(None, dtype=pl.Int64).alias("device_id"),
-                    pl.col("thread_id").alias("stream_id"),
-                    "start_ns",
-                    pl.coalesce("end_ns", "start_ns").alias("end_ns"),
-                )
-            ).with_columns(pl.lit("markers").alias("activity"))
-        )
+    # Host rows: no device, the thread as the lane; an instant marker ends where it starts.
+    for host, label in ((ops, "cpu ops"), (markers, "markers")):
+        if host is not None:
+            frames.append(
+                _c(
+                    host.lazy().select(
+                        pl.lit(None, dtype=pl.Int64).alias("device_id"),
+                        pl.col("thread_id").alias("stream_id"),
+                        "start_ns",
+                        pl.coalesce("end_ns", "start_ns").alias("end_ns"),
+                    )
+                ).with_columns(pl.lit(label).alias("activity"))
+            )
     rows = pl.concat(frames).drop_nulls(["start_ns", "end_ns"])
     if rows.height == 0:
         raise NotAnswerable("no kernels, copies, CPU ops or markers with start and end times")
