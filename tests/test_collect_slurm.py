@@ -46,18 +46,26 @@ def fake_slurm(tmp_path: Path, profiler: str = "none") -> dict[str, str]:
     }
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-def test_sbatch_ncu_dry_run_on_a_login_node_one_log_per_node(tmp_path: Path) -> None:
-    # No GPU here: the dry run still prints each node's command, and the nodes' ncu logs differ.
-    env = fake_slurm(tmp_path, profiler="ncu")
-    cp = subprocess.run(
-        ["bash", str(SBATCH), "--iterations", "10", "--sampler", "off"]
-        + ["--ncu-metrics", "gpu__time_duration.sum", "--dry-run"],
+def sbatch(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The sbatch template run as a plain bash script under the fake Slurm environment."""
+    return subprocess.run(
+        ["bash", str(SBATCH), *args],
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+    )
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_sbatch_ncu_dry_run_on_a_login_node_one_log_per_node(tmp_path: Path) -> None:
+    # No GPU here: the dry run still prints each node's command, and the nodes' ncu logs differ.
+    env = fake_slurm(tmp_path, profiler="ncu")
+    cp = sbatch(
+        env,
+        *("--iterations", "10", "--sampler", "off"),
+        *("--ncu-metrics", "gpu__time_duration.sum", "--dry-run"),
     )
     assert cp.returncode == 0, cp.stderr
     lines = cp.stdout.splitlines()
@@ -73,14 +81,7 @@ def test_sbatch_ncu_dry_run_on_a_login_node_one_log_per_node(tmp_path: Path) -> 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_sbatch_two_nodes_share_run_id_and_rendezvous(tmp_path: Path) -> None:
     env = fake_slurm(tmp_path)
-    cp = subprocess.run(
-        ["bash", str(SBATCH), "--device", "cpu", "--iterations", "10", "--dry-run"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    cp = sbatch(env, "--device", "cpu", "--iterations", "10", "--dry-run")
     assert cp.returncode == 0, cp.stderr
     lines = cp.stdout.splitlines()
     m = re.fullmatch(
