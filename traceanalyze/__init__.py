@@ -4,10 +4,12 @@ import traceanalyze as ta
 t = ta.read("trace.pt.trace.json.gz")          # Tables: one polars DataFrame per table
 ta.ingest(["a.csv", "b.sqlite"], "store/")      # into a hive-partitioned Parquet store
 ta.Store("store/").scan("kernels")               # polars LazyFrame over every source
+ds = ta.open(store="store/")                     # Dataset: filters, lazy tables, analyses
 """
 
 from __future__ import annotations
 
+from .dataset import Dataset, open
 from .errors import (
     CollectError,
     MalformedInput,
@@ -27,6 +29,8 @@ from .tables import Tables
 __version__ = "0.1.0"
 
 __all__ = [
+    "open",
+    "Dataset",
     "read",
     "ingest",
     "detect_format",
