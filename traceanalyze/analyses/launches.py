@@ -49,7 +49,7 @@ def launch_calls(events: Frame, api_calls: Frame) -> pl.DataFrame:
     and `cpu_ns` (null where no call has the event's correlation id), keeping every event row
     in its order.
     """
-    ev = _lazy(events).with_row_index("_row")
+    ev = _lazy(events).with_row_index("_lrow")
     calls = (
         _lazy(api_calls)
         .filter(pl.col("correlation_id").is_not_null() & pl.col("start_ns").is_not_null())
@@ -71,15 +71,15 @@ def launch_calls(events: Frame, api_calls: Frame) -> pl.DataFrame:
         | (pl.col("process_id") == pl.col("call_process_id"))
     )
     matched = (
-        ev.select("_row", "source_id", "correlation_id", "process_id")
+        ev.select("_lrow", "source_id", "correlation_id", "process_id")
         .filter(pl.col("correlation_id").is_not_null())
         .join(calls, on=["source_id", "correlation_id"])
         .filter(same_process)
-        .sort("_row", "call_start_ns")
-        .unique("_row", keep="first")
+        .sort("_lrow", "call_start_ns")
+        .unique("_lrow", keep="first")
         .drop("source_id", "correlation_id", "process_id")
     )
-    return ev.join(matched, on="_row", how="left").sort("_row").drop("_row").collect()
+    return ev.join(matched, on="_lrow", how="left").sort("_lrow").drop("_lrow").collect()
 
 
 def launch_table(kernels: Frame, api_calls: Frame) -> pl.DataFrame:
