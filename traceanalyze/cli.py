@@ -29,6 +29,10 @@ _LAZY: dict[str, str] = {
     "variability": "traceanalyze.cli_analyses:variability",
     "compare": "traceanalyze.cli_analyses:compare",
     "summary": "traceanalyze.cli_analyses:summary",
+    "launches": "traceanalyze.cli_trace:launches",
+    "idle": "traceanalyze.cli_trace:idle",
+    "overlap": "traceanalyze.cli_trace:overlap",
+    "annotations": "traceanalyze.cli_trace:annotations",
 }
 
 
