@@ -7,7 +7,7 @@ and renders the frame with the file path beside each source id. A trace that can
 `traceanalyze: note:` line per source otherwise. Registered lazily in `cli._LAZY`.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: it would shadow the `annotations` command.
 
 from pathlib import Path
 
