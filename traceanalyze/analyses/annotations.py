@@ -80,11 +80,11 @@ def innermost(ranges: pl.DataFrame, points: pl.DataFrame, lane: list[str]) -> pl
 
 def _events(kernels: Frame, memcpy: Frame) -> pl.LazyFrame:
     cols = ["source_id", "process_id", "device_id", "stream_id", "correlation_id"]
-    k = _lazy(kernels).select(*cols, "start_ns", "end_ns", pl.lit("kernel").alias("event"))
+    times = ("start_ns", "end_ns", "duration_ns")
+    k = _lazy(kernels).select(*cols, *times, pl.lit("kernel").alias("event"))
     c = _lazy(memcpy).select(
         *cols,
-        "start_ns",
-        "end_ns",
+        *times,
         pl.when(pl.col("kind") == "memset")
         .then(pl.lit("memset"))
         .otherwise(pl.lit("memcpy"))
@@ -170,7 +170,8 @@ def annotation_time(
             raise NotAnswerable(f"depth must be >= 1, got {depth}")
         path = path.list.head(depth)
     ev = ev.with_columns(path.list.join("/").alias("annotation"))
-    dur = (pl.col("end_ns") - pl.col("start_ns")).fill_null(0)
+    # the duration the source states (Kineto `dur`), else end - start
+    dur = pl.coalesce("duration_ns", pl.col("end_ns") - pl.col("start_ns")).fill_null(0)
     out = ev.group_by("source_id", "device_id", "method", "annotation").agg(
         pl.len().cast(pl.Int64).alias("event_count"),
         (pl.col("event") == "kernel").sum().cast(pl.Int64).alias("kernel_count"),

@@ -201,12 +201,26 @@ def kernel_launches(
     table = launch_table(k, api_calls)
     if table.height == 0:
         raise NotAnswerable("no kernel shares a correlation id with an API call")
-    if table.height < n_kernels:
-        warnings.warn(
-            f"{n_kernels - table.height} of {n_kernels} kernels have no launch call with their "
-            "correlation id (outside the capture window or not traced); left out",
-            stacklevel=2,
-        )
+    per = (
+        k.group_by("source_id")
+        .agg(pl.len().alias("n"))
+        .collect()
+        .join(table.group_by("source_id").agg(pl.len().alias("m")), on="source_id", how="left")
+        .sort("source_id")
+    )
+    for sid, n, m in per.iter_rows():
+        if m is None:
+            warnings.warn(
+                f"{sid}: no kernel has a launch call (no API calls with its correlation ids); "
+                "left out",
+                stacklevel=2,
+            )
+        elif m < n:
+            warnings.warn(
+                f"{sid}: {n - m} of {n} kernels have no launch call with their correlation id "
+                "(outside the capture window or not traced); left out",
+                stacklevel=2,
+            )
     return Launches(
         stats=launch_stats(table, by_kernel=by_kernel, delay_floor_ns=delay_floor_ns),
         outliers=launch_outliers(table, delay_floor_ns=delay_floor_ns),
