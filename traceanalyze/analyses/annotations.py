@@ -18,12 +18,14 @@ its enclosing ranges' names, outermost first, then its own. `depth` cuts paths t
 
 # No `from __future__ import annotations`: it would shadow the `annotations` entry point.
 import warnings
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from ..errors import NotAnswerable
 from .launches import launch_calls
+from .naming import source_name
 
 if TYPE_CHECKING:
     from ..dataset import Dataset
@@ -149,6 +151,7 @@ def annotation_time(
     *,
     depth: int | None = None,
     strip_ids: bool = False,
+    names: Mapping[str, str] | None = None,
 ) -> pl.DataFrame:
     """Per source, device and annotation path (null: none): event_count, kernel_count,
     memcpy_count, memset_count, duration_ns (sum of the events' durations) and gpu_time_pct (of
@@ -160,7 +163,8 @@ def annotation_time(
     for sid, n in ev.group_by("source_id").agg(pl.col("path").is_not_null().sum()).iter_rows():
         if n == 0:
             warnings.warn(
-                f"{sid}: no GPU event falls in an annotation (no gpu_user_annotation, NVTX or "
+                f"{source_name(names, sid)}: "
+                "no GPU event falls in an annotation (no gpu_user_annotation, NVTX or "
                 "user_annotation ranges, or no API calls to project them through)",
                 stacklevel=2,
             )
@@ -189,6 +193,11 @@ def annotation_time(
 
 def annotations(ds: "Dataset", **options: Any) -> pl.DataFrame:
     """`Dataset.annotations(depth=None)`."""
+    opts: dict[str, Any] = {"names": ds.names(), **options}
     return annotation_time(
-        ds.scan("kernels"), ds.scan("memcpy"), ds.scan("api_calls"), ds.scan("markers"), **options
+        ds.scan("kernels"),
+        ds.scan("memcpy"),
+        ds.scan("api_calls"),
+        ds.scan("markers"),
+        **opts,
     )

@@ -22,6 +22,7 @@ a device row's `idle_ns` is `busy`'s `window_ns - busy_ns` for its kernels.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -29,6 +30,7 @@ import polars as pl
 from ..errors import NotAnswerable
 from . import _intervals as iv
 from .launches import launch_calls
+from .naming import source_name
 
 if TYPE_CHECKING:
     from ..dataset import Dataset
@@ -114,6 +116,7 @@ def idle_time(
     api_calls: Frame,
     *,
     window: tuple[int, int] | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> pl.DataFrame:
     """Idle time per source and device (`stream_id` null) and per stream, split by cause.
 
@@ -133,7 +136,8 @@ def idle_time(
         lo, hi = window if window is not None else _span(ks, cs)
         if sid not in have:
             warnings.warn(
-                f"{sid}: no API calls, so the causes of idle time other than copies are "
+                f"{source_name(names, sid)}: "
+                "no API calls, so the causes of idle time other than copies are "
                 "unknown (unknown_ns)",
                 stacklevel=2,
             )
@@ -167,4 +171,10 @@ def idle(ds: Dataset, **options: Any) -> pl.DataFrame:
     are set, else busy's (first to last kernel or copy of each source)."""
     if "window" not in options and ds.start_ns is not None and ds.end_ns is not None:
         options["window"] = (ds.start_ns, ds.end_ns)
-    return idle_time(ds.scan("kernels"), ds.scan("memcpy"), ds.scan("api_calls"), **options)
+    opts: dict[str, Any] = {"names": ds.names(), **options}
+    return idle_time(
+        ds.scan("kernels"),
+        ds.scan("memcpy"),
+        ds.scan("api_calls"),
+        **opts,
+    )

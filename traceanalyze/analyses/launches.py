@@ -23,12 +23,14 @@ Outliers, per kernel name:
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from ..errors import NotAnswerable
+from .naming import source_name
 
 if TYPE_CHECKING:
     from ..dataset import Dataset
@@ -181,6 +183,7 @@ def kernel_launches(
     *,
     by_kernel: bool = False,
     delay_floor_ns: int = DELAY_FLOOR_NS,
+    names: Mapping[str, str] | None = None,
 ) -> Launches:
     """Launch statistics; NotAnswerable when no kernel has a launch call (e.g. nvprof CSV
     without its API trace). Kernels without a call are counted in a warning."""
@@ -211,13 +214,15 @@ def kernel_launches(
     for sid, n, m in per.iter_rows():
         if m is None:
             warnings.warn(
-                f"{sid}: no kernel has a launch call (no API calls with its correlation ids); "
+                f"{source_name(names, sid)}: "
+                "no kernel has a launch call (no API calls with its correlation ids); "
                 "left out",
                 stacklevel=2,
             )
         elif m < n:
             warnings.warn(
-                f"{sid}: {n - m} of {n} kernels have no launch call with their correlation id "
+                f"{source_name(names, sid)}: "
+                f"{n - m} of {n} kernels have no launch call with their correlation id "
                 "(outside the capture window or not traced); left out",
                 stacklevel=2,
             )
@@ -230,4 +235,5 @@ def kernel_launches(
 
 def launches(ds: Dataset, **options: Any) -> Launches:
     """`Dataset.launches(by_kernel=False, delay_floor_ns=100_000)`."""
-    return kernel_launches(ds.scan("kernels"), ds.scan("api_calls"), **options)
+    opts: dict[str, Any] = {"names": ds.names(), **options}
+    return kernel_launches(ds.scan("kernels"), ds.scan("api_calls"), **opts)

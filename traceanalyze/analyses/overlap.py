@@ -18,12 +18,14 @@ whole-trace row has `iteration` null.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from ..errors import NotAnswerable
 from . import _intervals as iv
+from .naming import source_name
 
 if TYPE_CHECKING:
     from ..dataset import Dataset
@@ -98,7 +100,13 @@ def _measure(rows: pl.DataFrame, lo: int | None, hi: int | None) -> dict[str, An
     }
 
 
-def comm_overlap(kernels: Frame, memcpy: Frame, iterations: Frame | None = None) -> pl.DataFrame:
+def comm_overlap(
+    kernels: Frame,
+    memcpy: Frame,
+    iterations: Frame | None = None,
+    *,
+    names: Mapping[str, str] | None = None,
+) -> pl.DataFrame:
     """Per source and device (and iteration): compute, communication, overlapped and exposed ns.
 
     Iterations with a null `device_id` (host-side steps) frame every device of their source.
@@ -136,7 +144,8 @@ def comm_overlap(kernels: Frame, memcpy: Frame, iterations: Frame | None = None)
     )
     for sid in quiet.filter(pl.col("comm_ns") == 0)["source_id"].to_list():
         warnings.warn(
-            f"{sid}: no communication kernels (NCCL, collectives) or peer/host copies; "
+            f"{source_name(names, sid)}: "
+            "no communication kernels (NCCL, collectives) or peer/host copies; "
             "nothing to overlap",
             stacklevel=2,
         )
@@ -145,4 +154,10 @@ def comm_overlap(kernels: Frame, memcpy: Frame, iterations: Frame | None = None)
 
 def overlap(ds: Dataset, **options: Any) -> pl.DataFrame:
     """`Dataset.overlap()`: per device and iteration, communication vs computation."""
-    return comm_overlap(ds.scan("kernels"), ds.scan("memcpy"), ds.scan("iterations"), **options)
+    opts: dict[str, Any] = {"names": ds.names(), **options}
+    return comm_overlap(
+        ds.scan("kernels"),
+        ds.scan("memcpy"),
+        ds.scan("iterations"),
+        **opts,
+    )
