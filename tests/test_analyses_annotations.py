@@ -134,6 +134,9 @@ def test_resnet_gpu_user_annotations_against_json() -> None:
         name = max(holds, key=lambda a: a["start"])["name"] if holds else None
         counts[name] += 1
         durs[name] += g["dur_ns"]
+    # the reader keeps the annotations' stream (their tid), which the lanes need
+    mk = ta.read(p).markers.filter(pl.col("category") == "gpu_user_annotation")
+    assert mk["stream_id"].to_list() == [a["tid"] for a in sorted(ann, key=lambda a: a["start"])]
     df = annotations(ta.open(p))
     got = {r["annotation"]: (r["event_count"], r["duration_ns"]) for r in df.iter_rows(named=True)}
     assert got == {n: (counts[n], durs[n]) for n in counts}

@@ -192,3 +192,12 @@ def test_nsys_two_gpus_against_plain_loops() -> None:
         want = _scalar_causes(kd, cd, sd, lo, hi)
         got = df.filter((pl.col("device_id") == dev) & pl.col("stream_id").is_null())
         assert {c: got[c].item() for c in CAUSES} == want
+
+
+def test_plot_has_units() -> None:
+    from traceanalyze.plots.idle import idle_figure
+
+    fig = idle_figure(idle_time(KERNELS, COPIES, CALLS))
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "time in window (ms)"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["s · GPU 0"]

@@ -100,3 +100,12 @@ def test_resnet_iterations_against_json() -> None:
         assert row["compute_ns"] == total([(max(s, lo), min(e, hi)) for s, e in kern])
         assert row["window_ns"] == hi - lo
         assert row["comm_ns"] == 0
+
+
+def test_plot_per_iteration_with_units() -> None:
+    from traceanalyze.plots.overlap import overlap_figure
+
+    ax = overlap_figure(comm_overlap(KERNELS, COPIES, ITERS)).axes[0]
+    assert ax.get_xlabel() == "communication time (ms)"
+    # device 1 has no communication: left out; device 0 one bar per iteration
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["s · GPU 0 · it 1", "s · GPU 0 · it 2"]
