@@ -34,6 +34,13 @@ def _c(df: Frame) -> pl.DataFrame:
     return df.collect() if isinstance(df, pl.LazyFrame) else df
 
 
+def _name(df: Frame, column: str = "name") -> pl.Expr:
+    """The interval's name when the frame has one (hand-built frames may not)."""
+    if column in df.lazy().collect_schema().names():
+        return pl.col(column).cast(pl.String).alias("name")
+    return pl.lit(None, dtype=pl.String).alias("name")
+
+
 def iteration_window(iterations: Frame, markers: Frame | None, n: int) -> tuple[int, int]:
     """`(start_ns, end_ns)` of iteration `n` (first device that has it)."""
     it = _c(
@@ -72,7 +79,8 @@ def lanes(
     """Lanes of intervals overlapping `[start_ns, end_ns]` (default: everything), clipped to it.
 
     Columns: device_id, stream_id, activity, lane, start_ns, end_ns, busy_ratio (1 for a raw
-    interval, the bin's busy fraction when binned), binned, interval_count (per lane).
+    interval, the bin's busy fraction when binned), binned, interval_count (per lane), name (the
+    kernel, operator or marker name, a copy's kind; null in a binned lane or when not given).
 
     `ops` (host framework operators) adds one "cpu ops" lane per thread, with the thread id in
     `stream_id` and a null `device_id`: a CPU-only run (no kernels) still has a timeline, and on a
@@ -81,15 +89,16 @@ def lanes(
     an instant marker (no end) is a zero-length interval, `start_ns == end_ns`.
     """
     frames = [
-        _c(kernels.lazy().select("device_id", "stream_id", "start_ns", "end_ns")).with_columns(
-            pl.lit("kernels").alias("activity")
-        )
+        _c(kernels.lazy().select("device_id", "stream_id", "start_ns", "end_ns", _name(kernels)))
+        .with_columns(pl.lit("kernels").alias("activity"))
     ]
     if memcpy is not None:
         frames.append(
-            _c(memcpy.lazy().select("device_id", "stream_id", "start_ns", "end_ns")).with_columns(
-                pl.lit("copies").alias("activity")
-            )
+            _c(
+                memcpy.lazy().select(
+                    "device_id", "stream_id", "start_ns", "end_ns", _name(memcpy, "kind")
+                )
+            ).with_columns(pl.lit("copies").alias("activity"))
         )
     # Host rows: no device, the thread as the lane; an instant marker ends where it starts.
     for host, label in ((ops, "cpu ops"), (markers, "markers")):
@@ -101,6 +110,7 @@ def lanes(
                         pl.col("thread_id").alias("stream_id"),
                         "start_ns",
                         pl.coalesce("end_ns", "start_ns").alias("end_ns"),
+                        _name(host),
                     )
                 ).with_columns(pl.lit(label).alias("activity"))
             )
@@ -140,6 +150,7 @@ def lanes(
                     pl.lit(1.0).alias("busy_ratio"),
                     pl.lit(False).alias("binned"),
                     pl.lit(n, dtype=pl.Int64).alias("interval_count"),
+                    "name",
                 )
             )
             continue
@@ -157,6 +168,7 @@ def lanes(
                     "busy_ratio": frac,
                     "binned": [True] * max_bars,
                     "interval_count": pl.Series([n] * max_bars, dtype=pl.Int64),
+                    "name": pl.Series([None] * max_bars, dtype=pl.String),
                 }
             )
         )

@@ -4,12 +4,17 @@ Top panel: one lane per (device, stream, activity) from `analyses.timeline.lanes
 as `broken_barh` bars (markers translucent, as they nest; instant markers as ticks), binned lanes
 as a density strip (bar alpha = busy fraction per bin) with "binned" in the lane label and the
 title; a raw interval narrower than a pixel is drawn one pixel wide (as trace viewers do), so
-that none vanishes; iteration starts and ends as dashed lines, the iteration number above.
+that none vanishes; iteration starts and ends as dashed lines, the iteration number above when
+its span is wide enough for it. Markers wide enough for their name are labelled inside (nested
+ones when the label clears the ones already placed). The kernels with the most time in the window
+(`top_kernels`) get a colour each and a legend naming them; other kernels are grey.
 Below, on the same time axis (ms from the window start): SM clock, power and temperature as step
 functions (sample-and-hold, like the attribution), clipped at the window's edges.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -17,6 +22,29 @@ from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 
 COLORS = {"kernels": "tab:blue", "copies": "tab:orange", "markers": "tab:purple"}
+# One colour per named top kernel; copies (orange) and markers (purple) keep theirs.
+KERNEL_COLORS = (
+    "tab:blue",
+    "tab:red",
+    "tab:green",
+    "tab:brown",
+    "tab:pink",
+    "tab:olive",
+    "tab:cyan",
+    "gold",
+)
+OTHER_KERNELS = "silver"
+LABEL_PT = 6.5  # font size of marker and iteration labels
+LEGEND_NAME = 60  # characters of a kernel name in the legend
+
+
+def _text_in(n_chars: int, pt: float = LABEL_PT) -> float:
+    """About how wide `n_chars` characters of text are, in inches (0.6 em per character)."""
+    return n_chars * 0.6 * pt / 72 + 0.04
+
+
+def _cut(name: str, n: int = LEGEND_NAME) -> str:
+    return name if len(name) <= n else name[: n - 1] + "…"
 
 TRACKS = (
     ("sm_clock_mhz", "SM clock (MHz)"),
@@ -35,6 +63,7 @@ def timeline_figure(
     title: str = "",
     width_in: float = 14.0,
     iterations: pl.DataFrame | None = None,
+    top_kernels: pl.DataFrame | None = None,
 ) -> Figure:
     """Draw `lanes` (see `analyses.timeline.lanes`) and the telemetry `samples` in one window.
 
@@ -43,7 +72,8 @@ def timeline_figure(
     lanes; `boundaries_ns` adds plain lines. `samples` may hold one sample on each side of the
     window (`window_samples`): steps are drawn from them and clipped at the window's edges; one
     line per value of a `label` column when `samples` has one (the CLI names another source's
-    samples by file), else one per device.
+    samples by file), else one per device. `top_kernels` (`name, total_ms`, most time first)
+    colours those kernels and names them in a legend.
     """
     tracks = [
         (c, label)
@@ -52,7 +82,10 @@ def timeline_figure(
     ]
     lane_names = lanes["lane"].unique(maintain_order=True).to_list()
     h_top = max(2.0, 0.35 * len(lane_names) + 1.0)
-    fig = Figure(figsize=(width_in, h_top + 1.6 * len(tracks)))
+    kcolor = _kernel_colors(top_kernels)
+    # The kernel legend goes below everything, across the figure: it never narrows the lanes.
+    h_legend = 0.35 + 0.16 * -(-(len(kcolor) + 1) // 2) if kcolor else 0.0
+    fig = Figure(figsize=(width_in, h_top + 1.6 * len(tracks) + h_legend))
     ratios = [h_top] + [1.6] * len(tracks)
     axes = fig.subplots(1 + len(tracks), 1, sharex=True, height_ratios=ratios, squeeze=False)[:, 0]
     ax = axes[0]
@@ -64,6 +97,7 @@ def timeline_figure(
     # draw it one pixel wide, as trace viewers do, so that every interval is seen.
     span_ms = (t1_ns - t0_ns) / 1e6
     min_w = span_ms / (width_in * 100)
+    in_per_ms = width_in * 0.72 / span_ms  # the lanes take about 72 % of the figure's width
     any_binned = False
     labels = []
     for i, name in enumerate(lane_names):
@@ -86,13 +120,17 @@ def timeline_figure(
             )
             if inst.any():  # instant markers: a tick, a zero-width bar would be invisible
                 ax.plot(x[inst], np.full(int(inst.sum()), i), "|", color=color, ms=12, mew=1.5)
+            _label_markers(ax, i, x, w, sub["name"].to_list(), in_per_ms)
         elif binned:
             rgba = np.array([to_rgba(color)] * sub.height)
             rgba[:, 3] = sub["busy_ratio"].to_numpy()
             ax.broken_barh(list(zip(x, w, strict=True)), (i - 0.4, 0.8), facecolors=rgba)
         else:
             wide = np.maximum(w, min_w)
-            ax.broken_barh(list(zip(x, wide, strict=True)), (i - 0.4, 0.8), facecolors=color)
+            colors: str | list[str] = color
+            if act == "kernels" and kcolor:
+                colors = [kcolor.get(str(n), OTHER_KERNELS) for n in sub["name"].to_list()]
+            ax.broken_barh(list(zip(x, wide, strict=True)), (i - 0.4, 0.8), facecolors=colors)
         n = int(sub["interval_count"][0])
         labels.append(f"{name} ({n:,}{', binned' if binned else ''})")
     ax.set_yticks(range(len(lane_names)), labels, fontsize=7)
@@ -104,6 +142,9 @@ def timeline_figure(
         for n, a_ns, b_ns in span.select("iteration", "start_ns", "end_ns").iter_rows():
             lines |= {int(a_ns), int(b_ns)}
             mid = (max(a_ns, t0_ns) + min(b_ns, t1_ns)) / 2
+            shown_ms = (min(b_ns, t1_ns) - max(a_ns, t0_ns)) / 1e6
+            if shown_ms * in_per_ms < _text_in(len(f"iter {n}"), 7):
+                continue  # too narrow for its number: the dashed lines still show it
             ax.text(
                 (mid - t0_ns) / 1e6,
                 -0.55,
@@ -138,5 +179,66 @@ def timeline_figure(
     # its start, an iteration's end) is not hidden under the axis frame.
     pad = span_ms * 0.004
     axes[-1].set_xlim(-pad, span_ms + pad)
-    fig.tight_layout()
+    if kcolor:
+        _kernel_legend(fig, top_kernels, kcolor)
+        fig.tight_layout(rect=(0.0, h_legend / fig.get_figheight(), 1.0, 1.0))
+    else:
+        fig.tight_layout()
     return fig
+
+
+def _kernel_colors(top: pl.DataFrame | None) -> dict[str, str]:
+    if top is None or top.height == 0:
+        return {}
+    names = [str(n) for n in top["name"].to_list()[: len(KERNEL_COLORS)]]
+    return dict(zip(names, KERNEL_COLORS, strict=False))
+
+
+def _kernel_legend(fig: Figure, top: pl.DataFrame | None, kcolor: dict[str, str]) -> None:
+    from matplotlib.patches import Patch
+
+    assert top is not None
+    ms = dict(zip(top["name"].cast(pl.String).to_list(), top["total_ms"].to_list(), strict=True))
+    handles = [
+        Patch(color=c, label=f"{_cut(n)} ({ms.get(n, 0.0):,.2f} ms)") for n, c in kcolor.items()
+    ]
+    handles.append(Patch(color=OTHER_KERNELS, label="other kernels"))
+    fig.legend(
+        handles=handles,
+        title="kernels with the most time in the window",
+        title_fontsize=7,
+        fontsize=6.5,
+        loc="lower center",
+        ncols=2,
+        frameon=False,
+    )
+
+
+def _label_markers(
+    ax: Any, row: int, x: np.ndarray, w: np.ndarray, names: list[Any], in_per_ms: float
+) -> None:
+    """A marker's name inside its bar when the bar is wide enough for it and the text clears
+    the labels already placed in the lane (widest markers first: the outer range wins)."""
+    placed: list[tuple[float, float]] = []
+    order = np.argsort(-w, kind="stable")
+    for j in order[:400]:
+        name = names[j]
+        if name is None or w[j] <= 0:
+            continue
+        text_ms = _text_in(len(str(name))) / in_per_ms
+        if text_ms > w[j]:
+            continue
+        a, b = float(x[j]), float(x[j]) + text_ms
+        if any(a < q and p < b for p, q in placed):
+            continue
+        placed.append((a, b))
+        ax.text(
+            a + 0.15 * text_ms / max(len(str(name)), 1),
+            row,
+            str(name),
+            va="center",
+            ha="left",
+            fontsize=LABEL_PT,
+            color="black",
+            clip_on=True,
+        )
