@@ -153,7 +153,7 @@ def test_coreutil_not_answerable_is_one_short_line(write) -> None:
     r = CliRunner().invoke(main, ["coreutil", str(p)])
     assert r.exit_code == 1
     assert r.stdout == ""
-    assert r.stderr == f"traceanalyze: error: {p}: {SHORT_NO_PIPES} (--verbose: details)\n"
+    assert r.stderr == f"traceanalyze: error: {p}: {SHORT_NO_PIPES} [-v for details]\n"
     assert len(r.stderr.splitlines()[0]) < 160 + len(str(p))
 
 
@@ -174,7 +174,7 @@ def test_coreutil_prints_what_it_can_then_each_bad_file(write, monkeypatch) -> N
         "batch_8.csv            8       10         0          40        1         1  cycles  pct\n"
         "batch_16.csv          16   20.056     0.031      59.929    0.509         3  cycles  pct\n"
     )
-    assert r.stderr == f"traceanalyze: error: bad.csv: {SHORT_NO_PIPES} (--verbose: details)\n"
+    assert r.stderr == f"traceanalyze: error: bad.csv: {SHORT_NO_PIPES} [-v for details]\n"
     # --verbose: the same line, then every unit and every candidate metric looked for.
     r = CliRunner().invoke(main, ["coreutil", "batch_16.csv", "bad.csv", "--verbose"])
     assert r.exit_code == 1

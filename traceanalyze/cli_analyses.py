@@ -133,7 +133,7 @@ def coreutil(
     if res.table.height or out_json or out_csv:
         emit(res.printed, out_json, out_csv)
     for file, reason, details in res.unanswered.select("file", "reason", "details").iter_rows():
-        error_line(f"{file}: {reason}" + (" (--verbose: details)" if details and not verbose() else ""))
+        error_line(f"{file}: {reason}" + (" [-v for details]" if details and not verbose() else ""))
         if details and verbose():
             click.echo(f"  {details}", err=True)
     if res.unanswered.height:

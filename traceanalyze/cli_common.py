@@ -50,11 +50,20 @@ def guarded(ctx: click.Context) -> Iterator[None]:
         except UsageProblem as e:
             raise click.UsageError(str(e), ctx) from e
         except TraceanalyzeError as e:
-            click.echo(f"traceanalyze: error: {e}", err=True)
+            more = bool(e.details) and not ctx.meta.get(_VERBOSE) and _has_verbose(ctx)
+            click.echo(f"traceanalyze: error: {e}{' [-v for details]' if more else ''}", err=True)
             if e.details and ctx.meta.get(_VERBOSE):
                 for line in e.details.splitlines():
                     click.echo(f"  {line}", err=True)
             ctx.exit(1)
+
+
+def _has_verbose(ctx: click.Context) -> bool:
+    """Whether the command being run takes --verbose (the hint would mislead otherwise)."""
+    name = ctx.invoked_subcommand
+    group = ctx.command
+    cmd = group.get_command(ctx, name) if name and isinstance(group, click.Group) else None
+    return cmd is not None and any(p.name == "verbose" for p in cmd.params)
 
 
 def verbose_option(f: F) -> F:

@@ -14,6 +14,7 @@ functions (sample-and-hold, like the attribution), clipped at the window's edges
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,12 @@ import polars as pl
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 
-COLORS = {"kernels": "tab:blue", "copies": "tab:orange", "markers": "tab:purple"}
+COLORS = {
+    "kernels": "tab:blue",
+    "copies": "tab:orange",
+    "markers": "tab:purple",
+    "cpu ops": "slategray",
+}
 # One colour per named top kernel; copies (orange) and markers (purple) keep theirs.
 KERNEL_COLORS = (
     "tab:blue",
@@ -43,8 +49,24 @@ def _text_in(n_chars: int, pt: float = LABEL_PT) -> float:
     return n_chars * 0.6 * pt / 72 + 0.04
 
 
-def _cut(name: str, n: int = LEGEND_NAME) -> str:
-    return name if len(name) <= n else name[: n - 1] + "…"
+_QUALIFIER = re.compile(r"\b[A-Za-z_]\w*::")
+
+
+def kernel_label(name: str, n: int = LEGEND_NAME) -> str:
+    """A C++ kernel name as a short label: no `void`, no argument list, no namespaces
+    (`void at::native::k<4, at::native::F<float>>(int, …)` -> `k<4, F<float>>`), cut to `n`."""
+    s = name.removeprefix("void ").strip()
+    depth = 0
+    for i, ch in enumerate(s):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0 and i > 0:
+            s = s[:i]
+            break
+    s = _QUALIFIER.sub("", s) or name
+    return s if len(s) <= n else s[: n - 1] + "…"
 
 TRACKS = (
     ("sm_clock_mhz", "SM clock (MHz)"),
@@ -180,7 +202,8 @@ def timeline_figure(
     pad = span_ms * 0.004
     axes[-1].set_xlim(-pad, span_ms + pad)
     if kcolor:
-        _kernel_legend(fig, top_kernels, kcolor)
+        raw = lanes.filter((pl.col("activity") == "kernels") & ~pl.col("binned")).height > 0
+        _kernel_legend(fig, top_kernels, kcolor, raw)
         fig.tight_layout(rect=(0.0, h_legend / fig.get_figheight(), 1.0, 1.0))
     else:
         fig.tight_layout()
@@ -194,18 +217,26 @@ def _kernel_colors(top: pl.DataFrame | None) -> dict[str, str]:
     return dict(zip(names, KERNEL_COLORS, strict=False))
 
 
-def _kernel_legend(fig: Figure, top: pl.DataFrame | None, kcolor: dict[str, str]) -> None:
+def _kernel_legend(
+    fig: Figure, top: pl.DataFrame | None, kcolor: dict[str, str], coloured: bool
+) -> None:
     from matplotlib.patches import Patch
 
     assert top is not None
     ms = dict(zip(top["name"].cast(pl.String).to_list(), top["total_ms"].to_list(), strict=True))
+    # Binned kernel lanes are one colour (a density): name the kernels, but colour nothing.
+    def patch(c: str, label: str) -> Patch:
+        return Patch(color=c, label=label) if coloured else Patch(fill=False, lw=0, label=label)
+
     handles = [
-        Patch(color=c, label=f"{_cut(n)} ({ms.get(n, 0.0):,.2f} ms)") for n, c in kcolor.items()
+        patch(c, f"{kernel_label(n)} ({ms.get(n, 0.0):,.2f} ms)") for n, c in kcolor.items()
     ]
-    handles.append(Patch(color=OTHER_KERNELS, label="other kernels"))
+    if coloured:
+        handles.append(Patch(color=OTHER_KERNELS, label="other kernels"))
+    title = "kernels with the most time in the window"
     fig.legend(
         handles=handles,
-        title="kernels with the most time in the window",
+        title=title if coloured else f"{title} (kernel lanes binned: zoom in for colours)",
         title_fontsize=7,
         fontsize=6.5,
         loc="lower center",
