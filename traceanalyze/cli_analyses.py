@@ -28,7 +28,7 @@ from .cli_common import (
     verbose_option,
     wrote,
 )
-from .dataset import Dataset
+from .dataset import Dataset, open_side
 
 # Kept importable from here for command modules written against this one.
 __all__ = [
@@ -319,8 +319,6 @@ def compare(
     files or stores, --source keeps only those sources on each side; --device filters both.
     --csv prints two CSV tables: the overview, an empty line, then every kernel row.
     """
-    from .report_views import open_side
-
     if store_dir is not None:
         if sources:
             raise click.UsageError(

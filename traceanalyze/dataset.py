@@ -292,4 +292,31 @@ def open(
     return Dataset.from_files([Path(p) for p in paths], format=format, **options)
 
 
-__all__ = ["Dataset", "open"]
+def open_side(
+    path: str | os.PathLike[str],
+    label: str,
+    *,
+    format: str | None = None,
+    sources: tuple[str, ...] = (),
+) -> Dataset:
+    """A file or a store directory as one side of a comparison, narrowed to those of `sources`
+    it holds (all when none given; an error when it holds none of them)."""
+    p = Path(path)
+    if p.is_dir():
+        ds = Dataset.from_store(p)
+    elif p.is_file():
+        ds = Dataset.from_files([p], format=format)
+    else:
+        raise TraceanalyzeError("no such file or store", path=path)
+    ds = replace(ds, origin=os.fspath(path))  # what the user typed names the side
+    if not sources:
+        return ds
+    keep = [i for i in ds.all_source_ids() if i in sources]
+    if not keep:
+        raise TraceanalyzeError(
+            f"none of the sources {', '.join(sources)} is in {label}", path=path
+        )
+    return ds.where(source=keep)
+
+
+__all__ = ["Dataset", "open", "open_side"]

@@ -28,6 +28,7 @@ def _cell(v: Any) -> str:
 # What the text output is made to fit: a 120-column terminal.
 WIDTH = 120
 MIN_TEXT = 16  # a text column is never cut narrower than this
+PATH_COLUMNS = frozenset({"file", "samples_file", "path"})
 
 
 def _fit(widths: list[int], cols: list[str], numeric: list[bool], width: int) -> list[int]:
@@ -58,15 +59,16 @@ def text_table(df: pl.DataFrame, *, max_width: int = 80, width: int | None = WID
     cols = df.columns
     rows = [[_cell(v) for v in r] for r in df.iter_rows()]
     numeric = [df.schema[c].is_numeric() for c in cols]
-    widths = [
-        max([len(c)] + [min(len(r[i]), max_width) for r in rows]) for i, c in enumerate(cols)
-    ]
+    widths = [max([len(c)] + [min(len(r[i]), max_width) for r in rows]) for i, c in enumerate(cols)]
     if width is not None:
         widths = _fit(widths, cols, numeric, width)
+    # A path is cut at its start: the file's own name is what tells rows apart.
+    tail = [c in PATH_COLUMNS for c in cols]
     for r in rows:
         for i, v in enumerate(r):
             if len(v) > widths[i]:
-                r[i] = v[: widths[i] - 1] + "…"
+                n = widths[i] - 1
+                r[i] = "…" + v[len(v) - n :] if tail[i] else v[:n] + "…"
 
     def fmt(vals: list[str]) -> str:
         return "  ".join(
@@ -99,8 +101,9 @@ def per_source(tables: Mapping[str, pl.DataFrame], *, width: int = WIDTH) -> str
             meta[sid] = ", ".join(x for x in (r.get("format"), tool) if x)
     out: list[str] = []
     for sid in sorted(files):
-        extra = ", ".join(x for x in (meta.get(sid), f"source {sid}") if x)
-        out.append(f"== {files[sid]}  ({extra})")
+        name = files[sid] if len(files[sid]) <= width - 3 else "…" + files[sid][4 - width :]
+        out.append(f"== {name}")
+        out.append("   " + ", ".join(x for x in (meta.get(sid), f"source {sid}") if x))
         for name, df in tables.items():
             if name == "sources" or "source_id" not in df.columns:
                 continue

@@ -112,7 +112,10 @@ def health_tables(scan: Scan) -> dict[str, pl.DataFrame]:
 
 def summary(ds: Dataset, top: int = 10) -> Summary:
     names = ds.names()
-    t = {k: v if k == "sources" else with_file(v, names) for k, v in summary_tables(ds.scan, top=top).items()}
+    t = {
+        k: v if k == "sources" else with_file(v, names)
+        for k, v in summary_tables(ds.scan, top=top).items()
+    }
     hl = Health(t["sampling_health"], t["kernel_health"], t["event_health"], t["iteration_health"])
     return Summary(
         t["sources"],
@@ -129,7 +132,9 @@ def summary(ds: Dataset, top: int = 10) -> Summary:
 def health(ds: Dataset) -> Health:
     names = ds.names()
     t = {k: with_file(v, names) for k, v in health_tables(ds.scan).items()}
-    return Health(t["sampling_health"], t["kernel_health"], t["event_health"], t["iteration_health"])
+    return Health(
+        t["sampling_health"], t["kernel_health"], t["event_health"], t["iteration_health"]
+    )
 
 
 def extent(ds: Dataset, tables: tuple[str, ...] = ("kernels", "memcpy")) -> tuple[int, int]:

@@ -4,8 +4,6 @@ datasets (each side relabelled `A` / `B`)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -168,34 +166,8 @@ def compare_sources(ds: Dataset, a: str, b: str) -> Comparison:
     if missing:
         raise TraceanalyzeError(f"no such source(s): {', '.join(missing)}", path=ds.origin)
     names = ds.names()
-    desc = [f"{lab} = {x} ({names[x]})" if x in names else f"{lab} = {x}" for lab, x in (("A", a), ("B", b))]
+    desc = [
+        f"{lab} = {x} ({names[x]})" if x in names else f"{lab} = {x}"
+        for lab, x in (("A", a), ("B", b))
+    ]
     return compare(ds.where(source=a), ds.where(source=b), desc[0], desc[1])
-
-
-def open_side(
-    path: str | os.PathLike[str],
-    label: str,
-    *,
-    format: str | None = None,
-    sources: tuple[str, ...] = (),
-) -> Dataset:
-    """A file or a store directory as one side of a comparison, narrowed to those of `sources`
-    it holds (all when none given; an error when it holds none of them)."""
-    from dataclasses import replace
-
-    from .dataset import Dataset
-
-    p = Path(path)
-    if p.is_dir():
-        ds = Dataset.from_store(p)
-    elif p.is_file():
-        ds = Dataset.from_files([p], format=format)
-    else:
-        raise TraceanalyzeError("no such file or store", path=path)
-    ds = replace(ds, origin=os.fspath(path))  # what the user typed names the side
-    if not sources:
-        return ds
-    keep = [i for i in ds.all_source_ids() if i in sources]
-    if not keep:
-        raise TraceanalyzeError(f"none of the sources {', '.join(sources)} is in {label}", path=path)
-    return ds.where(source=keep)

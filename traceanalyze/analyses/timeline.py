@@ -89,8 +89,9 @@ def lanes(
     an instant marker (no end) is a zero-length interval, `start_ns == end_ns`.
     """
     frames = [
-        _c(kernels.lazy().select("device_id", "stream_id", "start_ns", "end_ns", _name(kernels)))
-        .with_columns(pl.lit("kernels").alias("activity"))
+        _c(
+            kernels.lazy().select("device_id", "stream_id", "start_ns", "end_ns", _name(kernels))
+        ).with_columns(pl.lit("kernels").alias("activity"))
     ]
     if memcpy is not None:
         frames.append(

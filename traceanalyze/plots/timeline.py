@@ -68,6 +68,7 @@ def kernel_label(name: str, n: int = LEGEND_NAME) -> str:
     s = _QUALIFIER.sub("", s) or name
     return s if len(s) <= n else s[: n - 1] + "…"
 
+
 TRACKS = (
     ("sm_clock_mhz", "SM clock (MHz)"),
     ("power_w", "power (W)"),
@@ -224,13 +225,12 @@ def _kernel_legend(
 
     assert top is not None
     ms = dict(zip(top["name"].cast(pl.String).to_list(), top["total_ms"].to_list(), strict=True))
+
     # Binned kernel lanes are one colour (a density): name the kernels, but colour nothing.
     def patch(c: str, label: str) -> Patch:
         return Patch(color=c, label=label) if coloured else Patch(fill=False, lw=0, label=label)
 
-    handles = [
-        patch(c, f"{kernel_label(n)} ({ms.get(n, 0.0):,.2f} ms)") for n, c in kcolor.items()
-    ]
+    handles = [patch(c, f"{kernel_label(n)} ({ms.get(n, 0.0):,.2f} ms)") for n, c in kcolor.items()]
     if coloured:
         handles.append(Patch(color=OTHER_KERNELS, label="other kernels"))
     title = "kernels with the most time in the window"
