@@ -44,7 +44,7 @@ def test_ingest_then_summary(tmp_path: Path, write) -> None:
     assert it["min_ms"] == pytest.approx(250.0) and it["max_ms"] == pytest.approx(750.0)
     r = run("summary", "--store", st)
     assert r.exit_code == 0 and "-- iterations" in r.output and "iteration_count" in r.output
-    assert r.output.startswith(f"== {p}  (iterlog, sc22-train-stdout, source ")
+    assert r.output.startswith(f"== {p}\n   iterlog, sc22-train-stdout, source ")
 
 
 def test_quiet_ingest_prints_nothing(tmp_path: Path, write) -> None:

@@ -21,6 +21,7 @@ from .cli_common import (
     format_option,
     input_options,
     load,
+    misuse_is_usage,
     notes,
     output_options,
     store_option,
@@ -47,6 +48,10 @@ __all__ = [
     "variability",
     "compare",
 ]
+
+
+# The input object of commands written before `Dataset` (same scan/scan_all/names/source_ids).
+Frames = Dataset
 
 
 def _one_source(ds: Dataset, what: str) -> str:
@@ -301,6 +306,7 @@ def variability(
 @click.option("--top", default=20, show_default=True, help="Kernel rows to print in the table.")
 @output_options
 @verbose_option
+@misuse_is_usage
 def compare(
     a: str,
     b: str,

@@ -47,8 +47,8 @@ def guarded(ctx: click.Context) -> Iterator[None]:
         warnings.showwarning = show
         try:
             yield
-        except UsageProblem as e:
-            raise click.UsageError(str(e), ctx) from e
+        except UsageProblem as e:  # from a command without `misuse_is_usage`
+            raise click.UsageError(str(e)) from e
         except TraceanalyzeError as e:
             more = bool(e.details) and not ctx.meta.get(_VERBOSE) and _has_verbose(ctx)
             click.echo(f"traceanalyze: error: {e}{' [-v for details]' if more else ''}", err=True)
@@ -149,10 +149,24 @@ def filter_options(f: F) -> F:
     )(f)
 
 
+def misuse_is_usage(f: F) -> F:
+    """A `UsageProblem` from the library becomes click's usage error inside the command, so the
+    message comes with that command's usage line (exit 2)."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return f(*args, **kwargs)
+        except UsageProblem as e:
+            raise click.UsageError(str(e)) from e
+
+    return wrapper
+
+
 def input_options(f: F) -> F:
     """FILE... / --store / --format / --source / --device (and --verbose), given to the command
     as `files, store_dir, fmt, sources, devices`; `load(...)` turns them into a `Dataset`."""
-    f = verbose_option(f)
+    f = verbose_option(misuse_is_usage(f))
     f = filter_options(f)
     f = format_option(f)
     f = store_option(required=False)(f)

@@ -175,8 +175,8 @@ class Dataset:
             names = self.names()
             listed = ", ".join(f"{i} ({source_name(names, i)})" if i in names else i for i in ids)
             raise UsageProblem(
-                f"{what} works on one source; pick one with --source / where(source=…) "
-                f"({listed or 'none'})"
+                f"{what} works on one source; choose one (--source, or Dataset.where(source=…)): "
+                f"{listed or 'none selected'}"
             )
         return ids[0]
 

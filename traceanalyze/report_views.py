@@ -60,7 +60,8 @@ def _window(
     t0 = t_first + round(start_ms * 1e6) if start_ms is not None else t_first
     t1 = t_first + round(end_ms * 1e6) if end_ms is not None else t_last
     if t1 <= t0:
-        raise UsageProblem(f"empty window: the end must be after the start ({t0} >= {t1} ns)")
+        a, b = (t0 - t_first) / 1e6, (t1 - t_first) / 1e6
+        raise UsageProblem(f"empty window: its end ({b:g} ms) must be after its start ({a:g} ms)")
     return t0, t1
 
 

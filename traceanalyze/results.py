@@ -129,7 +129,7 @@ class Variability:
     """Per GPU (`table`, one row per source and device, with `file` and `samples_file`): steady
     iteration time, top kernels, telemetry medians, robust z and outlier flag. `steady`: the
     steady-state iterations (`source_id, device_id, duration_ns`), for box plots.
-    `kernel_names`: the fleet's top kernels, column prefix (`top1`) -> kernel name."""
+    `kernel_names`: the fleet's top kernels, column (`top1_kernel`) -> kernel name."""
 
     table: pl.DataFrame
     steady: pl.DataFrame

@@ -66,28 +66,11 @@ def iteration_window(iterations: Frame, markers: Frame | None, n: int) -> tuple[
     raise NotAnswerable(f"iteration {n} has no start/end times (iterations or ProfilerStep#{n})")
 
 
-def lanes(
-    kernels: Frame,
-    memcpy: Frame | None,
-    *,
-    ops: Frame | None = None,
-    markers: Frame | None = None,
-    start_ns: int | None = None,
-    end_ns: int | None = None,
-    max_bars: int = 1500,
+def _intervals(
+    kernels: Frame, memcpy: Frame | None, ops: Frame | None, markers: Frame | None
 ) -> pl.DataFrame:
-    """Lanes of intervals overlapping `[start_ns, end_ns]` (default: everything), clipped to it.
-
-    Columns: device_id, stream_id, activity, lane, start_ns, end_ns, busy_ratio (1 for a raw
-    interval, the bin's busy fraction when binned), binned, interval_count (per lane), name (the
-    kernel, operator or marker name, a copy's kind; null in a binned lane or when not given).
-
-    `ops` (host framework operators) adds one "cpu ops" lane per thread, with the thread id in
-    `stream_id` and a null `device_id`: a CPU-only run (no kernels) still has a timeline, and on a
-    GPU run the host lanes show launch-bound stretches. Nested operators overlap in their lane.
-    `markers` (NVTX ranges, PyTorch annotations) add one "markers" lane per thread the same way;
-    an instant marker (no end) is a zero-length interval, `start_ns == end_ns`.
-    """
+    """Every interval to draw: device, stream (a host thread for ops and markers), times, name,
+    activity; those without both times left out."""
     frames = [
         _c(
             kernels.lazy().select("device_id", "stream_id", "start_ns", "end_ns", _name(kernels))
@@ -115,7 +98,32 @@ def lanes(
                     )
                 ).with_columns(pl.lit(label).alias("activity"))
             )
-    rows = pl.concat(frames).drop_nulls(["start_ns", "end_ns"])
+    return pl.concat(frames).drop_nulls(["start_ns", "end_ns"])
+
+
+def lanes(
+    kernels: Frame,
+    memcpy: Frame | None,
+    *,
+    ops: Frame | None = None,
+    markers: Frame | None = None,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    max_bars: int = 1500,
+) -> pl.DataFrame:
+    """Lanes of intervals overlapping `[start_ns, end_ns]` (default: everything), clipped to it.
+
+    Columns: device_id, stream_id, activity, lane, start_ns, end_ns, busy_ratio (1 for a raw
+    interval, the bin's busy fraction when binned), binned, interval_count (per lane), name (the
+    kernel, operator or marker name, a copy's kind; null in a binned lane or when not given).
+
+    `ops` (host framework operators) adds one "cpu ops" lane per thread, with the thread id in
+    `stream_id` and a null `device_id`: a CPU-only run (no kernels) still has a timeline, and on a
+    GPU run the host lanes show launch-bound stretches. Nested operators overlap in their lane.
+    `markers` (NVTX ranges, PyTorch annotations) add one "markers" lane per thread the same way;
+    an instant marker (no end) is a zero-length interval, `start_ns == end_ns`.
+    """
+    rows = _intervals(kernels, memcpy, ops, markers)
     if rows.height == 0:
         raise NotAnswerable("no kernels, copies, CPU ops or markers with start and end times")
     t0 = int(rows["start_ns"].min()) if start_ns is None else start_ns  # type: ignore[arg-type]
@@ -129,51 +137,54 @@ def lanes(
     if rows.height == 0:
         raise NotAnswerable("no kernels, copies, CPU ops or markers in the window")
     keys = ["device_id", "stream_id", "activity"]
-    out: list[pl.DataFrame] = []
-    for key, sub in rows.sort(keys, nulls_last=True).group_by(keys, maintain_order=True):
-        dev, stream, act = key
-        if act == "cpu ops":
-            lane = f"CPU thread {stream} ops"
-        elif act == "markers":
-            lane = "markers (no thread)" if stream is None else f"CPU thread {stream} markers"
-        else:
-            lane = f"GPU {dev} s{stream} {act}"
-        n = sub.height
-        if n <= max_bars:
-            out.append(
-                sub.select(
-                    "device_id",
-                    "stream_id",
-                    "activity",
-                    pl.lit(lane).alias("lane"),
-                    "start_ns",
-                    "end_ns",
-                    pl.lit(1.0).alias("busy_ratio"),
-                    pl.lit(False).alias("binned"),
-                    pl.lit(n, dtype=pl.Int64).alias("interval_count"),
-                    "name",
-                )
-            )
-            continue
-        frac = binned_busy(sub["start_ns"].to_numpy(), sub["end_ns"].to_numpy(), t0, t1, max_bars)
-        edges = np.linspace(t0, t1, max_bars + 1).astype(np.int64)
-        out.append(
-            pl.DataFrame(
-                {
-                    "device_id": pl.Series([dev] * max_bars, dtype=pl.Int64),
-                    "stream_id": pl.Series([stream] * max_bars, dtype=pl.Int64),
-                    "activity": [act] * max_bars,
-                    "lane": [lane] * max_bars,
-                    "start_ns": edges[:-1],
-                    "end_ns": edges[1:],
-                    "busy_ratio": frac,
-                    "binned": [True] * max_bars,
-                    "interval_count": pl.Series([n] * max_bars, dtype=pl.Int64),
-                    "name": pl.Series([None] * max_bars, dtype=pl.String),
-                }
-            )
-        )
+    out = [
+        _lane(sub, key, t0, t1, max_bars)
+        for key, sub in rows.sort(keys, nulls_last=True).group_by(keys, maintain_order=True)
+    ]
     return pl.concat(out)
+
+
+def _lane(
+    sub: pl.DataFrame, key: tuple[object, ...], t0: int, t1: int, max_bars: int
+) -> pl.DataFrame:
+    """One lane's rows: its intervals, or `max_bars` bins of busy fraction when it has more."""
+    dev, stream, act = key
+    if act == "cpu ops":
+        lane = f"CPU thread {stream} ops"
+    elif act == "markers":
+        lane = "markers (no thread)" if stream is None else f"CPU thread {stream} markers"
+    else:
+        lane = f"GPU {dev} s{stream} {act}"
+    n = sub.height
+    if n <= max_bars:
+        return sub.select(
+            "device_id",
+            "stream_id",
+            "activity",
+            pl.lit(lane).alias("lane"),
+            "start_ns",
+            "end_ns",
+            pl.lit(1.0).alias("busy_ratio"),
+            pl.lit(False).alias("binned"),
+            pl.lit(n, dtype=pl.Int64).alias("interval_count"),
+            "name",
+        )
+    frac = binned_busy(sub["start_ns"].to_numpy(), sub["end_ns"].to_numpy(), t0, t1, max_bars)
+    edges = np.linspace(t0, t1, max_bars + 1).astype(np.int64)
+    return pl.DataFrame(
+        {
+            "device_id": pl.Series([dev] * max_bars, dtype=pl.Int64),
+            "stream_id": pl.Series([stream] * max_bars, dtype=pl.Int64),
+            "activity": [act] * max_bars,
+            "lane": [lane] * max_bars,
+            "start_ns": edges[:-1],
+            "end_ns": edges[1:],
+            "busy_ratio": frac,
+            "binned": [True] * max_bars,
+            "interval_count": pl.Series([n] * max_bars, dtype=pl.Int64),
+            "name": pl.Series([None] * max_bars, dtype=pl.String),
+        }
+    )
 
 
 def _bounds(df: Frame, start: pl.Expr, end: pl.Expr) -> pl.LazyFrame:

@@ -15,6 +15,7 @@ functions (sample-and-hold, like the attribution), clipped at the window's edges
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -111,92 +112,20 @@ def timeline_figure(
     fig = Figure(figsize=(width_in, h_top + 1.6 * len(tracks) + h_legend))
     ratios = [h_top] + [1.6] * len(tracks)
     axes = fig.subplots(1 + len(tracks), 1, sharex=True, height_ratios=ratios, squeeze=False)[:, 0]
-    ax = axes[0]
-
-    def ms(v: np.ndarray | pl.Series) -> np.ndarray:
-        return (np.asarray(v, dtype=np.float64) - t0_ns) / 1e6
-
-    # A raw interval narrower than a pixel would vanish (or fade to nothing when antialiased):
-    # draw it one pixel wide, as trace viewers do, so that every interval is seen.
     span_ms = (t1_ns - t0_ns) / 1e6
-    min_w = span_ms / (width_in * 100)
-    in_per_ms = width_in * 0.72 / span_ms  # the lanes take about 72 % of the figure's width
-    any_binned = False
-    labels = []
-    for i, name in enumerate(lane_names):
-        sub = lanes.filter(pl.col("lane") == name)
-        binned = bool(sub["binned"][0])
-        any_binned |= binned
-        act = sub["activity"][0]
-        color = COLORS.get(act, "tab:green")
-        x = ms(sub["start_ns"])
-        w = ms(sub["end_ns"]) - x
-        if act == "markers" and not binned:
-            # Ranges nest (a step contains forward and backward): translucent, so depth shows.
-            inst = w == 0
-            wide = np.maximum(w, min_w)
-            ax.broken_barh(
-                list(zip(x[~inst], wide[~inst], strict=True)),
-                (i - 0.4, 0.8),
-                facecolors=color,
-                alpha=0.35,
-            )
-            if inst.any():  # instant markers: a tick, a zero-width bar would be invisible
-                ax.plot(x[inst], np.full(int(inst.sum()), i), "|", color=color, ms=12, mew=1.5)
-            _label_markers(ax, i, x, w, sub["name"].to_list(), in_per_ms)
-        elif binned:
-            rgba = np.array([to_rgba(color)] * sub.height)
-            rgba[:, 3] = sub["busy_ratio"].to_numpy()
-            ax.broken_barh(list(zip(x, w, strict=True)), (i - 0.4, 0.8), facecolors=rgba)
-        else:
-            wide = np.maximum(w, min_w)
-            colors: str | list[str] = color
-            if act == "kernels" and kcolor:
-                colors = [kcolor.get(str(n), OTHER_KERNELS) for n in sub["name"].to_list()]
-            ax.broken_barh(list(zip(x, wide, strict=True)), (i - 0.4, 0.8), facecolors=colors)
-        n = int(sub["interval_count"][0])
-        labels.append(f"{name} ({n:,}{', binned' if binned else ''})")
-    ax.set_yticks(range(len(lane_names)), labels, fontsize=7)
-    ax.set_ylim(len(lane_names) - 0.5, -0.5)
-    ax.set_ylabel("lane")
+    win = _Window(t0_ns, t1_ns, span_ms / (width_in * 100), width_in * 0.72 / span_ms)
+    any_binned = _draw_lanes(axes[0], lanes, lane_names, win, kcolor)
     lines = set(boundaries_ns or [])
     if iterations is not None and iterations.height:
-        span = iterations.filter((pl.col("start_ns") <= t1_ns) & (pl.col("end_ns") >= t0_ns))
-        for n, a_ns, b_ns in span.select("iteration", "start_ns", "end_ns").iter_rows():
-            lines |= {int(a_ns), int(b_ns)}
-            mid = (max(a_ns, t0_ns) + min(b_ns, t1_ns)) / 2
-            shown_ms = (min(b_ns, t1_ns) - max(a_ns, t0_ns)) / 1e6
-            if shown_ms * in_per_ms < _text_in(len(f"iter {n}"), 7):
-                continue  # too narrow for its number: the dashed lines still show it
-            ax.text(
-                (mid - t0_ns) / 1e6,
-                -0.55,
-                f"iter {n}",
-                ha="center",
-                va="bottom",
-                fontsize=7,
-                color="dimgray",
-                clip_on=False,
-            )
+        lines |= _draw_iterations(axes[0], iterations, win)
     for b in sorted(x for x in lines if t0_ns <= x <= t1_ns):
         for a in axes:
             a.axvline((b - t0_ns) / 1e6, color="gray", lw=0.6, ls="--")
-    note = (
-        " — lanes with more intervals than pixels are binned: shade = busy fraction per bin"
-        if any_binned
-        else ""
-    )
-    ax.set_title(title + ("\n" + note.strip(" —") if note else ""), fontsize=9, pad=14)
+    note = "lanes with more intervals than pixels are binned: shade = busy fraction per bin"
+    axes[0].set_title(title + (f"\n{note}" if any_binned else ""), fontsize=9, pad=14)
     for a, (col, label) in zip(axes[1:], tracks, strict=True):
         assert samples is not None
-        by = "label" if "label" in samples.columns else "device_id"
-        for (key,), sub in (
-            samples.drop_nulls(col).sort("timestamp_ns").group_by([by], maintain_order=True)
-        ):
-            name = str(key) if by == "label" else f"GPU {key}"
-            a.step(ms(sub["timestamp_ns"]), sub[col].to_numpy(), where="post", label=name)
-        a.set_ylabel(label)
-        a.legend(fontsize=6, loc="upper right")
+        _draw_track(a, samples, col, label, win)
     axes[-1].set_xlabel("time since window start (ms)")
     # A small margin, so that what sits exactly on the window's edges (an instant marker at
     # its start, an iteration's end) is not hidden under the axis frame.
@@ -209,6 +138,96 @@ def timeline_figure(
     else:
         fig.tight_layout()
     return fig
+
+
+@dataclass(frozen=True)
+class _Window:
+    t0_ns: int
+    t1_ns: int
+    # A raw interval narrower than a pixel would vanish (or fade to nothing when antialiased):
+    # it is drawn `min_w` (one pixel, in ms) wide, as trace viewers do.
+    min_w: float
+    in_per_ms: float  # inches per ms: the lanes take about 72 % of the figure's width
+
+    def ms(self, v: np.ndarray | pl.Series) -> np.ndarray:
+        return (np.asarray(v, dtype=np.float64) - self.t0_ns) / 1e6
+
+
+def _draw_lanes(
+    ax: Any, lanes: pl.DataFrame, lane_names: list[str], win: _Window, kcolor: dict[str, str]
+) -> bool:
+    """One row per lane; returns whether any lane is binned."""
+    any_binned = False
+    labels = []
+    for i, name in enumerate(lane_names):
+        sub = lanes.filter(pl.col("lane") == name)
+        binned = bool(sub["binned"][0])
+        any_binned |= binned
+        act = sub["activity"][0]
+        color = COLORS.get(act, "tab:green")
+        x = win.ms(sub["start_ns"])
+        w = win.ms(sub["end_ns"]) - x
+        if act == "markers" and not binned:
+            # Ranges nest (a step contains forward and backward): translucent, so depth shows.
+            inst = w == 0
+            wide = np.maximum(w, win.min_w)
+            bars = list(zip(x[~inst], wide[~inst], strict=True))
+            ax.broken_barh(bars, (i - 0.4, 0.8), facecolors=color, alpha=0.35)
+            if inst.any():  # instant markers: a tick, a zero-width bar would be invisible
+                ax.plot(x[inst], np.full(int(inst.sum()), i), "|", color=color, ms=12, mew=1.5)
+            _label_markers(ax, i, x, w, sub["name"].to_list(), win.in_per_ms)
+        elif binned:
+            rgba = np.array([to_rgba(color)] * sub.height)
+            rgba[:, 3] = sub["busy_ratio"].to_numpy()
+            ax.broken_barh(list(zip(x, w, strict=True)), (i - 0.4, 0.8), facecolors=rgba)
+        else:
+            wide = np.maximum(w, win.min_w)
+            colors: str | list[str] = color
+            if act == "kernels" and kcolor:
+                colors = [kcolor.get(str(n), OTHER_KERNELS) for n in sub["name"].to_list()]
+            ax.broken_barh(list(zip(x, wide, strict=True)), (i - 0.4, 0.8), facecolors=colors)
+        n = int(sub["interval_count"][0])
+        labels.append(f"{name} ({n:,}{', binned' if binned else ''})")
+    ax.set_yticks(range(len(lane_names)), labels, fontsize=7)
+    ax.set_ylim(len(lane_names) - 0.5, -0.5)
+    ax.set_ylabel("lane")
+    return any_binned
+
+
+def _draw_iterations(ax: Any, iterations: pl.DataFrame, win: _Window) -> set[int]:
+    """The number of every iteration wide enough for it above the lanes; returns the
+    boundaries to draw as dashed lines."""
+    t0_ns, t1_ns = win.t0_ns, win.t1_ns
+    lines: set[int] = set()
+    span = iterations.filter((pl.col("start_ns") <= t1_ns) & (pl.col("end_ns") >= t0_ns))
+    for n, a_ns, b_ns in span.select("iteration", "start_ns", "end_ns").iter_rows():
+        lines |= {int(a_ns), int(b_ns)}
+        mid = (max(a_ns, t0_ns) + min(b_ns, t1_ns)) / 2
+        shown_ms = (min(b_ns, t1_ns) - max(a_ns, t0_ns)) / 1e6
+        if shown_ms * win.in_per_ms < _text_in(len(f"iter {n}"), 7):
+            continue  # too narrow for its number: the dashed lines still show it
+        ax.text(
+            (mid - t0_ns) / 1e6,
+            -0.55,
+            f"iter {n}",
+            ha="center",
+            va="bottom",
+            fontsize=7,
+            color="dimgray",
+            clip_on=False,
+        )
+    return lines
+
+
+def _draw_track(a: Any, samples: pl.DataFrame, col: str, label: str, win: _Window) -> None:
+    by = "label" if "label" in samples.columns else "device_id"
+    for (key,), sub in (
+        samples.drop_nulls(col).sort("timestamp_ns").group_by([by], maintain_order=True)
+    ):
+        name = str(key) if by == "label" else f"GPU {key}"
+        a.step(win.ms(sub["timestamp_ns"]), sub[col].to_numpy(), where="post", label=name)
+    a.set_ylabel(label)
+    a.legend(fontsize=6, loc="upper right")
 
 
 def _kernel_colors(top: pl.DataFrame | None) -> dict[str, str]:
