@@ -62,10 +62,14 @@ def _top_ops(ops: pl.LazyFrame, top: int) -> pl.DataFrame:
     gives it, `self_ms` (without its children: conv2d, convolution and mkldnn_convolution stop
     showing the same time)."""
     df = s.top_ops(ops, top)
-    incl = "inclusive_ns" if "inclusive_ns" in df.columns else "total_ns"
-    cols = [pl.col(incl).truediv(1e6).alias("inclusive_ms")]
-    if "self_ns" in df.columns:
-        cols.append(pl.col("self_ns").truediv(1e6).alias("self_ms"))
+    cols = []
+    for ms, candidates in (
+        ("inclusive_ms", ("inclusive_ns", "total_ns")),
+        ("self_ms", ("self_ns",)),
+    ):
+        src = next((c for c in candidates if c in df.columns), None)
+        if ms not in df.columns and src is not None:
+            cols.append(pl.col(src).truediv(1e6).alias(ms))
     out = df.with_columns(*cols, (pl.col("mean_ns") / 1e3).alias("mean_us"))
     keep = ["source_id", "name", "call_count"]
     keep += [c for c in ("self_ms", "inclusive_ms") if c in out.columns] + ["mean_us"]
