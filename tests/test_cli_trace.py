@@ -78,7 +78,7 @@ def test_idle_csv_device_filter_and_plot(tmp_path: Path) -> None:
 def test_overlap_json_and_note(tmp_path: Path) -> None:
     r = run("overlap", str(shared(RESNET)), "--json", "--plot", str(tmp_path / "o.png"))
     assert r.exit_code == 0
-    assert "traceanalyze: note: " in r.output and "no communication" in r.output
+    assert "traceanalyze: warning: " in r.output and "no communication" in r.output
     rows = json.loads(r.output[r.output.index("[") : r.output.rindex("]") + 1])
     assert [x["iteration"] for x in rows] == [None, 101, 102, 103, 104, 105]
     assert all(x["overlap_pct"] is None for x in rows)

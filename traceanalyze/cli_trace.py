@@ -4,7 +4,7 @@ Each command takes FILE... (read in memory) or `--store DIR`, `--source`/`--devi
 `--json`/`--csv`; builds a `Dataset`, makes one library call (`traceanalyze.analyses.<name>`)
 and renders the frame with the file path beside each source id. A trace that cannot answer
 (no API calls, no annotations) says so: an error line and exit code 1 when no source can, a
-`traceanalyze: note:` line per source otherwise. Registered lazily in `cli._LAZY`.
+`traceanalyze: warning:` line per source otherwise. Registered lazily in `cli._LAZY`.
 """
 
 # No `from __future__ import annotations`: it would shadow the `annotations` command.
@@ -14,39 +14,14 @@ from pathlib import Path
 import click
 
 from . import render
-from .analyses.naming import with_file
-from .cli import emit, output_options
-from .cli_analyses import _save, input_options, notes
+from .cli_common import dataset_input, emit, output_options, wrote
 from .dataset import Dataset
-
-
-def _dataset(
-    files: tuple[Path, ...],
-    store_dir: Path | None,
-    fmt: str | None,
-    sources: tuple[str, ...],
-    devices: tuple[int, ...],
-) -> Dataset:
-    from .dataset import open as open_dataset
-
-    if files and store_dir is not None:
-        raise click.UsageError("give FILE arguments or --store, not both")
-    if not files and store_dir is None:
-        raise click.UsageError("give FILE arguments or --store DIR")
-    ds = open_dataset(*files, store=store_dir, format=fmt)
-    return ds.where(source=sources or None, device=devices or None)
-
-
-def _exclusive(out_json: bool, out_csv: bool) -> None:
-    if out_json and out_csv:
-        raise click.UsageError("--json and --csv are exclusive")
-
 
 # --- launches --------------------------------------------------------------------------------
 
 
 @click.command()
-@input_options
+@dataset_input
 @click.option("--by-kernel", is_flag=True, help="One row per kernel name instead of per device.")
 @click.option("--outliers", "only_outliers", is_flag=True, help="Print the outliers only.")
 @click.option(
@@ -58,13 +33,8 @@ def _exclusive(out_json: bool, out_csv: bool) -> None:
 )
 @click.option("--top", default=10, show_default=True, help="Outlier rows in the table view.")
 @output_options
-@notes
 def launches(
-    files: tuple[Path, ...],
-    store_dir: Path | None,
-    fmt: str | None,
-    sources: tuple[str, ...],
-    devices: tuple[int, ...],
+    ds: Dataset,
     by_kernel: bool,
     only_outliers: bool,
     delay_floor_us: float,
@@ -85,13 +55,8 @@ def launches(
     --delay-floor-us. Needs API calls with correlation ids: PyTorch profiler (cuda_runtime /
     cuda_driver), nsys and nvprof SQLite; not an nvprof --print-gpu-trace CSV alone.
     """
-    from .analyses.launches import launches as run
-
-    _exclusive(out_json, out_csv)
-    ds = _dataset(files, store_dir, fmt, sources, devices)
-    res = run(ds, by_kernel=by_kernel, delay_floor_ns=round(delay_floor_us * 1000))
-    names = ds.names()
-    stats, outl = with_file(res.stats, names), with_file(res.outliers, names)
+    res = ds.launches(by_kernel=by_kernel, delay_floor_ns=round(delay_floor_us * 1000))
+    stats, outl = res.stats, res.outliers
     if only_outliers:
         emit(outl, out_json, out_csv)
         return
@@ -108,16 +73,11 @@ def launches(
 
 
 @click.command()
-@input_options
+@dataset_input
 @click.option("--plot", type=click.Path(path_type=Path), help="Stacked bars per device to PNG/SVG.")
 @output_options
-@notes
 def idle(
-    files: tuple[Path, ...],
-    store_dir: Path | None,
-    fmt: str | None,
-    sources: tuple[str, ...],
-    devices: tuple[int, ...],
+    ds: Dataset,
     plot: Path | None,
     out_json: bool,
     out_csv: bool,
@@ -141,15 +101,13 @@ def idle(
     The causes add up to idle_ns on every row, and a device row's idle_ns equals busy's
     window minus busy time.
     """
-    from .analyses.idle import idle as run
-
-    _exclusive(out_json, out_csv)
-    ds = _dataset(files, store_dir, fmt, sources, devices)
-    df = with_file(run(ds), ds.names())
+    df = ds.idle()
     if plot is not None:
+        from .plot import save
         from .plots.idle import idle_figure
 
-        _save(idle_figure(df), plot)
+        save(idle_figure(df), plot)
+        wrote(plot)
     emit(df, out_json, out_csv)
 
 
@@ -157,16 +115,11 @@ def idle(
 
 
 @click.command()
-@input_options
+@dataset_input
 @click.option("--plot", type=click.Path(path_type=Path), help="Bars per device to PNG/SVG.")
 @output_options
-@notes
 def overlap(
-    files: tuple[Path, ...],
-    store_dir: Path | None,
-    fmt: str | None,
-    sources: tuple[str, ...],
-    devices: tuple[int, ...],
+    ds: Dataset,
     plot: Path | None,
     out_json: bool,
     out_csv: bool,
@@ -180,15 +133,13 @@ def overlap(
     exposed_ns = comm_ns - overlapped_ns, overlap_pct = overlapped / comm. Rows with an
     iteration clip everything to it (iterations table: ProfilerStep#N, iteration logs).
     """
-    from .analyses.overlap import overlap as run
-
-    _exclusive(out_json, out_csv)
-    ds = _dataset(files, store_dir, fmt, sources, devices)
-    df = with_file(run(ds), ds.names())
+    df = ds.overlap()
     if plot is not None:
+        from .plot import save
         from .plots.overlap import overlap_figure
 
-        _save(overlap_figure(df), plot)
+        save(overlap_figure(df), plot)
+        wrote(plot)
     emit(df, out_json, out_csv)
 
 
@@ -196,7 +147,7 @@ def overlap(
 
 
 @click.command()
-@input_options
+@dataset_input
 @click.option("--depth", type=click.IntRange(min=1), help="Cut paths to their first N ranges.")
 @click.option(
     "--strip-ids",
@@ -205,13 +156,8 @@ def overlap(
 )
 @click.option("--top", type=int, default=None, help="Rows to print in the table view.")
 @output_options
-@notes
 def annotations(
-    files: tuple[Path, ...],
-    store_dir: Path | None,
-    fmt: str | None,
-    sources: tuple[str, ...],
-    devices: tuple[int, ...],
+    ds: Dataset,
     depth: int | None,
     strip_ids: bool,
     top: int | None,
@@ -227,11 +173,7 @@ def annotations(
     event belongs to the innermost range on its launch call's thread holding the call's start.
     Events in no annotation have annotation null. duration_ns sums the events' durations.
     """
-    from .analyses.annotations import annotations as run
-
-    _exclusive(out_json, out_csv)
-    ds = _dataset(files, store_dir, fmt, sources, devices)
-    df = with_file(run(ds, depth=depth, strip_ids=strip_ids), ds.names())
+    df = ds.annotations(depth=depth, strip_ids=strip_ids)
     if top is not None and not (out_json or out_csv):
         df = df.head(top)
     emit(df, out_json, out_csv)

@@ -32,10 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from .analyses.naming import source_paths
+from .analyses.naming import source_paths, with_file
 from .errors import TraceanalyzeError, UsageProblem
 
 if TYPE_CHECKING:
+    from .analyses.launches import Launches
     from .results import Comparison, CoreUtil, Health, Summary, Timeline, Variability
 
 Scan = Callable[[str], pl.LazyFrame]
@@ -255,6 +256,51 @@ class Dataset:
         from . import report_views
 
         return report_views.compare_sources(self, a, b)
+
+    # --- trace analyses (traceanalyze.analyses.launches, idle, overlap, annotations) ---------
+
+    def launches(self, *, by_kernel: bool = False, delay_floor_ns: int = 100_000) -> Launches:
+        """Kernel launch statistics: each kernel joined to its launch API call (correlation id).
+
+        `stats` per source and device (or kernel name with `by_kernel`): launch_count, mean,
+        median and p95 of cpu_ns (the call), gpu_ns (the kernel) and delay_ns (kernel start -
+        call start); `outliers`: short kernels (gpu_ns < cpu_ns) and long delays (above the
+        device's p95 and `delay_floor_ns`); `table`: one row per launch. A `file` column names
+        each source."""
+        from .analyses.launches import launches
+
+        res = launches(self, by_kernel=by_kernel, delay_floor_ns=delay_floor_ns)
+        names = self.names()
+        return replace(
+            res,
+            stats=with_file(res.stats, names),
+            outliers=with_file(res.outliers, names),
+            table=with_file(res.table, names),
+        )
+
+    def idle(self) -> pl.DataFrame:
+        """GPU idle time per device (stream_id null) and per stream, split by cause: copy_ns,
+        launch_gap_ns, sync_ns, host_wait_ns, unknown_ns (they add up to idle_ns; a device row's
+        idle_ns is `busy`'s window minus busy time). See `traceanalyze idle --help`."""
+        from .analyses.idle import idle
+
+        return with_file(idle(self), self.names())
+
+    def overlap(self) -> pl.DataFrame:
+        """Communication (collective kernels, peer and host copies) against computation per
+        device, and per iteration where known: comm_ns, compute_ns, overlapped_ns, exposed_ns,
+        overlap_pct."""
+        from .analyses.overlap import overlap
+
+        return with_file(overlap(self), self.names())
+
+    def annotations(self, *, depth: int | None = None, strip_ids: bool = False) -> pl.DataFrame:
+        """GPU time and events per user annotation (gpu_user_annotation, or NVTX / host ranges
+        projected through launches), nested names as 'outer/inner' paths cut to `depth`;
+        `strip_ids` drops PyTorch's ', seq = N' / ', op_id = N'."""
+        from .analyses.annotations import annotations
+
+        return with_file(annotations(self, depth=depth, strip_ids=strip_ids), self.names())
 
     def __repr__(self) -> str:
         f = []
