@@ -29,6 +29,7 @@ _LAZY: dict[str, str] = {
     "variability": "traceanalyze.cli_analyses:variability",
     "compare": "traceanalyze.cli_analyses:compare",
     "summary": "traceanalyze.cli_analyses:summary",
+    "ops": "traceanalyze.cli_ops:ops",
 }
 
 

@@ -1,0 +1,107 @@
+"""Commands `ops` (host operators: self time, kernels they launched) and `mfu` (model FLOP
+utilization, roofline). Registered lazily in `cli._LAZY`; each is option parsing around one
+library call in `analyses.ops` / `analyses.mfu`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import polars as pl
+
+from .cli import emit, format_option, output_options, store_option
+from .errors import NotAnswerable
+
+
+def _inputs(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "--device", "devices", multiple=True, type=int, help="Only these device ids (repeatable)."
+    )(f)
+    f = click.option(
+        "--source", "sources", multiple=True, help="Only these source ids (repeatable)."
+    )(f)
+    f = format_option(f)
+    f = store_option(required=False)(f)
+    return click.argument("files", nargs=-1, type=click.Path(exists=True, path_type=Path))(f)
+
+
+def _dataset(
+    files: tuple[Path, ...],
+    store_dir: Path | None,
+    fmt: str | None,
+    sources: tuple[str, ...],
+    devices: tuple[int, ...],
+) -> Any:
+    from .dataset import open as ta_open
+
+    if files and store_dir is not None:
+        raise click.UsageError("give FILE arguments or --store, not both")
+    if not files and store_dir is None:
+        raise click.UsageError("give FILE arguments or --store DIR")
+    ds = ta_open(*files, format=fmt) if files else ta_open(store=store_dir)
+    return ds.where(source=sources or None, device=devices or None)
+
+
+@click.command()
+@_inputs
+@click.option("--top", default=25, show_default=True, help="Rows per source (0: all).")
+@click.option(
+    "--by",
+    type=click.Choice(["op", "kernel"]),
+    default="op",
+    show_default=True,
+    help="op: one row per operator name; kernel: one row per (operator, kernel name).",
+)
+@output_options
+def ops(
+    files: tuple[Path, ...],
+    store_dir: Path | None,
+    fmt: str | None,
+    sources: tuple[str, ...],
+    devices: tuple[int, ...],
+    top: int,
+    by: str,
+    out_json: bool,
+    out_csv: bool,
+) -> None:
+    """Host operators: inclusive and self time, and the GPU time of the kernels they launched.
+
+    \b
+    inclusive_ns   the operator's duration (an instance inside another of the same name is
+                   not added twice)
+    self_ns        inclusive minus its child operators on the same thread
+    kernel_self_ns GPU time of kernels whose launch call lies in this operator and in no
+                   deeper one (launch = API call with the kernel's correlation id)
+    kernel_inclusive_ns   the same, counting kernels of child operators too
+    op = null      kernels launched outside every operator, or without a launch call
+
+    Operators come from the PyTorch profiler. nsys and nvprof traces have none: their NVTX
+    ranges stand in (basis = nvtx; PyTorch emit_nvtx names lose ', seq = …, op_id = …').
+    --device keeps only those devices' kernels.
+    """
+    from .analyses.naming import with_file
+    from .analyses.ops import op_kernels, op_stats
+
+    ds = _dataset(files, store_dir, fmt, sources, devices)
+    args = (ds.scan("ops"), ds.scan("api_calls"), ds.scan("kernels"), ds.scan("markers"))
+    if by == "op":
+        df = op_stats(*args)
+        sort = ["source_id", "inclusive_ns"]
+    else:
+        df = (
+            op_kernels(*args)
+            .group_by("source_id", "op", "kernel")
+            .agg(pl.len().alias("kernel_count"), pl.col("kernel_ns").sum().alias("kernel_ns"))
+        )
+        sort = ["source_id", "kernel_ns"]
+    if df.height == 0 or (by == "op" and df["op"].drop_nulls().len() == 0):
+        raise NotAnswerable(
+            f"no host operators (PyTorch profiler ops) or NVTX ranges in {ds.origin}"
+        )
+    df = df.sort(sort, descending=[False, True], nulls_last=True)
+    if top > 0:
+        df = df.group_by("source_id", maintain_order=True).head(top)
+    emit(with_file(df, ds.names()), out_json, out_csv)
