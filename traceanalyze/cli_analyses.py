@@ -615,6 +615,13 @@ def variability(
 @format_option
 @filter_options
 @click.option("--top", default=20, show_default=True, help="Kernel rows to print in the table.")
+@click.option(
+    "--ops",
+    "by_ops",
+    is_flag=True,
+    help="Match host operators by name with their kernels (added, removed, changed; coverage "
+    "= share of self and kernel time on operators of both sides); see `traceanalyze ops`.",
+)
 @output_options
 @notes
 def compare(
@@ -625,6 +632,7 @@ def compare(
     sources: tuple[str, ...],
     devices: tuple[int, ...],
     top: int,
+    by_ops: bool,
     out_json: bool,
     out_csv: bool,
 ) -> None:
@@ -640,6 +648,10 @@ def compare(
     if out_json and out_csv:
         raise click.UsageError("--json and --csv are exclusive")
     fr, desc = _compare_inputs(a, b, store_dir, fmt, sources, devices)
+    if by_ops:  # operators instead of kernels: `traceanalyze ops`' definitions
+        from .cli_ops import print_ops_diff
+
+        return print_ops_diff(fr.scan, desc, top, out_json, out_csv)
     k, it, s = fr.scan("kernels"), fr.scan("iterations"), fr.scan("gpu_samples")
     ov = compare_overview(k, it, s, "A", "B", names=desc)
     try:

@@ -105,3 +105,31 @@ def ops(
     if top > 0:
         df = df.group_by("source_id", maintain_order=True).head(top)
     emit(with_file(df, ds.names()), out_json, out_csv)
+
+
+def print_ops_diff(
+    scan: Callable[[str], pl.LazyFrame],
+    desc: dict[str, str],
+    top: int,
+    out_json: bool,
+    out_csv: bool,
+) -> None:
+    """`compare A B --ops`: sides relabelled `A` and `B` by the compare command."""
+    from . import render
+    from .analyses.compare import compare_ops, ops_diff_overview
+
+    diff = compare_ops(
+        scan("ops"), scan("api_calls"), scan("kernels"), scan("markers"), "A", "B", names=desc
+    )
+    ov = ops_diff_overview(diff)
+    if out_json:
+        click.echo(render.to_json({"a": desc["A"], "b": desc["B"], "overview": ov, "ops": diff}))
+    elif out_csv:
+        click.echo(render.to_csv(ov), nl=False)
+        click.echo("")
+        click.echo(render.to_csv(diff), nl=False)
+    else:
+        click.echo(f"{desc['A']}\n{desc['B']}\n== operators overview")
+        click.echo(render.text_table(ov))
+        click.echo(f"\n== operators (top {min(top, diff.height)} of {diff.height} by time change)")
+        click.echo(render.text_table(diff.head(top)))
