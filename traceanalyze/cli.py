@@ -30,6 +30,7 @@ _LAZY: dict[str, str] = {
     "compare": "traceanalyze.cli_analyses:compare",
     "summary": "traceanalyze.cli_analyses:summary",
     "ops": "traceanalyze.cli_ops:ops",
+    "mfu": "traceanalyze.cli_ops:mfu",
 }
 
 

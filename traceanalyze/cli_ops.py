@@ -133,3 +133,60 @@ def print_ops_diff(
         click.echo(render.text_table(ov))
         click.echo(f"\n== operators (top {min(top, diff.height)} of {diff.height} by time change)")
         click.echo(render.text_table(diff.head(top)))
+
+
+@click.command()
+@_inputs
+@click.option("--gpu", help="GPU name to take the peak of (default: the source's device name).")
+@click.option(
+    "--precision",
+    type=click.Choice(["fp32", "fp32-strict", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16"]),
+    default="fp32",
+    show_default=True,
+    help="Training precision; fp32 = PyTorch's default (TF32 convolutions where the GPU has "
+    "TF32), fp32-strict = the plain FP32 peak.",
+)
+@click.option("--batch-size", type=int, help="Images per iteration, when the input lacks it.")
+@click.option("--image-size", default=224, show_default=True, help="Input images' side, pixels.")
+@click.option("--warmup", default=0, show_default=True, help="First iterations left out.")
+@output_options
+def mfu(
+    files: tuple[Path, ...],
+    store_dir: Path | None,
+    fmt: str | None,
+    sources: tuple[str, ...],
+    devices: tuple[int, ...],
+    gpu: str | None,
+    precision: str,
+    batch_size: int | None,
+    image_size: int,
+    warmup: int,
+    out_json: bool,
+    out_csv: bool,
+) -> None:
+    """Model FLOP utilization of ResNet-50 training: achieved FLOP/s over the GPU's peak.
+
+    \b
+    FLOPs per image  torchvision resnet50, forward + backward, counted by
+                     torch.utils.flop_counter on the meta device (convolutions and matrix
+                     products, 2 FLOPs per multiply-add); needs torch (the collect extra)
+    achieved FLOP/s  median images/s over the iterations x FLOPs per image; images/s from
+                     the iteration log, or --batch-size / iteration duration
+    peak             dense peak of the GPU for the precision, from gpu_peaks.csv (datasheets
+                     cited per row); an unknown GPU gives no number and a note
+    mfu_pct          100 x achieved / peak
+    """
+    from .analyses.mfu import mfu as compute
+    from .analyses.naming import with_file
+
+    ds = _dataset(files, store_dir, fmt, sources, devices)
+    df = compute(
+        ds.scan("iterations"),
+        ds.scan("devices"),
+        gpu=gpu,
+        precision=precision,
+        batch_size=batch_size,
+        image_size=image_size,
+        warmup=warmup,
+    )
+    emit(with_file(df, ds.names()), out_json, out_csv)
