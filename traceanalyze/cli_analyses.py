@@ -417,6 +417,10 @@ def timeline(
             memcpy=tl.overlapping(fr.scan("memcpy"), t0, t1),
             markers=tl.overlapping(fr.scan("markers"), t0, t1),
             gpu_samples=tl.window_samples(samples_all, t0, t1, after=False, clip=True),
+            api_calls=tl.overlapping(fr.scan("api_calls"), t0, t1),
+            ops=tl.overlapping(fr.scan("ops"), t0, t1),
+            devices=fr.scan("devices"),
+            sources=fr.scan("sources"),
             origin_ns=t0,
         )
         click.echo(f"wrote {perfetto}", err=True)
