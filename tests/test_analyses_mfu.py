@@ -170,3 +170,76 @@ def test_throughput_table_mfu_columns() -> None:
     with pytest.warns(UserWarning, match="no amp-fp16 peak for 'Tesla K80'"):
         got = with_mfu(table, "Tesla K80", "amp-fp16", 224).row(0, named=True)
     assert got["mfu_pct"] is None
+
+
+# --- roofline -----------------------------------------------------------------------------------
+
+NCU_HEAD = (
+    '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
+    '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"\n'
+)
+
+
+def _ncu_row(kid: int, name: str, metric: str, unit: str, value: str) -> str:
+    return (
+        f'"{kid}","1","app","h","{name}","1","7","(256, 1, 1)","(64, 1, 1)","0","9.0",'
+        f'"Command line profiler metrics","{metric}","{unit}","{value}"\n'
+    )
+
+
+def test_roofline_from_counters_by_hand(write, tmp_path: Path) -> None:
+    from traceanalyze.analyses.mfu import kernel_roofline
+
+    ops = "smsp__sass_thread_inst_executed_op_"
+    rows = [
+        (0, "saxpy(float)", f"{ops}ffma_pred_on.sum", "inst", "1,000"),
+        (0, "saxpy(float)", f"{ops}fadd_pred_on.sum", "inst", "100"),
+        (0, "saxpy(float)", f"{ops}fmul_pred_on.sum", "inst", "50"),
+        (0, "saxpy(float)", "dram__bytes_read.sum", "byte", "1,000"),
+        (0, "saxpy(float)", "dram__bytes_write.sum", "byte", "75"),
+        (0, "saxpy(float)", "gpu__time_duration.sum", "ns", "2,000"),
+        (1, "dgemm(double)", f"{ops}dfma_pred_on.sum", "inst", "4,000"),
+        (1, "dgemm(double)", "dram__bytes_read.sum", "Kbyte", "1"),
+        (1, "dgemm(double)", "dram__bytes_write.sum", "byte", "0"),
+        (1, "dgemm(double)", "gpu__time_duration.sum", "us", "1"),
+    ]
+    p = write("k.csv", NCU_HEAD + "".join(_ncu_row(*r) for r in rows))
+    t = read(p)
+    got = {r["kernel_id"]: r for r in kernel_roofline(t.kernel_metrics).to_dicts()}
+    # saxpy: 100 + 50 + 2 x 1000 = 2150 FLOP over 1075 bytes, in 2 us
+    assert got[0]["flop_count"] == 2150 and got[0]["dram_bytes"] == 1075
+    assert got[0]["flop_per_byte_ratio"] == pytest.approx(2.0)
+    assert got[0]["achieved_flop_per_s"] == pytest.approx(2150 / 2e-6)
+    # dgemm: 8000 FLOP, 1 Kbyte = 1000 bytes (ncu's k is decimal), 1 us
+    assert got[1]["fp64_flop_count"] == 8000 and got[1]["dram_bytes"] == 1000
+    assert got[1]["achieved_flop_per_s"] == pytest.approx(8e9)
+    out = tmp_path / "r.png"
+    r = CliRunner().invoke(
+        main, ["roofline", str(p), "-o", str(out), "--gpu", "NVIDIA H100 80GB HBM3", "--json"]
+    )
+    assert r.exit_code == 0, r.output
+    assert out.read_bytes().startswith(b"\x89PNG")
+    assert len(json.loads(r.stdout)) == 2
+
+
+def test_roofline_figure_axes_carry_units() -> None:
+    from traceanalyze.plots.roofline import roofline_figure
+
+    df = pl.DataFrame({"name": ["k"], "flop_per_byte_ratio": [2.0], "achieved_flop_per_s": [1e12]})
+    fig = roofline_figure(df, peak_flop_per_s=67e12, peak_bytes_per_s=3.35e12)
+    ax = fig.axes[0]
+    assert "FLOP/byte" in ax.get_xlabel() and "FLOP/s" in ax.get_ylabel()
+    assert ax.get_xscale() == "log" and len(ax.get_legend().get_texts()) == 2
+
+
+def test_roofline_real_ncu_captures_have_no_flop_counters() -> None:
+    files = [
+        str(shared("ncu_csv/roofline_ncu2026.2_rtx5070_saxpy_long.csv")),
+        str(shared("ncu_csv/roofline_ncu2026.2_rtx5070_gemm_tiled_long.csv")),
+    ]
+    for f in files:  # the raw files: DRAM bytes and time, no SASS FLOP counters
+        text = Path(f).read_text("utf-8-sig")
+        assert "dram__bytes_op_read.sum" in text and "_pred_on.sum" not in text
+    r = CliRunner().invoke(main, ["roofline", *files])
+    assert r.exit_code == 1
+    assert "no FLOP counters" in r.output and "SpeedOfLight_RooflineChart" in r.output

@@ -31,6 +31,7 @@ _LAZY: dict[str, str] = {
     "summary": "traceanalyze.cli_analyses:summary",
     "ops": "traceanalyze.cli_ops:ops",
     "mfu": "traceanalyze.cli_ops:mfu",
+    "roofline": "traceanalyze.cli_ops:roofline",
 }
 
 

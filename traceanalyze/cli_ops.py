@@ -13,7 +13,7 @@ import click
 import polars as pl
 
 from .cli import emit, format_option, output_options, store_option
-from .errors import NotAnswerable
+from .errors import NotAnswerable, TraceanalyzeError
 
 
 def _inputs(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -189,4 +189,51 @@ def mfu(
         image_size=image_size,
         warmup=warmup,
     )
+    emit(with_file(df, ds.names()), out_json, out_csv)
+
+
+@click.command()
+@_inputs
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Figure (.png or .svg).")
+@click.option("--gpu", help="GPU whose FP32 peak (gpu_peaks.csv) is the compute roof.")
+@click.option("--peak-tflops", type=float, help="Compute roof in TFLOP/s (instead of --gpu).")
+@click.option("--bandwidth-gbps", type=float, help="DRAM bandwidth in GB/s: the memory roof.")
+@output_options
+def roofline(
+    files: tuple[Path, ...],
+    store_dir: Path | None,
+    fmt: str | None,
+    sources: tuple[str, ...],
+    devices: tuple[int, ...],
+    output: Path | None,
+    gpu: str | None,
+    peak_tflops: float | None,
+    bandwidth_gbps: float | None,
+    out_json: bool,
+    out_csv: bool,
+) -> None:
+    """Per-kernel roofline from Nsight Compute captures with FLOP and DRAM byte counters.
+
+    FLOPs = add + mul + 2 x fma thread instructions (fp32, fp64, fp16 SASS counters, as ncu's
+    roofline section counts them; tensor-core work is not in them); intensity = FLOPs / DRAM
+    bytes. A capture without those counters is answered with the list of counters to collect.
+    A separate command from `mfu`: its input is per-kernel counters, not iterations.
+    """
+    from .analyses.mfu import find_peak, kernel_roofline
+    from .analyses.naming import with_file
+
+    ds = _dataset(files, store_dir, fmt, sources, devices)
+    df = kernel_roofline(ds.scan("kernel_metrics"))
+    peak = peak_tflops * 1e12 if peak_tflops else None
+    if peak is None and gpu:
+        row = find_peak(gpu)
+        if row is None or row.fp32_tflops is None:
+            raise TraceanalyzeError(f"no FP32 peak for GPU {gpu!r} in gpu_peaks.csv")
+        peak = row.fp32_tflops * 1e12
+    if output is not None:
+        from .plots.roofline import roofline_figure
+
+        bw = bandwidth_gbps * 1e9 if bandwidth_gbps else None
+        roofline_figure(df, peak_flop_per_s=peak, peak_bytes_per_s=bw).savefig(output, dpi=120)
+        click.echo(f"wrote {output}", err=True)
     emit(with_file(df, ds.names()), out_json, out_csv)

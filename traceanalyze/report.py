@@ -64,10 +64,11 @@ def summary_tables(scan: Scan, *, top: int = 10) -> dict[str, pl.DataFrame]:
         .select("source_id", "name", "launch_count", "total_ms", "mean_us", "share_pct"),
         "top_ops": s.top_ops(scan("ops"), top)
         .with_columns(
-            (pl.col("total_ns") / 1e6).alias("inclusive_ms"),
+            (pl.col("inclusive_ns") / 1e6).alias("inclusive_ms"),
+            (pl.col("self_ns") / 1e6).alias("self_ms"),
             (pl.col("mean_ns") / 1e3).alias("mean_us"),
         )
-        .select("source_id", "name", "call_count", "inclusive_ms", "mean_us"),
+        .select("source_id", "name", "call_count", "inclusive_ms", "self_ms", "mean_us"),
         "copies": s.copies_by_kind(scan("memcpy"))
         .with_columns((pl.col("total_ns") / 1e6).alias("total_ms"))
         .drop("total_ns"),

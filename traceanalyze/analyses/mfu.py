@@ -233,3 +233,85 @@ def _device_names(devices: Frame | None) -> dict[str, str]:
     for sid, name in d.filter(pl.col("name").is_not_null()).select("source_id", "name").rows():
         out.setdefault(sid, name)
     return out
+
+
+# --- roofline from Nsight Compute counters -------------------------------------------------------
+
+
+# FLOPs per precision from SASS thread-instruction counters, as Nsight Compute's own roofline
+# (SpeedOfLight_RooflineChart section) counts them: add + mul + 2 x fma.
+def _flop_metrics(x: str) -> tuple[str, str, str]:
+    m = "smsp__sass_thread_inst_executed_op_{}{}_pred_on.sum"
+    return (m.format(x, "add"), m.format(x, "mul"), m.format(x, "fma"))
+
+
+_FLOP_METRICS: dict[str, tuple[str, str, str]] = {
+    "fp32": _flop_metrics("f"),
+    "fp64": _flop_metrics("d"),
+    "fp16": _flop_metrics("h"),
+}
+_BYTES = ("dram__bytes.sum",)
+_BYTES_PAIRS = (
+    ("dram__bytes_read.sum", "dram__bytes_write.sum"),
+    ("dram__bytes_op_read.sum", "dram__bytes_op_write.sum"),
+)
+_TIME = "gpu__time_duration.sum"
+
+
+def kernel_roofline(kernel_metrics: Frame) -> pl.DataFrame:
+    """Per profiled kernel launch (ncu): FLOPs (fp32, fp64, fp16 from SASS add/mul/fma
+    counters), DRAM bytes, duration, arithmetic intensity (FLOP/byte) and achieved FLOP/s.
+
+    Tensor-core work is not in these counters (ncu's roofline leaves it out too). Raises
+    NotAnswerable naming the missing counters when the capture has no FLOP or no DRAM byte
+    counters (the `--metrics` list of the roofline CSVs in ../shared has bytes and time only).
+    """
+    lazy = kernel_metrics.lazy() if isinstance(kernel_metrics, pl.DataFrame) else kernel_metrics
+    km = lazy.filter(pl.col("kernel_id").is_not_null()).collect()
+    have = set(km["metric_name"].unique().to_list())
+    flop_names = [m for ms in _FLOP_METRICS.values() for m in ms]
+    if not have & set(flop_names):
+        raise NotAnswerable(
+            "no FLOP counters in the Nsight Compute data (need "
+            "smsp__sass_thread_inst_executed_op_{f,d,h}{add,mul,fma}_pred_on.sum, e.g. "
+            "ncu --section SpeedOfLight_RooflineChart)"
+        )
+    pairs = [p for p in _BYTES_PAIRS if set(p) <= have]
+    if not (set(_BYTES) & have or pairs):
+        raise NotAnswerable("no DRAM byte counters (dram__bytes.sum or read/write pairs)")
+    wide = km.pivot(
+        on="metric_name",
+        index=["source_id", "kernel_id", "name"],
+        values="value",
+        aggregate_function="first",
+    )
+
+    def col(n: str) -> pl.Expr:
+        return pl.col(n).fill_null(0.0) if n in wide.columns else pl.lit(0.0)
+
+    flops = {p: col(a) + col(m) + 2.0 * col(f) for p, (a, m, f) in _FLOP_METRICS.items()}
+    if "dram__bytes.sum" in wide.columns:
+        dram = pl.col("dram__bytes.sum")
+    else:
+        dram = col(pairs[0][0]) + col(pairs[0][1])
+    dur = pl.col(_TIME) if _TIME in wide.columns else pl.lit(None, pl.Float64)
+    out = wide.select(
+        "source_id",
+        "kernel_id",
+        "name",
+        *[e.alias(f"{p}_flop_count") for p, e in flops.items()],
+        dram.alias("dram_bytes"),
+        dur.alias("duration_ns"),
+    ).with_columns(
+        (pl.col("fp32_flop_count") + pl.col("fp64_flop_count") + pl.col("fp16_flop_count")).alias(
+            "flop_count"
+        )
+    )
+    return out.with_columns(
+        pl.when(pl.col("dram_bytes") > 0)
+        .then(pl.col("flop_count") / pl.col("dram_bytes"))
+        .alias("flop_per_byte_ratio"),
+        pl.when(pl.col("duration_ns") > 0)
+        .then(pl.col("flop_count") * 1e9 / pl.col("duration_ns"))
+        .alias("achieved_flop_per_s"),
+    ).sort("source_id", "kernel_id")
