@@ -290,3 +290,28 @@ def test_ops_cli_format_without_kernels_says_so() -> None:
     r = CliRunner().invoke(main, ["ops", str(p)])
     assert r.exit_code == 1
     assert "no host operators" in r.output
+
+
+def test_h100_one_device_keeps_its_process() -> None:
+    p = shared(H100)
+    con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+    # The process that launched device 0's kernels, and its NVTX ranges.
+    [(pid,)] = con.execute(
+        "SELECT DISTINCT globalPid / 16777216 FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE deviceId = 0"
+    ).fetchall()
+    (ranges,) = con.execute(
+        "SELECT count(*) FROM NVTX_EVENTS WHERE globalTid / 16777216 = ? AND end IS NOT NULL",
+        (pid,),
+    ).fetchone()
+    (k0,) = con.execute(
+        "SELECT sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE deviceId = 0"
+    ).fetchone()
+    con.close()
+    t = read(p)
+    k = t.kernels.filter(pl.col("device_id") == 0)
+    got = op_stats(t.ops, t.api_calls, k, t.markers, launching_processes_only=True)
+    assert int(got["call_count"].sum()) == ranges
+    assert int(got["kernel_self_ns"].sum()) == k0
+    r = CliRunner().invoke(main, ["ops", str(p), "--device", "0", "--top", "0", "--json"])
+    assert r.exit_code == 0, r.output
+    assert sum(x["call_count"] for x in json.loads(r.stdout)) == ranges

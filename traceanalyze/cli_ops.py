@@ -80,7 +80,8 @@ def ops(
 
     Operators come from the PyTorch profiler. nsys and nvprof traces have none: their NVTX
     ranges stand in (basis = nvtx; PyTorch emit_nvtx names lose ', seq = …, op_id = …').
-    --device keeps only those devices' kernels.
+    --device keeps only those devices' kernels, and the operators of the processes that
+    launched them.
     """
     from .analyses.naming import with_file
     from .analyses.ops import op_kernels, op_stats
@@ -88,7 +89,7 @@ def ops(
     ds = _dataset(files, store_dir, fmt, sources, devices)
     args = (ds.scan("ops"), ds.scan("api_calls"), ds.scan("kernels"), ds.scan("markers"))
     if by == "op":
-        df = op_stats(*args)
+        df = op_stats(*args, launching_processes_only=bool(devices))
         sort = ["source_id", "inclusive_ns"]
     else:
         df = (

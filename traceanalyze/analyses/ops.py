@@ -231,13 +231,20 @@ def op_stats(
     api_calls: Frame,
     kernels: Frame,
     markers: Frame | None = None,
+    *,
+    launching_processes_only: bool = False,
 ) -> pl.DataFrame:
     """One row per source and operator name: calls, inclusive and self time, kernels launched and
     their GPU time (self and inclusive), sorted by inclusive time; see the module docstring.
 
-    Pass `markers` to let NVTX ranges stand in for sources without operators."""
+    Pass `markers` to let NVTX ranges stand in for sources without operators.
+    `launching_processes_only` keeps the operators of the processes that launched `kernels`
+    (when the kernels were filtered to some devices: one rank's operators, not every rank's)."""
     host = host_ops(ops, markers)
     kern = launches(api_calls, kernels)
+    if launching_processes_only:
+        procs = kern.select("source_id", "process_id").drop_nulls().unique()
+        host = host.join(procs, on=["source_id", "process_id"], how="semi")
     if host.height == 0:
         warnings.warn(
             "no host operators (PyTorch profiler ops) or NVTX ranges: kernels cannot be "
