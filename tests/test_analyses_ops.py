@@ -315,3 +315,16 @@ def test_h100_one_device_keeps_its_process() -> None:
     r = CliRunner().invoke(main, ["ops", str(p), "--device", "0", "--top", "0", "--json"])
     assert r.exit_code == 0, r.output
     assert sum(x["call_count"] for x in json.loads(r.stdout)) == ranges
+
+
+def test_ops_plot(tmp_path: Path) -> None:
+    out = tmp_path / "ops.png"
+    r = CliRunner().invoke(main, ["ops", str(shared(NVPROF)), "--plot", str(out)])
+    assert r.exit_code == 0, r.output
+    assert out.read_bytes().startswith(b"\x89PNG")
+    from traceanalyze.plots.ops import ops_figure
+
+    ops, calls, kernels = small()
+    ax = ops_figure(op_stats(ops, calls, kernels)).axes[0]
+    assert ax.get_xlabel() == "time (ms)"
+    assert "(no operator)" in [t.get_text() for t in ax.get_yticklabels()]

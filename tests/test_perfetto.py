@@ -286,6 +286,7 @@ def test_resnet_processes_named_by_device_and_rank(resnet_doc) -> None:
     }
     assert names[0] == "GPU 0 · Tesla V100-SXM2-32GB · rank 0"
     assert names[1_001_102] == "host pid 1102 · rank 0"
+    assert names[1_000_000] == "host · rank 0"  # the two instant markers without a pid
     threads = {
         (e["pid"], e["tid"]): e["args"]["name"]
         for e in resnet_doc["traceEvents"]

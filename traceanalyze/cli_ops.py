@@ -55,6 +55,11 @@ def _dataset(
     show_default=True,
     help="op: one row per operator name; kernel: one row per (operator, kernel name).",
 )
+@click.option(
+    "--plot",
+    type=click.Path(path_type=Path),
+    help="Bars of GPU and host self time of the top operators (one source), PNG or SVG.",
+)
 @output_options
 def ops(
     files: tuple[Path, ...],
@@ -64,6 +69,7 @@ def ops(
     devices: tuple[int, ...],
     top: int,
     by: str,
+    plot: Path | None,
     out_json: bool,
     out_csv: bool,
 ) -> None:
@@ -102,6 +108,17 @@ def ops(
         raise NotAnswerable(
             f"no host operators (PyTorch profiler ops) or NVTX ranges in {ds.origin}"
         )
+    if plot is not None:
+        from .analyses.naming import source_name
+        from .plots.ops import ops_figure
+
+        if by != "op":
+            raise click.UsageError("--plot draws operators: leave out --by kernel")
+        sid = ds.one_source("ops --plot")
+        name = source_name(ds.names(), sid).replace("\\", "/").rsplit("/", 1)[-1]
+        fig = ops_figure(df.filter(pl.col("source_id") == sid), title=f"{name}: operators")
+        fig.savefig(plot, dpi=120)
+        click.echo(f"wrote {plot}", err=True)
     df = df.sort(sort, descending=[False, True], nulls_last=True)
     if top > 0:
         df = df.group_by("source_id", maintain_order=True).head(top)

@@ -317,7 +317,10 @@ def _metadata(
         pl.lit(rank),
     )
     pname = (
-        pl.when(pl.col("pid") >= HOST_PID_OFFSET)
+        # host rows without a process id (Kineto's instant markers) share pid 10⁶
+        pl.when(pl.col("pid") == HOST_PID_OFFSET)
+        .then(pl.format("host{}", pl.lit(rank)))
+        .when(pl.col("pid") >= HOST_PID_OFFSET)
         .then(pl.format("host pid {}{}", pl.col("pid") - HOST_PID_OFFSET, pl.lit(rank)))
         .otherwise(gpu_name)
     )
