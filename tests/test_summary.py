@@ -94,9 +94,10 @@ def test_top_ops_inclusive_times() -> None:
         end_ns=[50, 49, 140, 205],
     )
     top = s.top_ops(o, n=2)
-    assert top.select("name", "call_count", "total_ns").rows() == [
-        ("aten::conv2d", 2, 90),
-        ("aten::convolution", 1, 48),
+    # self: conv2d 50 - 48 (its child) + 40; convolution has no child.
+    assert top.select("name", "call_count", "inclusive_ns", "self_ns").rows() == [
+        ("aten::conv2d", 2, 90, 42),
+        ("aten::convolution", 1, 48, 48),
     ]
 
 

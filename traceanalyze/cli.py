@@ -53,6 +53,9 @@ _LAZY: dict[str, str] = {
     "overlap": "traceanalyze.cli_trace:overlap",
     "annotations": "traceanalyze.cli_trace:annotations",
     "health": "traceanalyze.cli_analyses:health",
+    "ops": "traceanalyze.cli_ops:ops",
+    "mfu": "traceanalyze.cli_ops:mfu",
+    "roofline": "traceanalyze.cli_ops:roofline",
 }
 
 

@@ -304,6 +304,13 @@ def variability(
 @format_option
 @filter_options
 @click.option("--top", default=20, show_default=True, help="Kernel rows to print in the table.")
+@click.option(
+    "--ops",
+    "by_ops",
+    is_flag=True,
+    help="Match host operators by name with their kernels (added, removed, changed; coverage "
+    "= share of self and kernel time on operators of both sides); see `traceanalyze ops`.",
+)
 @output_options
 @verbose_option
 @misuse_is_usage
@@ -315,6 +322,7 @@ def compare(
     sources: tuple[str, ...],
     devices: tuple[int, ...],
     top: int,
+    by_ops: bool,
     out_json: bool,
     out_csv: bool,
 ) -> None:
@@ -330,11 +338,16 @@ def compare(
             raise click.UsageError(
                 "A and B already name sources of --store; --source applies to files or stores"
             )
-        res = load((), store_dir, fmt, (), devices).compare_sources(a, b)
+        res = load((), store_dir, fmt, (), devices).compare_sources(a, b, ops=by_ops)
     else:
         dev = devices or None
         side_a = open_side(a, "A", format=fmt, sources=sources).where(device=dev)
-        res = side_a.compare(open_side(b, "B", format=fmt, sources=sources).where(device=dev))
+        side_b = open_side(b, "B", format=fmt, sources=sources).where(device=dev)
+        res = side_a.compare(side_b, ops=by_ops)
+    if res.ops is not None:
+        from .cli_ops import print_ops_diff
+
+        return print_ops_diff(res, top, out_json, out_csv)
     if out_json:
         click.echo(render.to_json(res.to_dict()))
     elif out_csv:

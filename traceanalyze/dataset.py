@@ -244,18 +244,20 @@ class Dataset:
 
         return report.variability(self, warmup, top)
 
-    def compare(self, other: Dataset) -> Comparison:
+    def compare(self, other: Dataset, *, ops: bool = False) -> Comparison:
         """This dataset (A) against `other` (B): overview and kernels matched by name and
-        launch geometry; deltas B − A, ratios B / A."""
+        launch geometry; deltas B − A, ratios B / A. `ops=True`: host operators matched by
+        name with their kernels (added, removed, changed; coverage), like HTA's ops_diff."""
         from . import report_views
 
-        return report_views.compare(self, other, f"A = {self.origin}", f"B = {other.origin}")
+        a, b = f"A = {self.origin}", f"B = {other.origin}"
+        return report_views.compare(self, other, a, b, ops=ops)
 
-    def compare_sources(self, a: str, b: str) -> Comparison:
+    def compare_sources(self, a: str, b: str, *, ops: bool = False) -> Comparison:
         """Two source ids of this dataset, A and B (the same id may be both)."""
         from . import report_views
 
-        return report_views.compare_sources(self, a, b)
+        return report_views.compare_sources(self, a, b, ops=ops)
 
     # --- trace analyses (traceanalyze.analyses.launches, idle, overlap, annotations) ---------
 
@@ -301,6 +303,47 @@ class Dataset:
         from .analyses.annotations import annotations
 
         return with_file(annotations(self, depth=depth, strip_ids=strip_ids), self.names())
+
+    # --- host operators and model FLOP utilization (traceanalyze.report_ops) ----------------
+
+    def ops(self, *, by: str = "op", top: int = 25) -> pl.DataFrame:
+        """Host operators: inclusive and self time and the GPU time of the kernels they launched
+        (`by="op"`), or per (operator, kernel name) (`by="kernel"`); `top` rows per source (0:
+        all). nsys/nvprof traces: NVTX ranges stand in (basis = nvtx)."""
+        from . import report_ops
+
+        return report_ops.ops(self, by=by, top=top)
+
+    def mfu(
+        self,
+        *,
+        gpu: str | None = None,
+        precision: str = "fp32",
+        batch_size: int | None = None,
+        image_size: int = 224,
+        warmup: int = 0,
+    ) -> pl.DataFrame:
+        """ResNet-50 training model FLOP utilization: median images/s x FLOPs per image (counted
+        from torchvision's model) over the GPU's dense peak for `precision`."""
+        from . import report_ops
+
+        return report_ops.mfu(
+            self,
+            gpu=gpu,
+            precision=precision,
+            batch_size=batch_size,
+            image_size=image_size,
+            warmup=warmup,
+        )
+
+    def roofline(
+        self, *, gpu: str | None = None, peak_tflops: float | None = None
+    ) -> tuple[pl.DataFrame, float | None]:
+        """Per-kernel roofline points from ncu FLOP and DRAM byte counters, and the compute roof
+        in FLOP/s (from `peak_tflops` or `gpu`'s FP32 peak; None when neither is given)."""
+        from . import report_ops
+
+        return report_ops.roofline(self, gpu=gpu, peak_tflops=peak_tflops)
 
     def __repr__(self) -> str:
         f = []

@@ -133,16 +133,21 @@ def timeline(
         memcpy=tl.overlapping(m, t0, t1).collect(),
         markers=tl.overlapping(mk, t0, t1).collect(),
         telemetry=tl.window_samples(samples_all, t0, t1, after=False, clip=True),
+        api_calls=tl.overlapping(ds.scan("api_calls"), t0, t1).collect(),
+        ops=tl.overlapping(o, t0, t1).collect(),
+        devices=ds.scan("devices").collect(),
+        sources=ds.scan("sources").collect(),
     )
 
 
 # --- compare ---------------------------------------------------------------------------------
 
 
-def compare(a: Dataset, b: Dataset, desc_a: str, desc_b: str) -> Comparison:
+def compare(a: Dataset, b: Dataset, desc_a: str, desc_b: str, ops: bool = False) -> Comparison:
     """`a` against `b`, every table of each side relabelled `A` / `B` (the same source may be
-    both sides). `desc_*` say what each side is, in messages and in the result."""
-    from .analyses.compare import compare_kernels, compare_overview
+    both sides). `desc_*` say what each side is, in messages and in the result. `ops`: match
+    host operators (with their kernels) instead of kernels, like HTA's ops_diff."""
+    from .analyses.compare import compare_kernels, compare_ops, compare_overview, ops_diff_overview
 
     def both(table: str) -> pl.LazyFrame:
         lab = pl.lit("A", dtype=pl.String).alias("source_id")
@@ -152,6 +157,11 @@ def compare(a: Dataset, b: Dataset, desc_a: str, desc_b: str) -> Comparison:
         )
 
     desc = {"A": desc_a, "B": desc_b}
+    if ops:
+        diff = compare_ops(
+            both("ops"), both("api_calls"), both("kernels"), both("markers"), "A", "B", names=desc
+        )
+        return Comparison(desc_a, desc_b, ops_diff_overview(diff), pl.DataFrame(), ops=diff)
     k, it, s = both("kernels"), both("iterations"), both("gpu_samples")
     ov = compare_overview(k, it, s, "A", "B", names=desc)
     try:
@@ -161,7 +171,7 @@ def compare(a: Dataset, b: Dataset, desc_a: str, desc_b: str) -> Comparison:
     return Comparison(desc_a, desc_b, ov, kc)
 
 
-def compare_sources(ds: Dataset, a: str, b: str) -> Comparison:
+def compare_sources(ds: Dataset, a: str, b: str, ops: bool = False) -> Comparison:
     """Two source ids of one dataset (the same id may be both)."""
     missing = [x for x in dict.fromkeys((a, b)) if x not in set(ds.all_source_ids())]
     if missing:
@@ -171,4 +181,4 @@ def compare_sources(ds: Dataset, a: str, b: str) -> Comparison:
         f"{lab} = {x} ({names[x]})" if x in names else f"{lab} = {x}"
         for lab, x in (("A", a), ("B", b))
     ]
-    return compare(ds.where(source=a), ds.where(source=b), desc[0], desc[1])
+    return compare(ds.where(source=a), ds.where(source=b), desc[0], desc[1], ops=ops)

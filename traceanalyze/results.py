@@ -91,8 +91,9 @@ class Timeline:
     `iterations`: `iteration, start_ns, end_ns` of every iteration. `samples`: telemetry for the
     window with the held value on each side (a `label` column when it comes from another file).
     `top_kernels`: `name, total_ms, launch_count` of the kernels with the most time in the window
-    (the legend). `kernels`, `memcpy`, `markers`: rows overlapping the window; `telemetry`: the
-    samples clipped to the window (what `to_perfetto` writes).
+    (the legend). `kernels`, `memcpy`, `markers`, `api_calls`, `ops`: rows overlapping the window;
+    `telemetry`: the samples clipped to the window; `devices`, `sources` name the Perfetto tracks
+    (all of these are what `to_perfetto` writes).
     """
 
     source_id: str
@@ -109,6 +110,10 @@ class Timeline:
     memcpy: pl.DataFrame = field(repr=False)
     markers: pl.DataFrame = field(repr=False)
     telemetry: pl.DataFrame = field(repr=False)
+    api_calls: pl.DataFrame | None = field(default=None, repr=False)
+    ops: pl.DataFrame | None = field(default=None, repr=False)
+    devices: pl.DataFrame | None = field(default=None, repr=False)
+    sources: pl.DataFrame | None = field(default=None, repr=False)
 
     def to_perfetto(self, path: str | os.PathLike[str]) -> None:
         """Chrome trace JSON of the window for ui.perfetto.dev (times from the window start)."""
@@ -120,6 +125,10 @@ class Timeline:
             memcpy=self.memcpy,
             markers=self.markers,
             gpu_samples=self.telemetry,
+            api_calls=self.api_calls,
+            ops=self.ops,
+            devices=self.devices,
+            sources=self.sources,
             origin_ns=self.start_ns,
         )
 
@@ -140,14 +149,18 @@ class Variability:
 class Comparison:
     """A against B: `a`, `b` say what each side is; `overview` (metric, a, b, delta = b − a,
     ratio = b / a); `kernels` (one row per name and launch geometry; empty when a side has no
-    kernels, with a warning)."""
+    kernels, with a warning). With `ops=True`: `overview` is the operators' overview (matched,
+    added, removed, changed; coverage) and `ops` one row per operator name, `kernels` empty."""
 
     a: str
     b: str
     overview: pl.DataFrame
     kernels: pl.DataFrame
+    ops: pl.DataFrame | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        if self.ops is not None:
+            return {"a": self.a, "b": self.b, "overview": self.overview, "ops": self.ops}
         return {"a": self.a, "b": self.b, "overview": self.overview, "kernels": self.kernels}
 
 
