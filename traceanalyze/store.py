@@ -376,6 +376,8 @@ class Store:
         """
         items = [staged] if isinstance(staged, Staged) else list(staged)
         if not items:
+            if self._has_leftovers():  # a killed writer's: the next writer cleans up
+                self.vacuum()
             return []
         staging_root = self.root / STAGING
         for s in items:
@@ -484,6 +486,10 @@ class Store:
             tmp.unlink(missing_ok=True)
             raise
         _fsync_path(self.root)
+
+    def _has_leftovers(self) -> bool:
+        staging = self.root / STAGING
+        return staging.is_dir() and any(staging.iterdir())
 
     def vacuum(self, grace_s: float | None = None) -> None:
         """Delete replaced files older than `grace_s` (default: the store's) and every leftover
