@@ -10,6 +10,7 @@ row counts come from reading the input files directly (`ta.read`), not from the 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -188,7 +189,7 @@ def test_four_concurrent_writers_one_failing(tmp_path: Path, fresh: bool) -> Non
         for fl in lists
     ]
     outs = [p.communicate(timeout=300) for p in procs]
-    for p, (out, err) in zip(procs[:3], outs[:3], strict=True):
+    for p, (_out, err) in zip(procs[:3], outs[:3], strict=True):
         assert p.returncode == 0 and err == "", err
     assert procs[3].returncode == 1
     err = outs[3][1]
@@ -368,49 +369,84 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+def _workers_of(pid: int) -> list[int]:
+    """The reader workers among `pid`'s children (matched on their own command line, not on
+    their parent's, which a child has between fork and exec)."""
+    out = []
+    for p in _children(pid):
+        try:
+            if b"_sqlite_parallel.py\x00" in Path(f"/proc/{p}/cmdline").read_bytes():
+                out.append(p)
+        except OSError:
+            continue
+    return out
+
+
+def _subreaper(on: bool) -> None:
+    """Make this process adopt orphaned descendants (PR_SET_CHILD_SUBREAPER), so that it can
+    wait for the workers of a killed parent and see how they ended."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_sigkill_of_the_parent_mid_read_leaves_no_worker_and_no_file(tmp_path: Path) -> None:
+    """The workers are frozen (SIGSTOP) mid-read, the parent is SIGKILLed, the workers are
+    thawed: each must be killed then (PR_SET_PDEATHSIG), not finish its read; and no file is
+    left in the scratch directory."""
     from traceanalyze.readers import nsys_sqlite
 
     db = _big_nsys(tmp_path / "big.sqlite", nsys_sqlite.PARALLEL_MIN_ROWS + 10_000)
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() else tmp_path
     scratch = base / f"traceanalyze-test-{os.getpid()}-{tmp_path.name}"
     scratch.mkdir()
+    code = (
+        "import sys\n"
+        "import traceanalyze.readers._sqlite_parallel as sp\n"
+        "sp._scratch_dir = lambda need=0: sys.argv[2]\n"
+        "from traceanalyze.readers.nsys_sqlite import read_nsys_sqlite\n"
+        "while True: read_nsys_sqlite(sys.argv[1], engine='adbc', workers=3)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    _subreaper(True)
+    workers: list[int] = []
     try:
-        code = (
-            "import sys\n"
-            "import traceanalyze.readers._sqlite_parallel as sp\n"
-            "sp._scratch_dir = lambda need=0: sys.argv[2]\n"
-            "from traceanalyze.readers.nsys_sqlite import read_nsys_sqlite\n"
-            "while True: read_nsys_sqlite(sys.argv[1], engine='adbc', workers=2)\n"
-        )
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
         parent = subprocess.Popen([sys.executable, "-c", code, str(db), str(scratch)], env=env)
-        workers: list[int] = []
         deadline = time.monotonic() + 120
-        while not workers and time.monotonic() < deadline and parent.poll() is None:
-            workers = [
-                p
-                for p in _children(parent.pid)
-                if b"_sqlite_parallel" in Path(f"/proc/{p}/cmdline").read_bytes()
-            ]
-        assert workers, "no worker seen"
+        while len(workers) < 2 and time.monotonic() < deadline and parent.poll() is None:
+            workers = _workers_of(parent.pid)
+        assert len(workers) == 2, "workers not seen"
+        # Mid-read: each worker has begun writing its output (its fd, named in its argv).
+        for w in workers:
+            os.kill(w, signal.SIGSTOP)
+        outs = []
+        for w in workers:
+            fd = Path(f"/proc/{w}/cmdline").read_bytes().split(b"fd:")[1].rstrip(b"\x00")
+            outs.append(Path(f"/proc/{w}/fd/{fd.decode()}"))
+        # Freeze both, then let each run until its first batch is in its file (it has more to
+        # read: a range is about two batches) and freeze it again.
+        for w, o in zip(workers, outs, strict=True):
+            os.kill(w, signal.SIGCONT)
+            while o.stat().st_size == 0 and time.monotonic() < deadline:
+                pass
+            os.kill(w, signal.SIGSTOP)
         assert list(scratch.iterdir()) == []  # the workers' output files have no name
         parent.send_signal(signal.SIGKILL)
         assert parent.wait(timeout=30) == -signal.SIGKILL
-        deadline = time.monotonic() + 30
-        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not [w for w in workers if _alive(w)]
+        ends = []
+        for w in workers:
+            os.kill(w, signal.SIGCONT)
+            _, status = os.waitpid(w, 0)  # adopted: this process is their subreaper
+            ends.append(-os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+        assert ends == [-signal.SIGKILL, -signal.SIGKILL]
         assert list(scratch.iterdir()) == []
     finally:
+        for w in workers:
+            with contextlib.suppress(OSError):
+                os.kill(w, signal.SIGKILL)
+                os.waitpid(w, 0)
+        _subreaper(False)
         for p in scratch.iterdir():
             p.unlink()
         scratch.rmdir()
