@@ -28,6 +28,7 @@ Test hook: `TRACEANALYZE_TEST_KILL_AT=<point>` makes the process SIGKILL itself 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import itertools
 import json
@@ -137,6 +138,22 @@ def read_manifest(root: Path) -> Manifest | None:
 # --- transaction locks --------------------------------------------------------------------------
 
 
+def _flock_shared(fd: int, root: Path) -> None:
+    """A shared flock on fd; a file system without flock is a StoreError, not a fallback to
+    lock files that a killed writer would leave behind (Lustre needs `-o flock`)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+            raise StoreError(
+                f"the file system does not support flock locks ({e.strerror}); concurrent "
+                "writers could not be kept apart (on Lustre mount with -o flock)",
+                path=root,
+            ) from None
+        raise
+
+
 def _acquire_txn(staging_root: Path) -> str:
     """A new transaction id whose lock file `.staging/<txn>.lock` this process holds (shared).
 
@@ -152,7 +169,7 @@ def _acquire_txn(staging_root: Path) -> str:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         except FileNotFoundError:  # a failing writer removed the empty root meanwhile
             continue
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        _flock_shared(fd, staging_root.parent)
         try:
             same = os.stat(path).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
@@ -173,7 +190,7 @@ def _hold_txn(staging_root: Path, txn: str) -> bool:
         fd = os.open(staging_root / f"{txn}.lock", os.O_RDWR)
     except FileNotFoundError:
         return False
-    fcntl.flock(fd, fcntl.LOCK_SH)
+    _flock_shared(fd, staging_root.parent)
     _HELD[txn] = fd
     return (staging_root / txn).is_dir()
 
