@@ -239,6 +239,19 @@ def test_readers_during_force_reingests_never_see_a_partial_source(tmp_path: Pat
     print(f"{reads} consistent reads during 4 --force re-ingests")
 
 
+def test_reading_commands_see_one_commit(tmp_path: Path, write) -> None:
+    """open_store (every reading command, Dataset over a store) pins one manifest, so its tables
+    agree even when a source is committed between two of its scans."""
+    from traceanalyze.report import open_store
+
+    st = tmp_path / "st"
+    ta.ingest([write("a.txt", "Iteration Duration 0 0 : 0.5\n")], st)
+    pinned = open_store(st)
+    ta.ingest([write("b.txt", "Iteration Duration 0 1 : 0.25\n")], st)
+    assert pinned.table("sources").height == pinned.table("iterations").height == 1
+    assert open_store(st).table("iterations").height == 2
+
+
 def test_replaced_files_go_after_the_grace_period(tmp_path: Path, write) -> None:
     log = write("a.txt", "Iteration Duration 0 0 : 0.5\n")
     st = tmp_path / "st"
