@@ -162,6 +162,18 @@ def test_sigkill_at_each_step_of_an_ingest(tmp_path: Path, point: str) -> None:
     assert_clean(st)
 
 
+def test_sigkill_mid_commit_of_a_new_store(tmp_path: Path) -> None:
+    target = shared(TARGET)
+    st = tmp_path / "st"
+    r = cli(["ingest", str(target), "--store", str(st), "--quiet"], {KILL_ENV: "rename-2"})
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    assert Store(st).source_ids() == [] and len(unlisted_files(st)) == 2
+    [res] = ta.ingest([target], st)
+    assert res.status == "ingested"
+    check_visible(st, {sid_of(target): counts_of(target)})
+    assert_clean(st)
+
+
 # --- concurrent writers -----------------------------------------------------------------------
 
 

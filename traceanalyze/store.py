@@ -405,6 +405,10 @@ class Store:
         with self._locked():
             _kill_point("commit-locked")
             m = self._load_for_write()
+            if not (self.root / MARKER).exists():
+                # A new store: its marker before any table directory, so that a kill between
+                # the renames and the manifest never leaves a directory no Store() accepts.
+                self._write_manifest(m)
             now = time.time()
             self._collect_garbage(m, now)
             renames = itertools.count(1)
