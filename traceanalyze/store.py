@@ -28,17 +28,13 @@ Test hook: `TRACEANALYZE_TEST_KILL_AT=<point>` makes the process SIGKILL itself 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import itertools
-import json
 import os
 import shutil
-import signal
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,189 +42,24 @@ import polars as pl
 
 from . import schema
 from .errors import StoreError, TraceanalyzeError, UnknownFormat
+from .manifest import (
+    DEFAULT_GRACE_S,
+    KILL_ENV,
+    LAYOUT_VERSION,
+    LEGACY_TEMP_PREFIXES,
+    LOCK_NAME,
+    MARKER,
+    STAGING,
+    Manifest,
+    acquire_txn,
+    hold_txn,
+    kill_point,
+    read_manifest,
+    release_txn,
+    remove_dead_staging,
+)
 from .readers import READERS, detect_format, file_sha256, source_id_for
 from .tables import Tables
-
-MARKER = "traceanalyze-store.json"
-LAYOUT_VERSION = 2
-LOCK_NAME = ".lock"
-STAGING = ".staging"
-DEFAULT_GRACE_S = 60.0
-KILL_ENV = "TRACEANALYZE_TEST_KILL_AT"
-_LEGACY_TEMP_PREFIXES = (".tmp-", ".trash-")  # layout 1's staging and trash directories
-_LOCK_ATTEMPTS = 8
-
-# Transaction locks this process holds: txn -> fd (a shared flock on .staging/<txn>.lock).
-_HELD: dict[str, int] = {}
-
-
-def _kill_point(point: str) -> None:
-    """Test-only: SIGKILL this process at `point` when TRACEANALYZE_TEST_KILL_AT names it."""
-    if os.environ.get(KILL_ENV) == point:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-# --- the manifest -------------------------------------------------------------------------------
-
-
-@dataclass
-class Manifest:
-    """What is committed: per source, per table, the data files (paths relative to the root)."""
-
-    sources: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-    # Files no longer listed by any source, with the time they stopped being listed.
-    garbage: list[tuple[str, float]] = field(default_factory=list)
-    layout: int = LAYOUT_VERSION
-
-    def files(self, table: str) -> list[str]:
-        return sorted(f for t in self.sources.values() for f in t.get(table, ()))
-
-    def to_json(self) -> str:
-        doc = {
-            "layout": LAYOUT_VERSION,
-            "schema_version": schema.SCHEMA_VERSION,
-            "sources": {sid: {"files": t} for sid, t in sorted(self.sources.items())},
-            "garbage": [{"path": p, "since": s} for p, s in self.garbage],
-        }
-        return json.dumps(doc, indent=1, sort_keys=True) + "\n"
-
-
-def _partition_files(root: Path, table: str, sid: str) -> list[str]:
-    part = root / table / f"source_id={sid}"
-    return sorted(str(p.relative_to(root)) for p in part.glob("*.parquet"))
-
-
-def _layout1_manifest(root: Path) -> Manifest:
-    """A layout-1 store (no file lists) as a manifest: a source is committed when its `sources`
-    partition exists (layout 1 renamed it into place last); its files are whatever its
-    partitions hold."""
-    m = Manifest(layout=1)
-    for d in sorted((root / "sources").glob("source_id=*")):
-        sid = d.name.split("=", 1)[1]
-        tabs = {t: _partition_files(root, t, sid) for t in schema.TABLE_NAMES}
-        m.sources[sid] = {t: f for t, f in tabs.items() if f}
-    return m
-
-
-def read_manifest(root: Path) -> Manifest | None:
-    """The store's manifest; None when there is no store yet."""
-    try:
-        text = (root / MARKER).read_text()
-    except FileNotFoundError:
-        return None
-    try:
-        doc = json.loads(text)
-        layout = int(doc["layout"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise StoreError(f"unreadable manifest {MARKER}: {e}", path=root) from None
-    if layout == 1:
-        return _layout1_manifest(root)
-    if layout != LAYOUT_VERSION:
-        raise StoreError(f"store layout {layout} is newer than this traceanalyze", path=root)
-    try:
-        srcs = {
-            sid: {t: list(f) for t, f in s["files"].items()} for sid, s in doc["sources"].items()
-        }
-        garbage = [(g["path"], float(g["since"])) for g in doc.get("garbage", [])]
-    except (KeyError, TypeError, AttributeError, ValueError) as e:
-        raise StoreError(f"malformed manifest {MARKER}: {e!r}", path=root) from None
-    return Manifest(srcs, garbage)
-
-
-# --- transaction locks --------------------------------------------------------------------------
-
-
-def _flock_shared(fd: int, root: Path) -> None:
-    """A shared flock on fd; a file system without flock is a StoreError, not a fallback to
-    lock files that a killed writer would leave behind (Lustre needs `-o flock`)."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
-    except OSError as e:
-        os.close(fd)
-        if e.errno in (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
-            raise StoreError(
-                f"the file system does not support flock locks ({e.strerror}); concurrent "
-                "writers could not be kept apart (on Lustre mount with -o flock)",
-                path=root,
-            ) from None
-        raise
-
-
-def _acquire_txn(staging_root: Path) -> str:
-    """A new transaction id whose lock file `.staging/<txn>.lock` this process holds (shared).
-
-    The lock tells a later writer that the txn is alive; a killed writer's lock is released by
-    the kernel, so its leftovers can be removed. A cleaner may unlink a lock file between its
-    creation and our flock: the inode check catches that and we start over with a new id.
-    """
-    for _ in range(_LOCK_ATTEMPTS):
-        txn = uuid.uuid4().hex
-        path = staging_root / f"{txn}.lock"
-        try:
-            staging_root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileNotFoundError:  # a failing writer removed the empty root meanwhile
-            continue
-        _flock_shared(fd, staging_root.parent)
-        try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            _HELD[txn] = fd
-            return txn
-        os.close(fd)
-    raise StoreError("could not create a staging transaction", path=staging_root.parent)
-
-
-def _hold_txn(staging_root: Path, txn: str) -> bool:
-    """Hold `txn`'s lock in this process too (a Staged made by another process); False when its
-    staging is gone."""
-    if txn in _HELD:
-        return True
-    try:
-        fd = os.open(staging_root / f"{txn}.lock", os.O_RDWR)
-    except FileNotFoundError:
-        return False
-    _flock_shared(fd, staging_root.parent)
-    _HELD[txn] = fd
-    return (staging_root / txn).is_dir()
-
-
-def _release_txn(staging_root: Path, txn: str) -> None:
-    """Remove a txn's staging and lock file, then drop this process's lock on it."""
-    shutil.rmtree(staging_root / txn, ignore_errors=True)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(staging_root / f"{txn}.lock")
-    fd = _HELD.pop(txn, None)
-    if fd is not None:
-        os.close(fd)
-
-
-def _remove_dead_staging(staging_root: Path) -> None:
-    """Remove the staging of transactions whose writer is gone (no process holds its lock)."""
-    if not staging_root.is_dir():
-        return
-    for lock in staging_root.glob("*.lock"):
-        try:
-            fd = os.open(lock, os.O_RDWR)
-        except FileNotFoundError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # alive
-            os.close(fd)
-            continue
-        try:
-            shutil.rmtree(staging_root / lock.stem, ignore_errors=True)
-            lock.unlink(missing_ok=True)
-        finally:
-            os.close(fd)
-    # A directory without its lock file: the lock is created first and removed last.
-    for d in staging_root.iterdir():
-        if d.is_dir() and not (staging_root / f"{d.name}.lock").exists():
-            shutil.rmtree(d, ignore_errors=True)
-
 
 # --- the store ----------------------------------------------------------------------------------
 
@@ -349,10 +180,10 @@ class Store:
         """Write one source's files under `.staging/<txn>/` in the store; none visible yet.
         Whether it replaces, or yields to, a source of the same id is decided by `commit`."""
         sid = _one_source(tables)
-        _kill_point("stage-start")
+        kill_point("stage-start")
         created_root = not self.root.exists()
         staging_root = self.root / STAGING
-        txn = _acquire_txn(staging_root)
+        txn = acquire_txn(staging_root)
         written: list[str] = []
         try:
             for name, df in tables.items():
@@ -364,7 +195,7 @@ class Store:
                 df.drop("source_id").write_parquet(dest, compression="zstd", statistics=True)
                 _fsync_path(dest)  # durable before a manifest can name it
                 written.append(name)
-                _kill_point("stage-mid")
+                kill_point("stage-mid")
         except BaseException:
             self._drop(txn, created_root)
             raise
@@ -376,7 +207,7 @@ class Store:
         self._drop(staged.txn, staged.created_root)
 
     def _drop(self, txn: str, created_root: bool) -> None:
-        _release_txn(self.root / STAGING, txn)
+        release_txn(self.root / STAGING, txn)
         # rmdir removes only empty directories: never another writer's files. (A writer that
         # loses its `.staging` this way between its mkdir and its lock file retries.)
         with contextlib.suppress(OSError):
@@ -400,10 +231,10 @@ class Store:
         for s in items:
             if Path(s.store_root).resolve() != self.root.resolve():
                 raise ValueError(f"staged for {s.store_root}, not {self.root}")
-            if not _hold_txn(staging_root, s.txn):
+            if not hold_txn(staging_root, s.txn):
                 raise StoreError(f"the staging of source {s.source_id} is gone", path=self.root)
         with self._locked():
-            _kill_point("commit-locked")
+            kill_point("commit-locked")
             m = self._load_for_write()
             if not (self.root / MARKER).exists():
                 # A new store: its marker before any table directory, so that a kill between
@@ -413,9 +244,9 @@ class Store:
             self._collect_garbage(m, now)
             renames = itertools.count(1)
             statuses = [self._apply(m, s, now, renames) for s in items]
-            _kill_point("before-manifest")
+            kill_point("before-manifest")
             self._write_manifest(m)
-            _kill_point("after-manifest")
+            kill_point("after-manifest")
         for s in items:
             self._drop(s.txn, False)
         return statuses
@@ -434,7 +265,7 @@ class Store:
             os.replace(src / rel, dest)
             _fsync_path(dest.parent)
             files[name] = [rel]
-            _kill_point(f"rename-{next(renames)}")
+            kill_point(f"rename-{next(renames)}")
         if old is not None:
             m.garbage.extend((f, now) for fs in old.values() for f in fs)
         m.sources[s.source_id] = files
@@ -464,7 +295,7 @@ class Store:
                     if rel not in listed:
                         m.garbage.append((rel, now))
             for p in self.root.iterdir():
-                if p.is_dir() and p.name.startswith(_LEGACY_TEMP_PREFIXES):
+                if p.is_dir() and p.name.startswith(LEGACY_TEMP_PREFIXES):
                     shutil.rmtree(p, ignore_errors=True)
         return m
 
@@ -493,7 +324,7 @@ class Store:
                     part.rmdir()  # only when empty
             with contextlib.suppress(OSError):
                 tdir.rmdir()
-        _remove_dead_staging(self.root / STAGING)
+        remove_dead_staging(self.root / STAGING)
 
     def _write_manifest(self, m: Manifest) -> None:
         tmp = self.root / f".{MARKER}.{uuid.uuid4().hex}"
@@ -678,4 +509,17 @@ def ingest(
     return [res if s_ is None else replace(res, status=next(statuses)) for s_, res in staged]
 
 
-__all__ = ["Store", "Staged", "Manifest", "ingest", "stage_file", "IngestResult", "READERS"]
+__all__ = [
+    "Store",
+    "Staged",
+    "Manifest",
+    "ingest",
+    "stage_file",
+    "IngestResult",
+    "READERS",
+    "MARKER",
+    "STAGING",
+    "KILL_ENV",
+    "LAYOUT_VERSION",
+    "DEFAULT_GRACE_S",
+]
