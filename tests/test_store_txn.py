@@ -240,8 +240,15 @@ def test_readers_during_force_reingests_never_see_a_partial_source(tmp_path: Pat
         store = Store(st).snapshot()
         assert store.source_ids() == sorted(exp)
         for t in ("sources", "kernels", "ops", "iterations"):
+            want = {s: c[t] for s, c in exp.items() if c.get(t)}
             got = dict(store.scan(t).group_by("source_id").len().collect().rows())
-            assert got == {s: c[t] for s, c in exp.items() if c.get(t)}, t
+            assert got == want, t
+        files = [str(f) for f in store.files("kernels")]
+        via_duckdb = duckdb.sql(
+            f"SELECT source_id, count(*) FROM read_parquet({files!r}, hive_partitioning=true, "
+            "hive_types={'source_id': 'VARCHAR'}) GROUP BY 1"
+        ).fetchall()
+        assert dict(via_duckdb) == {s: c["kernels"] for s, c in exp.items()}
         reads += 1
     assert writer.wait() == 0
     check_visible(st, exp)
