@@ -509,6 +509,11 @@ def test_a_newline_in_a_file_name_cannot_forge_an_error_line(tmp_path: Path) -> 
     assert r.exit_code == 1
     assert r.output.count("\n") == 1
     assert repr(str(bad)) in r.output
+    good = tmp_path / "y.txt\nforged: ingested"
+    good.write_text("Iteration Duration 0 0 : 0.5\n")
+    r = CliRunner().invoke(main, ["ingest", str(good), "--store", str(tmp_path / "st")])
+    assert r.exit_code == 0 and r.output.count("\n") == 1
+    assert r.output.startswith(repr(str(good)) + ": ingested as iterlog")
     e = MalformedInput("saw 'a\r\x1b[2Kb'", path="f.csv", line=2)
     assert str(e) == "f.csv, line 2: saw 'a\\r\\x1b[2Kb'"
 

@@ -41,7 +41,7 @@ from typing import Any
 import polars as pl
 
 from . import schema
-from .errors import StoreError, TraceanalyzeError, UnknownFormat
+from .errors import StoreError, TraceanalyzeError, UnknownFormat, quote_path
 from .manifest import (
     DEFAULT_GRACE_S,
     KILL_ENV,
@@ -402,11 +402,13 @@ class IngestResult:
     counts: dict[str, int]
 
     def message(self) -> str:
+        """One line (a file name with a newline is quoted, as in errors)."""
+        path = quote_path(self.path)
         if self.status == "unchanged":
-            return f"{self.path}: unchanged (source {self.source_id} already in the store), skipped"
+            return f"{path}: unchanged (source {self.source_id} already in the store), skipped"
         rows = ", ".join(f"{v:,} {k}" for k, v in self.counts.items() if v and k != "sources")
         what = rows or "no rows"
-        return f"{self.path}: {self.status} as {self.format}, source {self.source_id} ({what})"
+        return f"{path}: {self.status} as {self.format}, source {self.source_id} ({what})"
 
 
 def stage_file(
