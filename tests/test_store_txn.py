@@ -325,6 +325,27 @@ def test_a_live_writers_staging_is_not_removed(tmp_path: Path, write) -> None:
     assert store.has_source(sid_of(a)) and not (st / STAGING).exists()
 
 
+def _lock_fds(st: Path) -> int:
+    """Descriptors of this process open on the store's staging lock files."""
+    fds = Path("/proc/self/fd")
+    targets = [os.readlink(fds / fd) for fd in os.listdir(fds) if (fds / fd).is_symlink()]
+    return sum(str(st / STAGING) in t and t.endswith(".lock") for t in targets)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+def test_a_process_holds_one_lock_however_many_it_stages(tmp_path: Path, write) -> None:
+    st = tmp_path / "st"
+    store = Store(st)
+    staged = [
+        store.stage(ta.read(write(f"{i}.txt", f"Iteration Duration 0 {i} : 0.5\n")))
+        for i in range(5)
+    ]
+    assert len({s.txn for s in staged}) == 5
+    assert len(list((st / STAGING).glob("*.lock"))) == 1 and _lock_fds(st) == 1
+    assert store.commit(staged) == ["ingested"] * 5
+    assert not (st / STAGING).exists() and _lock_fds(st) == 0
+
+
 def test_commit_of_a_batch_says_what_happened_to_each(tmp_path: Path, write) -> None:
     st = tmp_path / "st"
     store = Store(st)

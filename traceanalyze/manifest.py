@@ -1,8 +1,9 @@
 """The store's manifest (which files are committed) and its transaction locks.
 
-Internals of `traceanalyze.store`; docs/store.md describes the protocol. A writer holds a shared
-flock on `.staging/<txn>.lock` while its transaction lives; a later writer removes the staging of
-a transaction whose lock it can take exclusively (its writer is gone: the kernel released it).
+Internals of `traceanalyze.store`; docs/store.md describes the protocol. A writing process holds
+a shared flock on `.staging/<owner>.lock` while any of its transactions `<owner>-<uuid>` lives; a
+later writer removes the staging of an owner whose lock it can take exclusively (the process is
+gone: the kernel released the lock).
 """
 
 from __future__ import annotations
@@ -29,9 +30,6 @@ DEFAULT_GRACE_S = 60.0
 KILL_ENV = "TRACEANALYZE_TEST_KILL_AT"
 LEGACY_TEMP_PREFIXES = (".tmp-", ".trash-")  # layout 1's staging and trash directories
 _LOCK_ATTEMPTS = 8
-
-# Transaction locks this process holds: txn -> fd (a shared flock on .staging/<txn>.lock).
-_HELD: dict[str, int] = {}
 
 
 def kill_point(point: str) -> None:
@@ -126,16 +124,38 @@ def flock_shared(fd: int, root: Path) -> None:
         raise
 
 
-def acquire_txn(staging_root: Path) -> str:
-    """A new transaction id whose lock file `.staging/<txn>.lock` this process holds (shared).
+@dataclass
+class _Owner:
+    """A lock `.staging/<owner>.lock` this process holds shared, for `refs` of its txns."""
 
-    The lock tells a later writer that the txn is alive; a killed writer's lock is released by
-    the kernel, so its leftovers can be removed. A cleaner may unlink a lock file between its
-    creation and our flock: the inode check catches that and we start over with a new id.
-    """
+    fd: int
+    refs: int
+    pid: int
+    mine: bool  # created by this process (it unlinks it when its last txn goes)
+
+
+# (staging root, owner) -> held lock; staging root -> this process's current owner; the txns
+# this process holds. One descriptor per owner, not per txn: a pool worker that stages
+# thousands of files keeps one open.
+_OWNERS: dict[tuple[str, str], _Owner] = {}
+_MINE: dict[str, str] = {}
+_TXNS: set[tuple[str, str]] = set()
+
+
+def _key(staging_root: Path) -> str:
+    return os.path.abspath(staging_root)
+
+
+def owner_of(txn: str) -> str:
+    return txn.split("-", 1)[0]
+
+
+def _new_owner(staging_root: Path) -> str:
+    """Create `.staging/<owner>.lock` and hold it shared. A cleaner may unlink it between the
+    create and the flock: the inode check catches that and we start over with a new name."""
     for _ in range(_LOCK_ATTEMPTS):
-        txn = uuid.uuid4().hex
-        path = staging_root / f"{txn}.lock"
+        owner = uuid.uuid4().hex
+        path = staging_root / f"{owner}.lock"
         try:
             staging_root.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -147,34 +167,76 @@ def acquire_txn(staging_root: Path) -> str:
         except FileNotFoundError:
             same = False
         if same:
-            _HELD[txn] = fd
-            return txn
+            _OWNERS[(_key(staging_root), owner)] = _Owner(fd, 0, os.getpid(), True)
+            return owner
         os.close(fd)
     raise StoreError("could not create a staging transaction", path=staging_root.parent)
 
 
+def acquire_txn(staging_root: Path) -> str:
+    """A new transaction id `<owner>-<uuid>`, alive while this process holds its owner's lock.
+
+    The lock tells a later writer that the txn is alive; a killed writer's lock is released by
+    the kernel, so its leftovers can be removed.
+    """
+    key = _key(staging_root)
+    owner = _MINE.get(key)
+    held = _OWNERS.get((key, owner)) if owner is not None else None
+    if (
+        owner is None
+        or held is None
+        or held.pid != os.getpid()
+        or not (staging_root / f"{owner}.lock").exists()
+    ):
+        # first txn here, a forked child (the parent's lock is not its own), or the lock went
+        owner = _new_owner(staging_root)
+        _MINE[key] = owner
+    txn = f"{owner}-{uuid.uuid4().hex}"
+    _OWNERS[(key, owner)].refs += 1
+    _TXNS.add((key, txn))
+    return txn
+
+
 def hold_txn(staging_root: Path, txn: str) -> bool:
-    """Hold `txn`'s lock in this process too (a Staged made by another process); False when its
-    staging is gone."""
-    if txn in _HELD:
+    """Hold `txn` alive in this process too (a Staged made by another process, about to be
+    committed here); False when its staging is gone."""
+    key = _key(staging_root)
+    if (key, txn) in _TXNS:
         return True
-    try:
-        fd = os.open(staging_root / f"{txn}.lock", os.O_RDWR)
-    except FileNotFoundError:
-        return False
-    flock_shared(fd, staging_root.parent)
-    _HELD[txn] = fd
+    owner = owner_of(txn)
+    held = _OWNERS.get((key, owner))
+    if held is None:
+        try:
+            fd = os.open(staging_root / f"{owner}.lock", os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        flock_shared(fd, staging_root.parent)
+        held = _OWNERS[(key, owner)] = _Owner(fd, 0, os.getpid(), False)
+    held.refs += 1
+    _TXNS.add((key, txn))
     return (staging_root / txn).is_dir()
 
 
 def release_txn(staging_root: Path, txn: str) -> None:
-    """Remove a txn's staging and lock file, then drop this process's lock on it."""
+    """Remove a txn's staging; drop its owner's lock when this process holds no other txn of
+    it (and remove the lock file if this process made it)."""
     shutil.rmtree(staging_root / txn, ignore_errors=True)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(staging_root / f"{txn}.lock")
-    fd = _HELD.pop(txn, None)
-    if fd is not None:
-        os.close(fd)
+    key, owner = _key(staging_root), owner_of(txn)
+    if (key, txn) not in _TXNS:
+        return
+    _TXNS.discard((key, txn))
+    held = _OWNERS[(key, owner)]
+    held.refs -= 1
+    if held.refs > 0:
+        return
+    del _OWNERS[(key, owner)]
+    if held.mine and held.pid == os.getpid():
+        # unlinked before the close: a cleaner never sees our lock file free
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(staging_root / f"{owner}.lock")
+        if _MINE.get(key) == owner:
+            del _MINE[key]
+    os.close(held.fd)
 
 
 def remove_dead_staging(staging_root: Path) -> None:
@@ -192,11 +254,12 @@ def remove_dead_staging(staging_root: Path) -> None:
             os.close(fd)
             continue
         try:
-            shutil.rmtree(staging_root / lock.stem, ignore_errors=True)
+            for d in staging_root.glob(f"{lock.stem}-*"):
+                shutil.rmtree(d, ignore_errors=True)
             lock.unlink(missing_ok=True)
         finally:
             os.close(fd)
-    # A directory without its lock file: the lock is created first and removed last.
+    # A directory without its owner's lock file: the lock is created first and removed last.
     for d in staging_root.iterdir():
-        if d.is_dir() and not (staging_root / f"{d.name}.lock").exists():
+        if d.is_dir() and not (staging_root / f"{owner_of(d.name)}.lock").exists():
             shutil.rmtree(d, ignore_errors=True)

@@ -5,7 +5,8 @@ Layout (docs/store.md has the whole protocol and recipes for outside engines)::
     <store>/traceanalyze-store.json                       the manifest: the commit point
     <store>/<table>/source_id=<id>/part-<txn>.parquet     one file per table per source and commit
     <store>/.lock                                         the store lock (flock), held to commit
-    <store>/.staging/<txn>.lock, <store>/.staging/<txn>/  a writer's files before its commit
+    <store>/.staging/<owner>.lock                          a writing process's liveness lock
+    <store>/.staging/<owner>-<uuid>/ (= <txn>)             a writer's files before its commit
 
 A source is in the store when the manifest lists it; readers (`scan`, `table`, `tables`,
 `files`, `source_ids`, `has_source`) read the manifest once and open only the files it lists,
