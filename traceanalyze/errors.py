@@ -7,6 +7,7 @@ exit code 1. Anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import os
+import unicodedata
 
 
 class TraceanalyzeError(Exception):
@@ -35,7 +36,7 @@ class TraceanalyzeError(Exception):
     def __str__(self) -> str:
         where = []
         if self.path is not None:
-            where.append(self.path)
+            where.append(quote_path(self.path))
         if self.line is not None:
             where.append(f"line {self.line}")
         if self.table is not None:
@@ -43,9 +44,28 @@ class TraceanalyzeError(Exception):
         if self.column is not None:
             where.append(f"column {self.column!r}")
         prefix = ", ".join(where)
-        # One line always: a message must never smuggle a newline into the CLI's output.
-        msg = " ".join(self.message.split("\n"))
+        # One line always: a message (which may quote a file's name or content) must never
+        # smuggle a newline, a carriage return or a terminal escape into the CLI's output.
+        msg = escape_controls(self.message)
         return f"{prefix}: {msg}" if prefix else msg
+
+
+def _is_control(ch: str) -> bool:
+    # Cc: C0/C1 controls (\n, \r, ESC, …); Zl/Zp: U+2028/U+2029, line breaks to some terminals.
+    return unicodedata.category(ch) in ("Cc", "Zl", "Zp")
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every control character written as its Python escape (`\\n`, `\\x1b`)."""
+    if not any(_is_control(ch) for ch in text):
+        return text
+    return "".join(repr(ch)[1:-1] if _is_control(ch) else ch for ch in text)
+
+
+def quote_path(path: str) -> str:
+    """A file name as printed in an error: as is, or `repr`-quoted when it holds a control
+    character (a newline in a name must not forge a second error line)."""
+    return repr(path) if any(_is_control(ch) for ch in path) else path
 
 
 class UnknownFormat(TraceanalyzeError):

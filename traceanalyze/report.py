@@ -30,11 +30,12 @@ NCU_HINT = "`traceanalyze collect --profiler ncu` records them"
 
 
 def open_store(root: str | os.PathLike[str]) -> Store:
-    """A Store that must already exist (for reading commands)."""
+    """A Store that must already exist (for reading commands), pinned to one manifest: every
+    table a command or a Dataset reads comes from the same commit (docs/store.md)."""
     st = Store(root)
     if not (st.root / MARKER).exists():
         raise StoreError("no traceanalyze store here (ingest something first)", path=st.root)
-    return st
+    return st.snapshot()
 
 
 def summary_report(

@@ -1,73 +1,137 @@
-"""The Parquet store.
+"""The Parquet store: hive-partitioned Parquet files and a manifest that names the committed ones.
 
-Layout (hive partitioning, readable as-is by polars, DuckDB, Spark, pyarrow)::
+Layout (docs/store.md has the whole protocol and recipes for outside engines)::
 
-    <store>/traceanalyze-store.json                 {"layout": 1, "schema_version": N}
-    <store>/<table>/source_id=<id>/part-0.parquet   one file per table per source
+    <store>/traceanalyze-store.json                       the manifest: the commit point
+    <store>/<table>/source_id=<id>/part-<txn>.parquet     one file per table per source and commit
+    <store>/.lock                                         the store lock (flock), held to commit
+    <store>/.staging/<owner>.lock                          a writing process's liveness lock
+    <store>/.staging/<owner>-<uuid>/ (= <txn>)             a writer's files before its commit
 
-`source_id` lives in the directory name only (the hive convention), so a scan with hive
-partitioning gives it back as a column. It is hex text that can be all digits (`0123…`), which
-hive readers infer as an integer, dropping leading zeros: `scan` pins it to String, and a scan of
-your own should too (polars `hive_schema={"source_id": pl.String}`, DuckDB
-`hive_types={'source_id': 'VARCHAR'}`). A source is *present* when its `sources` partition exists;
-that partition is renamed into place last.
+A source is in the store when the manifest lists it; readers (`scan`, `table`, `tables`,
+`files`, `source_ids`, `has_source`) read the manifest once and open only the files it lists,
+so a source appears, or is replaced, for them in one step: the `os.replace` of the manifest.
+Files in the table directories that the manifest does not list (a writer killed between its
+renames and its manifest write, a replaced source's old files) are never read; the next writer
+removes them, replaced files only after a grace period (`grace_s`) so that a reader still
+holding the previous manifest finds them.
 
-Writes are atomic per source: every file is written under a temporary directory inside the store,
-then partition directories are renamed into place. A failure before that point removes the
-temporary directory, leaving the store byte-identical.
+`source_id` lives in the directory name only (the hive convention). It is hex text that can be
+all digits (`0123…`), which hive readers infer as an integer: `scan` pins it to String, and a
+scan of your own should too (polars `hive_schema={"source_id": pl.String}`, DuckDB
+`hive_types={'source_id': 'VARCHAR'}`).
+
+Test hook: `TRACEANALYZE_TEST_KILL_AT=<point>` makes the process SIGKILL itself at that point
+(`stage-start`, `stage-mid`, `commit-locked`, `rename-<n>`, `before-manifest`,
+`after-manifest`); the crash tests use it, nothing else should.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import itertools
 import os
 import shutil
+import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from . import schema
-from .errors import StoreError, TraceanalyzeError, UnknownFormat
+from .errors import StoreError, TraceanalyzeError, UnknownFormat, quote_path
+from .manifest import (
+    DEFAULT_GRACE_S,
+    KILL_ENV,
+    LAYOUT_VERSION,
+    LEGACY_TEMP_PREFIXES,
+    LOCK_NAME,
+    MARKER,
+    STAGING,
+    Manifest,
+    acquire_txn,
+    hold_txn,
+    kill_point,
+    read_manifest,
+    release_txn,
+    remove_dead_staging,
+)
 from .readers import READERS, detect_format, file_sha256, source_id_for
 from .tables import Tables
 
-MARKER = "traceanalyze-store.json"
-LAYOUT_VERSION = 1
+# --- the store ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Staged:
+    """One source's files written under `<store>/.staging/<txn>/`, not yet visible. Picklable:
+    a process (or machine, on a shared file system) may stage and another commit; the staging
+    process keeps the txn alive (its lock) until it commits, discards or exits."""
+
+    source_id: str
+    txn: str
+    store_root: str
+    tables: tuple[str, ...]
+    replace_existing: bool
+    created_root: bool
 
 
 class Store:
-    """A directory of hive-partitioned Parquet tables."""
+    """A directory of hive-partitioned Parquet tables with a manifest of committed files."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, grace_s: float = DEFAULT_GRACE_S) -> None:
         self.root = Path(root)
-        marker = self.root / MARKER
-        if self.root.exists() and any(self.root.iterdir()) and not marker.exists():
-            raise StoreError("exists and is not a traceanalyze store", path=self.root)
+        self.grace_s = grace_s
+        self._pinned: Manifest | None = None
+        if self.root.is_dir() and not (self.root / MARKER).exists():
+            # A store being created by another writer has only its lock and staging so far.
+            ours = {LOCK_NAME, STAGING}
+            foreign = [
+                p.name
+                for p in self.root.iterdir()
+                if p.name not in ours and not p.name.startswith(f".{MARKER}.")
+            ]
+            if foreign:
+                raise StoreError("exists and is not a traceanalyze store", path=self.root)
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
 
     # --- reading --------------------------------------------------------------------------------
 
-    def _files(self, table: str) -> list[Path]:
-        return sorted((self.root / table).glob("source_id=*/*.parquet"))
+    def snapshot(self) -> Store:
+        """This store pinned to its current manifest: every read of the returned Store sees the
+        same committed sources, whatever is committed meanwhile."""
+        pinned = Store.__new__(Store)
+        pinned.root, pinned.grace_s = self.root, self.grace_s
+        pinned._pinned = self._manifest()
+        return pinned
+
+    def _manifest(self) -> Manifest:
+        if self._pinned is not None:
+            return self._pinned
+        return read_manifest(self.root) or Manifest()
+
+    def files(self, table: str) -> list[Path]:
+        """The committed Parquet files of one table (for DuckDB, polars, Spark, pyarrow)."""
+        schema_table(table, self.root)
+        return [self.root / f for f in self._manifest().files(table)]
 
     def scan(self, table: str) -> pl.LazyFrame:
         """A lazy scan of one table over every source; empty with the full schema when none."""
-        try:
-            t = schema.table(table)
-        except KeyError as e:
-            raise StoreError(str(e.args[0]), path=self.root) from None
-        files = self._files(table)
+        return self._scan(table, self._manifest())
+
+    def _scan(self, table: str, m: Manifest) -> pl.LazyFrame:
+        t = schema_table(table, self.root)
+        files = [str(self.root / f) for f in m.files(table)]
         if not files:
             return schema.empty(table).lazy()
         file_schema = pl.Schema({c.name: c.dtype for c in t.columns if c.name != "source_id"})
         lf = pl.scan_parquet(
-            [str(f) for f in files],
+            files,
             schema=file_schema,
             hive_partitioning=True,
             hive_schema=pl.Schema({"source_id": pl.String()}),
@@ -81,19 +145,17 @@ class Store:
         return self.scan(table).collect()
 
     def source_ids(self) -> list[str]:
-        d = self.root / "sources"
-        if not d.exists():
-            return []
-        return sorted(p.name.split("=", 1)[1] for p in d.glob("source_id=*") if p.is_dir())
+        return sorted(self._manifest().sources)
 
     def has_source(self, source_id: str) -> bool:
-        return (self.root / "sources" / f"source_id={source_id}").is_dir()
+        return source_id in self._manifest().sources
 
     def tables(self, source_ids: Sequence[str] | None = None) -> Tables:
-        """All tables (optionally of some sources only), collected into `Tables`."""
+        """All tables (optionally of some sources only) from one manifest, collected."""
+        m = self._manifest()
         frames = {}
         for name in schema.TABLE_NAMES:
-            lf = self.scan(name)
+            lf = self._scan(name, m)
             if source_ids is not None:
                 lf = lf.filter(pl.col("source_id").is_in(list(source_ids)))
             frames[name] = lf.collect()
@@ -103,81 +165,233 @@ class Store:
 
     def write(self, tables: Tables, *, replace_existing: bool = False) -> str:
         """Write the tables of one source atomically; returns its source_id."""
+        sid = _one_source(tables)
+        if not replace_existing and self.has_source(sid):
+            raise StoreError(f"source {sid} is already in the store", path=self.root)
         staged = self.stage(tables, replace_existing=replace_existing)
-        self.commit(staged)
-        return staged.source_id
+        try:
+            [status] = self.commit(staged)
+        finally:
+            self.discard(staged)
+        if status == "unchanged":
+            raise StoreError(f"source {sid} is already in the store", path=self.root)
+        return sid
 
     def stage(self, tables: Tables, *, replace_existing: bool = False) -> Staged:
-        """Write one source's files under a temporary directory in the store; none visible yet."""
-        sids = tables.sources["source_id"].unique().to_list()
-        if len(sids) != 1 or sids[0] is None:
-            raise ValueError(f"Store.stage takes exactly one source, got {sids}")
-        sid: str = sids[0]
-        if self.has_source(sid) and not replace_existing:
-            raise StoreError(f"source {sid} is already in the store", path=self.root)
+        """Write one source's files under `.staging/<txn>/` in the store; none visible yet.
+        Whether it replaces, or yields to, a source of the same id is decided by `commit`."""
+        sid = _one_source(tables)
+        kill_point("stage-start")
         created_root = not self.root.exists()
-        self.root.mkdir(parents=True, exist_ok=True)
-        staging = self.root / f".tmp-{sid}-{uuid.uuid4().hex[:8]}"
+        staging_root = self.root / STAGING
+        txn = acquire_txn(staging_root)
         written: list[str] = []
         try:
             for name, df in tables.items():
                 if df.height == 0 and name != "sources":
                     continue
-                part = staging / name / f"source_id={sid}"
+                part = staging_root / txn / name / f"source_id={sid}"
                 part.mkdir(parents=True)
-                df.drop("source_id").write_parquet(
-                    part / "part-0.parquet", compression="zstd", statistics=True
-                )
+                dest = part / f"part-{txn}.parquet"
+                df.drop("source_id").write_parquet(dest, compression="zstd", statistics=True)
+                _fsync_path(dest)  # durable before a manifest can name it
                 written.append(name)
+                kill_point("stage-mid")
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            if created_root:
-                shutil.rmtree(self.root, ignore_errors=True)
+            self._drop(txn, created_root)
             raise
-        return Staged(sid, staging, tuple(written), created_root, replace_existing)
+        return Staged(sid, txn, str(self.root), tuple(written), replace_existing, created_root)
 
     def discard(self, staged: Staged) -> None:
-        """Drop a staged source; removes the store directory too if staging created it."""
-        shutil.rmtree(staged.staging, ignore_errors=True)
-        if staged.created_root and not (self.root / MARKER).exists():
-            shutil.rmtree(self.root, ignore_errors=True)
+        """Drop a staged source (nothing if it was committed). The store directory is removed only
+        if this writer created it and it is empty again (`rmdir`: never anyone else's files)."""
+        self._drop(staged.txn, staged.created_root)
 
-    def commit(self, staged: Staged) -> None:
-        """Move a staged source into place: old partitions out, new ones in, `sources` last."""
-        sid = staged.source_id
-        marker = self.root / MARKER
-        if not marker.exists():
-            tmp = self.root / f".{MARKER}.{uuid.uuid4().hex[:8]}"
-            tmp.write_text(
-                json.dumps({"layout": LAYOUT_VERSION, "schema_version": schema.SCHEMA_VERSION})
-                + "\n"
-            )
-            os.replace(tmp, marker)
-        if staged.replace_existing:
-            self.remove(sid)
-        for name in sorted(staged.tables, key=lambda n: n == "sources"):
-            dest = self.root / name / f"source_id={sid}"
-            dest.parent.mkdir(exist_ok=True)
-            os.replace(staged.staging / name / f"source_id={sid}", dest)
-        shutil.rmtree(staged.staging, ignore_errors=True)
+    def _drop(self, txn: str, created_root: bool) -> None:
+        release_txn(self.root / STAGING, txn)
+        # rmdir removes only empty directories: never another writer's files. (A writer that
+        # loses its `.staging` this way between its mkdir and its lock file retries.)
+        with contextlib.suppress(OSError):
+            (self.root / STAGING).rmdir()
+        if created_root:
+            with contextlib.suppress(OSError):
+                self.root.rmdir()
+
+    def commit(self, staged: Staged | Sequence[Staged]) -> list[str]:
+        """Make staged sources visible, all in one manifest write under the store lock.
+
+        Returns per staged source "ingested", "replaced", or "unchanged" (already committed,
+        by another writer too, and not `replace_existing`: its staged files are dropped).
+        """
+        items = [staged] if isinstance(staged, Staged) else list(staged)
+        if not items:
+            if self._has_leftovers():  # a killed writer's: the next writer cleans up
+                self.vacuum()
+            return []
+        staging_root = self.root / STAGING
+        for s in items:
+            if Path(s.store_root).resolve() != self.root.resolve():
+                raise ValueError(f"staged for {s.store_root}, not {self.root}")
+            if not hold_txn(staging_root, s.txn):
+                raise StoreError(f"the staging of source {s.source_id} is gone", path=self.root)
+        with self._locked():
+            kill_point("commit-locked")
+            m = self._load_for_write()
+            if not (self.root / MARKER).exists():
+                # A new store: its marker before any table directory, so that a kill between
+                # the renames and the manifest never leaves a directory no Store() accepts.
+                self._write_manifest(m)
+            now = time.time()
+            self._collect_garbage(m, now)
+            renames = itertools.count(1)
+            statuses = [self._apply(m, s, now, renames) for s in items]
+            kill_point("before-manifest")
+            self._write_manifest(m)
+            kill_point("after-manifest")
+        for s in items:
+            self._drop(s.txn, False)
+        return statuses
+
+    def _apply(self, m: Manifest, s: Staged, now: float, renames: Iterator[int]) -> str:
+        """Rename one staged source's files into place and list them in `m` (not yet written)."""
+        old = m.sources.get(s.source_id)
+        if old is not None and not s.replace_existing:
+            return "unchanged"
+        src = self.root / STAGING / s.txn
+        files: dict[str, list[str]] = {}
+        for name in s.tables:
+            rel = f"{name}/source_id={s.source_id}/part-{s.txn}.parquet"
+            dest = self.root / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src / rel, dest)
+            _fsync_path(dest.parent)
+            files[name] = [rel]
+            kill_point(f"rename-{next(renames)}")
+        if old is not None:
+            m.garbage.extend((f, now) for fs in old.values() for f in fs)
+        m.sources[s.source_id] = files
+        return "ingested" if old is None else "replaced"
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        from filelock import FileLock
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.root / LOCK_NAME)):
+            yield
+
+    def _load_for_write(self) -> Manifest:
+        """The manifest (under the lock); a layout-1 store is upgraded: its committed sources
+        listed, its partial ones and temporary directories garbage."""
+        m = read_manifest(self.root)
+        if m is None:
+            return Manifest()
+        if m.layout == 1:
+            m.layout = LAYOUT_VERSION
+            now = time.time()
+            listed = {f for t in m.sources.values() for fs in t.values() for f in fs}
+            for name in schema.TABLE_NAMES:
+                for f in (self.root / name).glob("source_id=*/*.parquet"):
+                    rel = str(f.relative_to(self.root))
+                    if rel not in listed:
+                        m.garbage.append((rel, now))
+            for p in self.root.iterdir():
+                if p.is_dir() and p.name.startswith(LEGACY_TEMP_PREFIXES):
+                    shutil.rmtree(p, ignore_errors=True)
+        return m
+
+    def _collect_garbage(self, m: Manifest, now: float, grace_s: float | None = None) -> None:
+        """Under the lock: delete expired garbage, files no manifest lists (a writer killed
+        before its manifest write), dead writers' staging, and emptied partition directories."""
+        grace = self.grace_s if grace_s is None else grace_s
+        keep: list[tuple[str, float]] = []
+        for rel, since in m.garbage:
+            if now - since >= grace:
+                (self.root / rel).unlink(missing_ok=True)
+            else:
+                keep.append((rel, since))
+        m.garbage = keep
+        known = {f for t in m.sources.values() for fs in t.values() for f in fs}
+        known.update(rel for rel, _ in keep)
+        for name in schema.TABLE_NAMES:
+            tdir = self.root / name
+            if not tdir.is_dir():
+                continue
+            for part in tdir.glob("source_id=*"):
+                for f in part.glob("part-*.parquet"):
+                    if str(f.relative_to(self.root)) not in known:
+                        f.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    part.rmdir()  # only when empty
+            with contextlib.suppress(OSError):
+                tdir.rmdir()
+        remove_dead_staging(self.root / STAGING)
+
+    def _write_manifest(self, m: Manifest) -> None:
+        tmp = self.root / f".{MARKER}.{uuid.uuid4().hex}"
+        try:
+            with open(tmp, "w") as f:
+                f.write(m.to_json())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.root / MARKER)  # the commit
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_path(self.root)
+
+    def _has_leftovers(self) -> bool:
+        staging = self.root / STAGING
+        return staging.is_dir() and any(staging.iterdir())
+
+    def vacuum(self, grace_s: float | None = None) -> None:
+        """Delete replaced files older than `grace_s` (default: the store's) and every leftover
+        of dead writers now, instead of at the next commit."""
+        if read_manifest(self.root) is None:
+            return
+        with self._locked():
+            m = self._load_for_write()
+            self._collect_garbage(m, time.time(), grace_s)
+            self._write_manifest(m)
 
     def remove(self, source_id: str) -> None:
-        """Remove one source from every table (its `sources` row first, so it never looks whole)."""
-        for name in ("sources", *[n for n in schema.TABLE_NAMES if n != "sources"]):
-            part = self.root / name / f"source_id={source_id}"
-            if part.exists():
-                trash = self.root / f".trash-{uuid.uuid4().hex[:8]}"
-                os.replace(part, trash)
-                shutil.rmtree(trash)
+        """Remove one source (one manifest write); its files go after the grace period."""
+        if read_manifest(self.root) is None:
+            return
+        with self._locked():
+            m = self._load_for_write()
+            old = m.sources.pop(source_id, None)
+            if old is None:
+                return
+            now = time.time()
+            m.garbage.extend((f, now) for fs in old.values() for f in fs)
+            self._write_manifest(m)
 
 
-@dataclass(frozen=True)
-class Staged:
-    source_id: str
-    staging: Path
-    tables: tuple[str, ...]
-    created_root: bool
-    replace_existing: bool
+def schema_table(table: str, root: Path) -> schema.Table:
+    try:
+        return schema.table(table)
+    except KeyError as e:
+        raise StoreError(str(e.args[0]), path=root) from None
+
+
+def _one_source(tables: Tables) -> str:
+    sids = tables.sources["source_id"].unique().to_list()
+    if len(sids) != 1 or sids[0] is None:
+        raise ValueError(f"Store.stage takes exactly one source, got {sids}")
+    sid: str = sids[0]
+    return sid
+
+
+def _fsync_path(p: Path) -> None:
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --- ingest -------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -189,11 +403,45 @@ class IngestResult:
     counts: dict[str, int]
 
     def message(self) -> str:
+        """One line (a file name with a newline is quoted, as in errors)."""
+        path = quote_path(self.path)
         if self.status == "unchanged":
-            return f"{self.path}: unchanged (source {self.source_id} already in the store), skipped"
+            return f"{path}: unchanged (source {self.source_id} already in the store), skipped"
         rows = ", ".join(f"{v:,} {k}" for k, v in self.counts.items() if v and k != "sources")
         what = rows or "no rows"
-        return f"{self.path}: {self.status} as {self.format}, source {self.source_id} ({what})"
+        return f"{path}: {self.status} as {self.format}, source {self.source_id} ({what})"
+
+
+def stage_file(
+    path: str | os.PathLike[str],
+    fmt: str,
+    store: Store,
+    *,
+    force: bool = False,
+    options: dict[str, Any] | None = None,
+    sha256: str | None = None,
+    on_start: Callable[[str], None] | None = None,
+) -> tuple[Staged | None, IngestResult]:
+    """Parse one file and stage it in `store` (nothing visible until `store.commit`).
+
+    Returns (None, result "unchanged") when its source is already committed and not `force`;
+    else the Staged and a result whose status ("ingested"/"replaced") `commit` may still turn
+    into "unchanged" (another writer committed it first). Safe to call in worker processes.
+    """
+    from .readers import options_for
+    from .readers import read as _read_one
+
+    p = os.fspath(path)
+    sha = sha256 or file_sha256(p)
+    sid = source_id_for(sha)
+    present = store.has_source(sid)
+    if present and not force:
+        return None, IngestResult(p, sid, fmt, "unchanged", {})
+    if on_start is not None:
+        on_start(p)
+    tables = _read_one(p, format=fmt, sha256=sha, **options_for(fmt, options or {}))
+    staged = store.stage(tables, replace_existing=force)
+    return staged, IngestResult(p, sid, fmt, "replaced" if present else "ingested", tables.counts())
 
 
 def ingest(
@@ -209,16 +457,15 @@ def ingest(
     """Read each file and write it to the store.
 
     `paths` is one path or an iterable of paths. A file whose SHA-256 is already in the store is
-    skipped (status "unchanged") unless `force`. Every file is parsed and staged (written under a
-    temporary directory in the store) before any is committed, so bad input anywhere leaves the
+    skipped (status "unchanged") unless `force`. Every file is parsed and staged before any is
+    committed, and all are committed in one manifest write, so bad input anywhere leaves the
     store byte-identical. `on_start(path)` is called before a file is read and `on_result(result)`
     as soon as it is staged or skipped (the commit of them all follows the last one).
 
     Reader options (`tz=`, `fields=`, `interval_ms=`, …) go to the readers that take them; one
     that no reader of these files takes raises UnsupportedOption before anything is read.
     """
-    from .readers import check_options, options_for
-    from .readers import read as _read_one
+    from .readers import check_options
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -243,30 +490,39 @@ def ingest(
         for path, fmt in todo:
             sha = file_sha256(path)
             sid = source_id_for(sha)
-            if sid in seen or (st.has_source(sid) and not force):
-                res = IngestResult(path, sid, fmt, "unchanged", {})
-                staged.append((None, res))
+            if sid in seen:
+                item: tuple[Staged | None, IngestResult] = (
+                    None,
+                    IngestResult(path, sid, fmt, "unchanged", {}),
+                )
             else:
                 seen.add(sid)
-                if on_start is not None:
-                    on_start(path)
-                tables = _read_one(path, format=fmt, sha256=sha, **options_for(fmt, options))
-                status = "replaced" if st.has_source(sid) else "ingested"
-                st_ = st.stage(tables, replace_existing=force)
-                res = IngestResult(path, sid, fmt, status, tables.counts())
-                staged.append((st_, res))
-                del tables
+                item = stage_file(
+                    path, fmt, st, force=force, options=options, sha256=sha, on_start=on_start
+                )
+            staged.append(item)
             if on_result is not None:
-                on_result(res)
-    except BaseException:
+                on_result(item[1])
+        todo_commit = [s for s, _ in staged if s is not None]
+        statuses = iter(st.commit(todo_commit))
+    finally:
         for s_, _ in reversed(staged):
             if s_ is not None:
-                st.discard(s_)
-        raise
-    for s_, _ in staged:
-        if s_ is not None:
-            st.commit(s_)
-    return [res for _, res in staged]
+                st.discard(s_)  # after a commit: only its (already removed) staging
+    return [res if s_ is None else replace(res, status=next(statuses)) for s_, res in staged]
 
 
-__all__ = ["Store", "ingest", "IngestResult", "READERS"]
+__all__ = [
+    "Store",
+    "Staged",
+    "Manifest",
+    "ingest",
+    "stage_file",
+    "IngestResult",
+    "READERS",
+    "MARKER",
+    "STAGING",
+    "KILL_ENV",
+    "LAYOUT_VERSION",
+    "DEFAULT_GRACE_S",
+]

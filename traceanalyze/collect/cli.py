@@ -9,10 +9,18 @@ from pathlib import Path
 import click
 
 from ..cli_common import quiet_option
+from ..errors import CollectError
 from .profilers import PROFILERS
 from .resnet50 import PRECISIONS
-from .run import CollectConfig, Terminated, parse_batch_sizes, plan
+from .run import CollectConfig, Terminated, check_run_id, parse_batch_sizes, plan
 from .run import collect as do_collect
+
+
+def _run_id_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    try:
+        return None if value is None else check_run_id(value)
+    except CollectError as e:
+        raise click.BadParameter(e.message) from None
 
 
 @click.command("collect")
@@ -91,7 +99,12 @@ from .run import collect as do_collect
 @click.option("--nnodes", default=1, show_default=True, help="Nodes (torchrun rendezvous).")
 @click.option("--node-rank", default=0, show_default=True, help="This node's index (manifest).")
 @click.option("--rdzv-endpoint", default=None, help="HOST[:PORT] of the c10d rendezvous.")
-@click.option("--run-id", default=None, help="Run id [default: UTC time + random suffix].")
+@click.option(
+    "--run-id",
+    default=None,
+    callback=_run_id_option,
+    help="Run id, a plain name [default: UTC time + random suffix].",
+)
 @click.option(
     "--sampler",
     type=click.Choice(["auto", "on", "off"]),

@@ -146,6 +146,25 @@ def new_run_id(now: datetime | None = None) -> str:
     return t.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
+def check_run_id(run_id: str) -> str:
+    """`run_id` if it is a plain name (the run goes to OUT/<run-id>/, never elsewhere): not
+    empty, no '/' or '\\', not starting with '.' (so neither '..' nor a hidden name), no
+    control characters. CollectError otherwise."""
+    bad = (
+        not run_id
+        or "/" in run_id
+        or "\\" in run_id
+        or run_id.startswith(".")
+        or any(ord(c) < 32 or ord(c) == 127 for c in run_id)
+    )
+    if bad:
+        raise CollectError(
+            f"--run-id must be a plain name (no '/', '\\', leading '.' or control "
+            f"characters), got {run_id!r}"
+        )
+    return run_id
+
+
 def parse_batch_sizes(text: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(x) for x in text.split(",") if x.strip())
@@ -369,6 +388,8 @@ def validate(cfg: CollectConfig) -> None:
         raise CollectError("--warmup must be >= 0 and smaller than --iterations")
     if cfg.nproc_per_node < 1 or cfg.nnodes < 1:
         raise CollectError("--nproc-per-node and --nnodes must be at least 1")
+    if cfg.run_id is not None:
+        check_run_id(cfg.run_id)
     if cfg.nnodes > 1 and not cfg.run_id:
         # Every node runs its own collector; without one given id each would invent its own
         # run directory (and rendezvous id), and the nodes would never meet.

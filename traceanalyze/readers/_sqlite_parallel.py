@@ -17,10 +17,17 @@ running anything it prepares the statement on a read-only sqlite3 connection und
 that allows only SELECT and column reads (no PRAGMA, ATTACH, writes, functions), so it can only
 ever run one read-only SELECT. The rowid bounds are integers formatted by the worker.
 
-Protocol: the parent makes a private temporary directory (in /dev/shm when there is one) and
-passes each worker the path of its output file; the worker writes an Arrow IPC file there batch
-by batch (its own memory stays at a batch or two) and exits 0; the parent memory-maps the files
-(zero-copy) and unlinks them. Exit code 3 means the ADBC driver refused the cells (mixed types, a
+Protocol: the parent creates each worker's output file (in /dev/shm when there is one) as an
+unnamed file (`O_TMPFILE`; elsewhere a `mkstemp` name unlinked at once) and hands the worker its
+descriptor (`fd:N`); the worker writes an Arrow IPC file there batch by batch (its own memory
+stays at a batch or two) and exits 0; the parent memory-maps it (zero-copy). No name exists while
+the workers run, so whatever is killed, the kernel frees the pages with the last descriptor.
+
+Lifetime: a worker dies with its parent. On Linux it asks for SIGKILL when the parent exits
+(`prctl(PR_SET_PDEATHSIG)`, which fires on the exit of the parent *thread* that started it:
+`read_ranges` reaps every worker before it returns, so a caller's thread outliving the call is
+enough) and then checks that the parent it was started by is still its parent (it may have died
+before the prctl). Exit code 3 means the ADBC driver refused the cells (mixed types, a
 type change after its inference batch, a malformed page): the caller should fall back to its
 strict serial path, which says what is wrong. Any other failure (bad arguments, a refused
 statement, a crash, a truncated file) raises `WorkerFailed` with the worker's last stderr line.
@@ -30,6 +37,7 @@ under a few hundred thousand rows are better read in one process.
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import signal
@@ -45,6 +53,9 @@ from typing import Any
 EXIT_DRIVER_REFUSED = 3
 EXIT_BAD_REQUEST = 2
 EXIT_NO_SCRATCH = 4  # the output file could not be written (disk or /dev/shm full)
+EXIT_PARENT_GONE = 5  # the parent died before this worker could ask to die with it
+PARENT_ENV = "TRACEANALYZE_WORKER_PARENT"
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _ROWID_ALIASES = ("rowid", "_rowid_", "oid")
 _IDENT_RE = re.compile(r"^(rowid|_rowid_|oid)$")
 
@@ -122,7 +133,30 @@ def worker_sql(sql: str, alias: str, lo: int, hi: int) -> str:
     return f"{sql} WHERE {alias} BETWEEN {int(lo):d} AND {int(hi):d}"
 
 
+def _die_with_parent() -> None:
+    """SIGKILL this worker when its parent goes (Linux); exit now if it is already gone."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl: the parent's kill_all still reaps us
+            pass
+    parent = os.environ.get(PARENT_ENV)
+    if parent and os.getppid() != int(parent):
+        os._exit(EXIT_PARENT_GONE)  # re-parented: the parent died before the prctl
+
+
+def _open_out(out: str) -> Any:
+    """The output as a binary file: `fd:N` (the parent's unnamed file) or a path."""
+    if out.startswith("fd:"):
+        return open(int(out[3:]), "wb")  # noqa: SIM115 (closed by the caller's `with`)
+    return open(out, "wb")  # noqa: SIM115
+
+
 def _worker(argv: list[str]) -> int:
+    _die_with_parent()
     if len(argv) != 7:
         print(
             "usage: _sqlite_parallel.py PATH SQL ROWID_ALIAS LO HI BATCH_ROWS OUT", file=sys.stderr
@@ -156,9 +190,9 @@ def _worker(argv: list[str]) -> int:
         except adbc.Error as e:
             print(f"driver: {e}", file=sys.stderr)
             return EXIT_DRIVER_REFUSED
-        # OUT is in the parent's private temporary directory; it maps the finished file.
+        # OUT is the parent's unnamed file (fd:N); it maps the finished file.
         try:
-            with pa.OSFile(out_path, "wb") as out, pyarrow.ipc.new_file(out, reader.schema) as w:
+            with _open_out(out_path) as f, pyarrow.ipc.new_file(f, reader.schema) as w:
                 while True:
                     try:
                         # Errors after the first batch (a cell whose type differs from the one
@@ -189,6 +223,22 @@ def _scratch_dir(need_bytes: int = 0) -> str | None:
     return str(shm) if roomy and os.access(shm, os.W_OK | os.X_OK) else None
 
 
+def _unnamed_file(directory: str | None) -> int:
+    """A read-write descriptor of a new file in `directory` that has no name: nothing to clean
+    up whoever is killed. O_TMPFILE where the file system has it (ext4, xfs, tmpfs, btrfs),
+    else a mkstemp name unlinked at once."""
+    d = directory or tempfile.gettempdir()
+    o_tmpfile = getattr(os, "O_TMPFILE", 0)
+    if o_tmpfile:
+        try:
+            return os.open(d, o_tmpfile | os.O_RDWR, 0o600)
+        except OSError:  # EOPNOTSUPP / EISDIR: no O_TMPFILE on this file system
+            pass
+    fd, name = tempfile.mkstemp(prefix="traceanalyze-", suffix=".arrow", dir=d)
+    os.unlink(name)
+    return fd
+
+
 # --- parent -----------------------------------------------------------------------------------
 
 
@@ -215,11 +265,11 @@ def read_ranges(
     the workers read the others: one process start (~0.1 s of CPU) and one Arrow file less. It
     should raise DriverRefused when its driver refuses the cells.
 
-    Each worker writes an Arrow IPC file into a private temporary directory (in /dev/shm when
-    there is one) that this process memory-maps: the Tables' buffers are the mapped pages, so
+    Each worker writes an Arrow IPC file into an unnamed file (in /dev/shm when there is one)
+    that this process memory-maps: the Tables' buffers are the mapped pages, so
     nothing is copied or parsed here. (Streaming through pipes instead cost this process ~0.65 s
     of CPU per 5 M × 19 integers, on a machine whose cores the workers already fill.) The files
-    are unlinked as soon as they are mapped; the pages live as long as the Tables.
+    have no name at any time (see the module docstring); the pages live as long as the Tables.
 
     `scratch_bytes`: about how big the workers' files will be together (to choose /dev/shm).
 
@@ -246,63 +296,84 @@ def read_ranges(
         if p.wait() != 0:
             kill_all()  # no point waiting for the others: the caller gets no result
 
-    with tempfile.TemporaryDirectory(
-        prefix="traceanalyze-", dir=_scratch_dir(scratch_bytes)
-    ) as tmp:
-        outs = [str(Path(tmp) / f"part{i}.arrow") for i, _ in remote]
-        try:
-            for (_, (lo, hi)), out in zip(remote, outs, strict=True):
-                err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in `finally`)
-                errs.append(err)
-                args = [*prefix, str(path), sql, alias, str(lo), str(hi), str(batch_rows), out]
-                try:
-                    p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
-                except OSError as e:  # EAGAIN (process limit), ENOMEM, …
-                    raise Unavailable(f"cannot start a worker: {e}") from None
-                with lock:
-                    procs.append(p)
-            threads = [threading.Thread(target=watch, args=(p,), daemon=True) for p in procs]
-            for t in threads:
-                t.start()
-            first_table = None
-            if local_read is not None:
-                lo, hi = ranges[0]
-                try:
-                    first_table = local_read(worker_sql(sql, alias, lo, hi))
-                except BaseException:
-                    kill_all()
-                    raise
-            for t in threads:
-                t.join()
-            # Report the first worker that failed by itself, not one killed because of it.
-            failed = [i for i, p in enumerate(procs) if p.returncode != 0]
-            first = [i for i in failed if procs[i].returncode != -signal.SIGKILL] or failed
-            if first:
-                i = first[0]
-                errs[i].seek(0)
-                lines = errs[i].read().decode("utf-8", "replace").strip().splitlines()
-                code = procs[i].returncode
-                why = lines[-1] if lines else f"exit status {code}"
-                if code == EXIT_DRIVER_REFUSED:
-                    raise DriverRefused(why)
-                if code == EXIT_NO_SCRATCH:
-                    raise Unavailable(why)
-                lo, hi = remote[i][1]
-                raise WorkerFailed(f"worker for rowids {lo}..{hi}: {why}")
-            tables = [] if local_read is None else [first_table]
-            for (_, (lo, hi)), out in zip(remote, outs, strict=True):
-                try:
-                    tables.append(pyarrow.ipc.open_file(pa.memory_map(out)).read_all())
-                except (pa.ArrowException, OSError) as e:
-                    raise WorkerFailed(f"worker for rowids {lo}..{hi}: bad output: {e}") from None
-                os.unlink(out)  # the mapping keeps the pages; the name goes now
-            return tables
-        finally:
-            kill_all()
-            for p in procs:
-                p.wait()
-            for f in errs:
-                f.close()
+    scratch = _scratch_dir(scratch_bytes)
+    outs: list[int] = []  # the workers' output files, unnamed: descriptors only
+    env = {**os.environ, PARENT_ENV: str(os.getpid())}
+    try:
+        for _, (lo, hi) in remote:
+            err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in `finally`)
+            errs.append(err)
+            try:
+                out = _unnamed_file(scratch)
+            except OSError as e:
+                raise Unavailable(f"cannot create a worker's output file: {e}") from None
+            outs.append(out)
+            args = [*prefix, str(path), sql, alias, str(lo), str(hi), str(batch_rows), f"fd:{out}"]
+            try:
+                p = subprocess.Popen(
+                    args,
+                    stdin=subprocess.DEVNULL,
+                    stdout=err,
+                    stderr=err,
+                    pass_fds=(out,),
+                    env=env,
+                )
+            except OSError as e:  # EAGAIN (process limit), ENOMEM, …
+                raise Unavailable(f"cannot start a worker: {e}") from None
+            with lock:
+                procs.append(p)
+        threads = [threading.Thread(target=watch, args=(p,), daemon=True) for p in procs]
+        for t in threads:
+            t.start()
+        first_table = None
+        if local_read is not None:
+            lo, hi = ranges[0]
+            try:
+                first_table = local_read(worker_sql(sql, alias, lo, hi))
+            except BaseException:
+                kill_all()
+                raise
+        for t in threads:
+            t.join()
+        _raise_first_failure(procs, errs, remote)
+        tables = [] if local_read is None else [first_table]
+        for (_, (lo, hi)), out in zip(remote, outs, strict=True):
+            try:
+                # The mapping keeps the pages after the descriptor is closed; zero-copy.
+                mapped = mmap.mmap(out, 0, access=mmap.ACCESS_READ)
+                tables.append(pyarrow.ipc.open_file(pa.py_buffer(mapped)).read_all())
+            except (pa.ArrowException, OSError, ValueError) as e:
+                raise WorkerFailed(f"worker for rowids {lo}..{hi}: bad output: {e}") from None
+        return tables
+    finally:
+        kill_all()
+        for p in procs:
+            p.wait()
+        for f in errs:
+            f.close()
+        for fd in outs:
+            os.close(fd)
+
+
+def _raise_first_failure(
+    procs: Sequence[subprocess.Popen[bytes]], errs: Sequence[Any], remote: Sequence[Any]
+) -> None:
+    """Raise for the first worker that failed by itself, not one killed because of it."""
+    failed = [i for i, p in enumerate(procs) if p.returncode != 0]
+    first = [i for i in failed if procs[i].returncode != -signal.SIGKILL] or failed
+    if not first:
+        return
+    i = first[0]
+    errs[i].seek(0)
+    lines = errs[i].read().decode("utf-8", "replace").strip().splitlines()
+    code = procs[i].returncode
+    why = lines[-1] if lines else f"exit status {code}"
+    if code == EXIT_DRIVER_REFUSED:
+        raise DriverRefused(why)
+    if code == EXIT_NO_SCRATCH:
+        raise Unavailable(why)
+    lo, hi = remote[i][1]
+    raise WorkerFailed(f"worker for rowids {lo}..{hi}: {why}")
 
 
 if __name__ == "__main__":
