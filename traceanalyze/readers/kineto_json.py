@@ -716,7 +716,14 @@ _FINISH: dict[str, Callable[[pl.DataFrame], pl.DataFrame]] = {
 
 def read_kineto_json(path: PathLike) -> Tables:
     """Read a Kineto Chrome trace (`.json` or `.json.gz`) into normalized tables."""
-    parts = _stream(path)
+    try:
+        parts = _stream(path)
+    except RecursionError:
+        # msgspec decodes nested values recursively: a hostile or broken file nesting arrays or
+        # objects ~10,000 deep exhausts the stack. No Kineto trace nests more than a few levels.
+        raise MalformedInput(
+            "JSON nested too deeply (more levels than the decoder's recursion limit)", path=path
+        ) from None
     head: dict[str, Any] = {}
     for d in parts.docs:
         for key in ("deviceProperties", "distributedInfo", "baseTimeNanoseconds"):

@@ -101,6 +101,7 @@ from ._common import (
     NVPROF_SIZE_TO_BYTES,
     TIME_TO_NS,
     PathLike,
+    check_telemetry,
     head_bytes,
     lazy_import,
     warn,
@@ -127,6 +128,21 @@ HEADERS: dict[str, str] = {
     "instance_metrics": '"Device","Context","Stream","Kernel"',
 }
 _HEADER_BYTES = {k: v.encode() for k, v in HEADERS.items()}
+# The column names that make a line a header of each kind, whatever their order: columns are
+# matched by name (formats.md §1.2: column sets and positions vary by version and options), so
+# a table whose columns were reordered (by a script, a spreadsheet) is still found. Tried in
+# this order: a metric trace has Device/Context/Stream/Kernel but no Invocations.
+HEADER_NAMES: dict[str, frozenset[str]] = {
+    "trace": frozenset({"Start", "Duration", "Name"}),
+    "summary": frozenset({"Type", "Time(%)", "Name"}),
+    "metrics": frozenset({"Device", "Kernel", "Invocations"}),
+    "instance_metrics": frozenset({"Device", "Context", "Stream", "Kernel"}),
+}
+# One name of each kind's header, searched for as bytes to find a header among other lines.
+_KEY_NAMES = ("Duration", "Time(%)", "Invocations", "Kernel")
+# A header line longer than this is not looked at (a metric trace of `--metrics all` has a few
+# hundred columns, well under it); it bounds the work on a garbage line that starts with '"'.
+_MAX_HEADER_BYTES = 1 << 20
 _HAS_UNITS_ROW = {"trace": True, "summary": True, "metrics": False, "instance_metrics": True}
 
 _PID = re.compile(rb"^==(\d+)==")
@@ -182,6 +198,25 @@ def _content_lines(text: str) -> Iterator[str]:
         yield line
 
 
+def header_kind(line: str) -> str | None:
+    """The table kind whose header this line is, by its column names in any order; else None.
+
+    nvprof quotes every header cell (§1.1); a table rewritten by another CSV writer may not, so
+    unquoted names count too. Only a line holding one of the kinds' key names is parsed.
+    """
+    if not any(k in line for k in _KEY_NAMES):
+        return None
+    try:
+        fields = next(csv.reader([line.rstrip("\r\n")]), [])
+    except csv.Error:
+        return None
+    names = {f.strip() for f in fields}
+    for kind, need in HEADER_NAMES.items():
+        if need <= names:
+            return kind
+    return None
+
+
 def sniff(path: PathLike) -> bool:
     """The first line that is not an `==` envelope line is an nvprof CSV header."""
     head = head_bytes(path, 65536)
@@ -189,7 +224,8 @@ def sniff(path: PathLike) -> bool:
         return False
     text = head.decode("utf-8", "replace")
     for line in _content_lines(text):
-        return any(line.startswith(p) for p in HEADERS.values())
+        known_order = any(line.startswith(p) for p in HEADERS.values())
+        return known_order or header_kind(line) is not None
     return False
 
 
@@ -237,7 +273,48 @@ def _kind_at(raw: _Raw, pos: int) -> str | None:
     for kind, prefix in _HEADER_BYTES.items():
         if _starts(raw, prefix, pos):
             return kind
-    return None
+    end = raw.find(b"\n", pos, pos + _MAX_HEADER_BYTES)
+    line = raw[pos : pos + _MAX_HEADER_BYTES if end < 0 else end]
+    return header_kind(line.decode("utf-8", "replace"))
+
+
+def _find_header(raw: _Raw, start: int, end: int) -> tuple[int, str | None]:
+    """The first header line in raw[start:end] (application output before the table), as
+    (offset, kind); (-1, None) when there is none."""
+    found_at, found_kind = -1, None
+    for k, prefix in _HEADER_BYTES.items():
+        i = raw.find(b"\n" + prefix, start, end)
+        if i >= 0 and (found_at < 0 or i < found_at):
+            found_at, found_kind = i + 1, k
+    # Reordered columns: the lines holding a key name, up to the first fast hit.
+    limit = end if found_at < 0 else found_at
+    for key in _KEY_NAMES:
+        i = raw.find(key.encode(), start, limit)
+        while i >= 0:
+            line = raw.rfind(b"\n", start, i) + 1 or start
+            kind = _kind_at(raw, line)
+            if kind is not None:
+                found_at, found_kind, limit = line, kind, line
+                break
+            i = raw.find(key.encode(), _eol(raw, i, limit), limit)
+    return found_at, found_kind
+
+
+def _header(raw: _Raw, start: int, end: int, path: PathLike) -> list[str]:
+    """The header line's column names; MalformedInput when one is there twice (which would
+    make a match by name ambiguous)."""
+    names = _parse_csv_line(raw, start, end, path)
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise MalformedInput(
+                f"column {name!r} appears twice in the header",
+                path=path,
+                line=_line_at(raw, start),
+                column=name,
+            )
+        seen.add(name)
+    return names
 
 
 def _eol(raw: _Raw, pos: int, end: int) -> int:
@@ -281,11 +358,7 @@ def _split(raw: _Raw, path: PathLike, notes: list[str]) -> list[_Section]:
             kind = _kind_at(raw, start)
             if kind is None and current is None:
                 # Application output before the first header: look for a header in the region.
-                found_at, found_kind = -1, None
-                for k, prefix in _HEADER_BYTES.items():
-                    i = raw.find(b"\n" + prefix, start, env)
-                    if i >= 0 and (found_at < 0 or i < found_at):
-                        found_at, found_kind = i + 1, k
+                found_at, found_kind = _find_header(raw, start, env)
                 if found_kind is not None:
                     skipped_before_header += raw[start:found_at].count(b"\n")
                     start, kind = found_at, found_kind
@@ -296,7 +369,7 @@ def _split(raw: _Raw, path: PathLike, notes: list[str]) -> list[_Section]:
                 after = _eol(raw, start, env)
                 current = _Section(
                     kind=kind,
-                    header=_parse_csv_line(raw, start, after, path),
+                    header=_header(raw, start, after, path),
                     header_off=start,
                     process_id=pid,
                     range_name=range_name,
@@ -376,7 +449,7 @@ def _split_trace_fast(raw: _Raw, path: PathLike, notes: list[str]) -> list[_Sect
     after = _eol(raw, pos, n)
     sec = _Section(
         kind="trace",
-        header=_parse_csv_line(raw, pos, after, path),
+        header=_header(raw, pos, after, path),
         header_off=pos,
         process_id=pid,
         optimistic=True,
@@ -1189,4 +1262,8 @@ def read_nvprof_csv(path: PathLike) -> Tables:
         if parts:
             # Sections differ in columns (a metric trace's kernels have no times): diagonal.
             frames[name] = pl.concat(parts, how="diagonal_relaxed")
+    if "gpu_samples" in frames:
+        frames["gpu_samples"] = check_telemetry(
+            frames["gpu_samples"], path=path, reader="nvprof_csv"
+        )
     return Tables.build(**frames)

@@ -57,6 +57,7 @@ memory.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -71,7 +72,7 @@ import pyarrow.csv as pacsv
 
 from ..errors import MalformedInput, MissingColumn, TraceanalyzeError, UnknownUnit
 from ..tables import Tables
-from ._common import GZIP_MAGIC, TIME_TO_NS, PathLike, head_text, warn
+from ._common import GZIP_MAGIC, TIME_TO_NS, PathLike, check_telemetry, head_text, warn
 
 # --- the project's own sampler format (variant 2) ---------------------------------------------
 
@@ -279,6 +280,20 @@ def read_smi_csv(
     interval_ms: float | None = None,
 ) -> Tables:
     """Read a GPU telemetry log (see the module docstring for the variants and options)."""
+    tables = _read_variant(path, tz=tz, fields=fields, interval_ms=interval_ms)
+    if not tables.gpu_samples.height:
+        return tables
+    samples = check_telemetry(tables.gpu_samples, path=path, reader="smi_csv")
+    return dataclasses.replace(tables, gpu_samples=samples)
+
+
+def _read_variant(
+    path: PathLike,
+    *,
+    tz: str | None,
+    fields: str | Sequence[str] | None,
+    interval_ms: float | None,
+) -> Tables:
     first, raw = _read_head(path)
     if not first.strip():
         raise MalformedInput("empty file", path=path)
