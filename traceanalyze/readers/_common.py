@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sqlite3
 import types
 import warnings
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ParamSpec, TypeVar
 
 import polars as pl
 
-from ..errors import MalformedInput, UnknownUnit
+from ..errors import MalformedInput, TraceanalyzeError, UnknownUnit
 
 PathLike = str | os.PathLike[str]
 
@@ -510,3 +511,33 @@ def refuse_generated(
             table=table,
             column=hit[0],
         )
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def reader_entry(slug: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """Decorate a `read_<slug>(path, …)`: whatever the bytes, it returns or raises a
+    TraceanalyzeError naming the file. A TraceanalyzeError raised below the entry point gets the
+    path; an error of a parser we call on bad bytes (`bad_input_errors()`: a polars cast, a
+    sqlite3 error, a RecursionError, …) becomes a one-line MalformedInput. Anything else is a bug
+    of ours and keeps its traceback (the fuzz harness, benchmarks/fuzz_readers.py, looks for
+    those)."""
+
+    def wrap(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+        @functools.wraps(fn)
+        def read(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            path = args[0] if args else kwargs.get("path")
+            try:
+                return fn(*args, **kwargs)
+            except TraceanalyzeError as e:
+                if e.path is None and path is not None:
+                    e.path = os.fspath(path)  # type: ignore[call-overload]
+                raise
+            except bad_input_errors() as e:
+                raise as_bad_input(e, path=path, reader=slug) from e  # type: ignore[arg-type]
+
+        return read
+
+    return wrap

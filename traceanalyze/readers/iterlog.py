@@ -26,6 +26,9 @@ Two layouts:
    CSV; `start_ns` is Unix epoch ns (host clock at the iteration's start event), empty cells are
    nulls. `time_origin_epoch_ns` is 0. A bad value, or `start_ns + duration_ns` past int64, is an
    error naming the line and column.
+
+Either layout may be gzip-compressed (`.gz`); a truncated or corrupt gzip is a MalformedInput
+saying so.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import polars as pl
 
 from ..errors import MalformedInput, MissingColumn
 from ..tables import Tables
-from ._common import PathLike, head_text, warn
+from ._common import GZIP_MAGIC, PathLike, gunzip_stream, head_text, reader_entry, warn
 
 MAGIC = "# traceanalyze-iterlog v1"
 COLUMNS: tuple[str, ...] = (
@@ -75,9 +78,16 @@ def sniff(path: PathLike) -> bool:
     return head.startswith(MAGIC) or f"{_RECORD} " in head
 
 
+@reader_entry("iterlog")
 def read_iterlog(path: PathLike) -> Tables:
     with open(path, "rb") as f:
-        raw = f.read()
+        if f.read(2) == GZIP_MAGIC:
+            # a compressed log (`gzip train.log`): sniffing looks inside gzip, so reading does too
+            f.seek(0)
+            raw = b"".join(gunzip_stream(f, path, out_chunk=1 << 22))
+        else:
+            f.seek(0)
+            raw = f.read()
     text = raw.decode("utf-8", "replace").lstrip("\ufeff")
     if text.startswith(MAGIC):
         return _read_own(path, text)

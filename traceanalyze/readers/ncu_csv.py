@@ -77,7 +77,7 @@ import polars as pl
 
 from ..errors import MalformedInput, MissingColumn, UnknownUnit
 from ..tables import Tables
-from ._common import GZIP_MAGIC, TIME_TO_NS, PathLike, head_bytes, lazy_import, warn
+from ._common import GZIP_MAGIC, TIME_TO_NS, PathLike, head_bytes, lazy_import, reader_entry, warn
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -504,6 +504,7 @@ _KERNEL_METRICS = {
 }
 
 
+@reader_entry("ncu_csv")
 def read_ncu_csv(path: PathLike) -> Tables:
     """Read an Nsight Compute CSV (long or raw page) or, with `ncu_report`, an `.ncu-rep`."""
     if str(path).endswith(REP_MAGIC_SUFFIX):

@@ -95,6 +95,7 @@ from ._common import (
     check_times,
     connect_readonly,
     head_bytes,
+    reader_entry,
     refuse_generated,
     require_columns,
     sqlite_tables,
@@ -1006,6 +1007,7 @@ def _sources(con: sqlite3.Connection, names: set[str]) -> pl.DataFrame:
 # --- entry point ------------------------------------------------------------------------------
 
 
+@reader_entry("nsys_sqlite")
 def read_nsys_sqlite(
     path: PathLike,
     *,

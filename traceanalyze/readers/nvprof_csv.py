@@ -104,6 +104,7 @@ from ._common import (
     check_telemetry,
     head_bytes,
     lazy_import,
+    reader_entry,
     warn,
 )
 
@@ -1221,6 +1222,7 @@ def _open(path: PathLike) -> _Raw:
     return raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
 
 
+@reader_entry("nvprof_csv")
 def read_nvprof_csv(path: PathLike) -> Tables:
     """Read an nvprof `--csv` file (any of the modes in the module docstring) into Tables."""
     raw = _open(path)

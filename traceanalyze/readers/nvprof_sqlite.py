@@ -78,6 +78,7 @@ from ._common import (
     connect_readonly,
     demangle_column,
     is_sqlite,
+    reader_entry,
     refuse_generated,
     require_columns,
     sqlite_tables,
@@ -139,6 +140,7 @@ def sniff(path: PathLike) -> bool:
     )
 
 
+@reader_entry("nvprof_sqlite")
 def read_nvprof_sqlite(path: PathLike) -> Tables:
     """Read an nvprof SQLite export into normalized tables."""
     if not is_sqlite(path):

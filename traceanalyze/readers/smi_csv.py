@@ -72,7 +72,15 @@ import pyarrow.csv as pacsv
 
 from ..errors import MalformedInput, MissingColumn, TraceanalyzeError, UnknownUnit
 from ..tables import Tables
-from ._common import GZIP_MAGIC, TIME_TO_NS, PathLike, check_telemetry, head_text, warn
+from ._common import (
+    GZIP_MAGIC,
+    TIME_TO_NS,
+    PathLike,
+    check_telemetry,
+    head_text,
+    reader_entry,
+    warn,
+)
 
 # --- the project's own sampler format (variant 2) ---------------------------------------------
 
@@ -272,6 +280,7 @@ def _read_head(path: PathLike) -> tuple[bytes, bytes | None]:
     return start[:_HEAD], (start if small else None)
 
 
+@reader_entry("smi_csv")
 def read_smi_csv(
     path: PathLike,
     *,
