@@ -225,13 +225,13 @@ case(
     error=MalformedInput,
     text="units row",
 )
-for col in ("Start", "Duration", "Name"):
+for col in ("Start", "Duration", "Name", "Device"):
     case(
         "nvprof_csv",
         f"renamed-{col}",
         nvprof_with(lambda ls, c=col: [*ls[:3], ls[3].replace(f'"{c}"', f'"{c}X"'), *ls[4:]]),
         error=MalformedInput,
-        text=col if col == "Name" else "",
+        text=col if col in ("Name", "Device") else "",
         detect=col in ("Name",),
     )
 for col in ("Duration", "Stream", "Name"):
@@ -385,6 +385,29 @@ case(
     ncu_with(lambda t: t.replace('"ns"', '"fortnight"', 1)),
     error=MalformedInput,
     text="fortnight",
+)
+
+
+case(
+    "ncu_csv",
+    "duplicated-column",
+    ncu_with(lambda t: t.replace('"Context"', '"Stream"', 1)),
+    error=MalformedInput,
+    text="column 'Stream' appears twice",
+)
+case(
+    "ncu_csv",
+    "lone-cr-in-row",  # found by the fuzzer: csv.Error escaped the row diagnosis
+    ncu_with(lambda t: t[: t.rfind('"ns"')] + "n\rs" + t[t.rfind('"ns"') + 4 :]),
+    error=MalformedInput,
+    text="bad CSV row",
+)
+case(
+    "nvprof_csv",
+    "lone-cr-in-header",  # found by the fuzzer: csv.Error escaped the header parse
+    nvprof_with(lambda ls: [*ls[:3], ls[3].replace('"Size"', "Si\rze"), *ls[4:]]),
+    error=MalformedInput,
+    text="line 4",
 )
 
 
@@ -598,6 +621,27 @@ case(
 )
 case(
     "iterlog",
+    "control-char-in-header",  # found by the fuzzer: str.strip() hid it, then polars failed
+    iter_with(lambda ls: [ls[0], "\x1c" + ls[1], *ls[2:]]),
+    error=MissingColumn,
+    text="expected header",
+)
+case(
+    "iterlog",
+    "duplicated-column",
+    iter_with(lambda ls: [ls[0], ls[1].replace("batch_size", "duration_ns"), *ls[2:]]),
+    error=MissingColumn,
+    text="expected header",
+)
+case(
+    "smi_csv",
+    "duplicated-column",
+    smi_with(lambda ls: [ls[0].replace("sm_clock_mhz", "power_w"), *ls[1:]]),
+    error=MalformedInput,
+    text="column 'power_w' appears twice",
+)
+case(
+    "iterlog",
     "gzip-cut",
     lambda d: put("iterlog", gzip.compress(raw_of("iterlog"))[:60])(d),
     error=MalformedInput,
@@ -749,6 +793,27 @@ case(
     sqlite_with("nsys_sqlite", f"UPDATE {KERNEL} SET end = end + 0.5 WHERE rowid = 1"),
     error=MalformedInput,
     text=KERNEL,
+)
+case(
+    "nsys_sqlite",
+    "enum-label-blob",  # found by the fuzzer: a BLOB label reached str methods
+    sqlite_with("nsys_sqlite", "UPDATE ENUM_CUDA_MEMCPY_OPER SET name = CAST(name AS BLOB)"),
+    check=lambda t: (
+        None
+        if t.memcpy["kind"].to_list() == ["DtoH"]
+        else pytest.fail(str(t.memcpy["kind"].to_list()))
+    ),
+)
+case(
+    "nsys_sqlite",
+    "enum-id-text",
+    sqlite_with(
+        "nsys_sqlite",
+        *_strip_constraints("ENUM_CUDA_MEMCPY_OPER"),
+        "UPDATE ENUM_CUDA_MEMCPY_OPER SET id = 'one' WHERE id = 1",
+    ),
+    error=MalformedInput,
+    text="table ENUM_CUDA_MEMCPY_OPER, column 'id'",
 )
 case(
     "nsys_sqlite",

@@ -163,7 +163,9 @@ def _listed(lines: list[int], limit: int = 10) -> str:
 
 def _read_own(path: PathLike, text: str) -> Tables:
     body = text.split("\n", 1)[1] if "\n" in text else ""
-    first = body.split("\n", 1)[0].strip()
+    # Only blanks and CR: str.strip() would also drop control characters such as \x1c (which
+    # Python counts as whitespace) that the CSV parser then keeps in the first column's name.
+    first = body.split("\n", 1)[0].strip(" \t\r")
     if first != HEADER:
         raise MissingColumn(f"expected header {HEADER!r}, found {first!r}", path=path, line=2)
     try:

@@ -588,8 +588,19 @@ def _enum(
     sel = ", ".join(c if c in cols else "NULL" for c in ("id", "name", "label"))
     out: dict[int, str | None] = {}
     for i, n, lab in con.execute(f"SELECT {sel} FROM {table}").fetchall():
-        out[int(i)] = label_fn(n, lab)
+        if type(i) is not int:
+            raise MalformedInput(f"enum id {i!r} is not an integer", table=table, column="id")
+        out[i] = label_fn(_enum_text(n), _enum_text(lab))
     return out
+
+
+def _enum_text(v: object) -> str | None:
+    """An ENUM_* name or label cell as text: a BLOB (a damaged export) is decoded leniently."""
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return str(v)
 
 
 def _label(col: pl.Expr, mapping: dict[int, str | None], alias: str) -> pl.Expr:

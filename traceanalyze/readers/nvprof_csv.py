@@ -266,7 +266,10 @@ def _parse_csv_line(raw: _Raw, start: int, end: int, path: PathLike) -> list[str
         text = raw[start:end].decode("utf-8")
     except UnicodeDecodeError:
         raise MalformedInput("not UTF-8 text", path=path, line=_line_at(raw, start)) from None
-    rows = list(csv.reader([text.rstrip("\r\n")]))
+    try:
+        rows = list(csv.reader([text.rstrip("\r\n")]))
+    except csv.Error as e:  # a lone CR inside an unquoted cell
+        raise MalformedInput(f"bad CSV ({e})", path=path, line=_line_at(raw, start)) from None
     return rows[0] if rows else []
 
 
@@ -794,6 +797,11 @@ def _strip_id_suffix(lf: pl.LazyFrame) -> pl.LazyFrame:
 def _trace(raw: _Raw, sec: _Section, path: PathLike, out: _Out) -> None:
     hdr = sec.header
     _missing(sec, raw, path, ["Start", "Name"], "nvprof trace")
+    # An API trace (§1.3) has no Device; a GPU trace always has one. Without it, a GPU trace's
+    # kernels would silently turn into API calls: its launch-geometry or size columns say which.
+    gpu_cols = ("Grid X", "Block X", "Size", "Throughput", "Context", "Stream")
+    if any(c in hdr for c in gpu_cols):
+        _missing(sec, raw, path, ["Device"], "nvprof GPU trace")
     known = (*_TIME_COLS, *_INT_COLS, *_SIZE_COLS, *_RATE_COLS, *_STR_COLS, *_IGNORED_COLS)
     extra = [c for c in hdr if c not in known]
     types: dict[str, pa.DataType] = {c: pa.float64() for c in (*_TIME_COLS, *_SIZE_COLS)}
