@@ -230,8 +230,8 @@ for col in ("Start", "Duration", "Name", "Device"):
         "nvprof_csv",
         f"renamed-{col}",
         nvprof_with(lambda ls, c=col: [*ls[:3], ls[3].replace(f'"{c}"', f'"{c}X"'), *ls[4:]]),
-        error=MalformedInput,
-        text=col if col in ("Name", "Device") else "",
+        error=MissingColumn,
+        text=f"column {col!r}",
         detect=col in ("Name",),
     )
 for col in ("Duration", "Stream", "Name"):
@@ -342,13 +342,21 @@ def _ncu_header_line(text: str) -> int:
     return next(i for i, ln in enumerate(text.splitlines()) if ln.startswith('"ID"'))
 
 
-for col in ("ID", "Kernel Name", "Metric Name", "Metric Value", "Metric Unit"):
+for col in ("Kernel Name", "Metric Name", "Metric Value", "Metric Unit"):
     case(
         "ncu_csv",
         f"renamed-{col}",
         ncu_with(lambda t, c=col: t.replace(f'"{c}"', f'"{c}X"', 1)),
-        error=MalformedInput,
+        error=MissingColumn,
+        text=f"column {col!r}",
     )
+case(
+    "ncu_csv",
+    "renamed-ID",
+    ncu_with(lambda t: t.replace('"ID"', '"IDX"', 1)),
+    error=MalformedInput,
+    text='no Nsight Compute CSV header found (a row whose first cell is "ID"',
+)
 for frac in (0.9, 0.95, 0.98):
 
     def _cut(raw: bytes, f: float = frac) -> bytes:

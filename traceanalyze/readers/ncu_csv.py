@@ -291,6 +291,17 @@ def _locate(raw: bytes, path: PathLike, offset: int = 0) -> _Body:
     units: list[str] | None = None
     units_line: int | None = None
     is_long = "Metric Name" in header and "Metric Value" in header
+    long_cols = ("Metric Name", "Metric Unit", "Metric Value")
+    partial = [c for c in long_cols if c not in header]
+    if not is_long and len(partial) < len(long_cols):
+        # some of the long layout's columns but not its name/value pair: a damaged long CSV,
+        # not a raw page (which has none of them)
+        raise MissingColumn(
+            f"missing column(s) {', '.join(partial)} in the ncu CSV header",
+            path=path,
+            line=header_line,
+            column=partial[0],
+        )
     if not is_long and len(body):
         # Raw page: the first row after the header is the units row (empty identity cells).
         data = bytes(body[:65536])

@@ -304,6 +304,28 @@ def _find_header(raw: _Raw, start: int, end: int) -> tuple[int, str | None]:
     return found_at, found_kind
 
 
+def _raise_if_damaged_header(raw: _Raw, path: PathLike) -> None:
+    """MissingColumn when a line of the head lacks one of a header kind's key names but has the
+    others (a renamed `Start` or `Duration`): say which column, not just "no header"."""
+    head = bytes(raw[:65536]).decode("utf-8", "replace")
+    for i, line in enumerate(head.splitlines(), start=1):
+        if line.startswith("==") or not any(k in line for k in ("Duration", "Name", "Kernel")):
+            continue
+        try:
+            names = {f.strip() for f in next(csv.reader([line]), [])}
+        except csv.Error:
+            continue
+        for kind, need in HEADER_NAMES.items():
+            missing = sorted(need - names)
+            if len(missing) == 1 and len(need & names) >= 2:
+                raise MissingColumn(
+                    f"nvprof {kind} header without column {missing[0]}",
+                    path=path,
+                    line=i,
+                    column=missing[0],
+                )
+
+
 def _header(raw: _Raw, start: int, end: int, path: PathLike) -> list[str]:
     """The header line's column names; MalformedInput when one is there twice (which would
     make a match by name ambiguous)."""
@@ -414,6 +436,7 @@ def _split(raw: _Raw, path: PathLike, notes: list[str]) -> list[_Section]:
             range_name = None
         _note_envelope(envelope, path, notes)
     if not sections:
+        _raise_if_damaged_header(raw, path)
         raise MalformedInput(
             "no nvprof CSV header found (expected a line starting with "
             + " or ".join(HEADERS.values())
