@@ -7,6 +7,8 @@ values are computed from the inputs directly (csv/json/sqlite3 by hand), not by 
 
 Rules the cases pin down (see `readers/_common.py`):
 * a row without a start time is an error naming the table and column (as Kineto's null `ts`);
+  a row without an end keeps a null end and duration, with a warning with the count (as a
+  Kineto complete event without `dur`);
 * `end - start` that overflows int64 is an error naming the table and column;
 * a required column missing or renamed is MissingColumn naming it;
 * a name id that resolves to nothing is a warning with the count (names left null);
@@ -775,8 +777,13 @@ case(
     "nsys_sqlite",
     "null-end",
     sqlite_with("nsys_sqlite", *_strip_constraints(KERNEL), f"UPDATE {KERNEL} SET end = NULL"),
-    error=MalformedInput,
-    text="column 'end': 2 row(s) without an end time",
+    text="CUPTI_ACTIVITY_KIND_KERNEL: 2 row(s) without an end time (end is NULL)",
+    check=lambda t: (
+        None
+        if t.kernels.select("end_ns", "duration_ns").null_count().row(0) == (2, 2)
+        and t.kernels["start_ns"].null_count() == 0
+        else pytest.fail(str(t.kernels))
+    ),
 )
 case(
     "nsys_sqlite",
@@ -938,6 +945,21 @@ case(
     ),
     error=MalformedInput,
     text="3 row(s) without a start time",
+)
+case(
+    "nvprof_sqlite",
+    "null-end",
+    sqlite_with(
+        "nvprof_sqlite",
+        *_strip_constraints(NV_KERNEL),
+        f"UPDATE {NV_KERNEL} SET end = NULL WHERE _id_ IN (SELECT _id_ FROM {NV_KERNEL} LIMIT 5)",
+    ),
+    text="5 row(s) without an end time (end is NULL)",
+    check=lambda t: (
+        None
+        if t.kernels.select("end_ns", "duration_ns").null_count().row(0) == (5, 5)
+        else pytest.fail(str(t.kernels))
+    ),
 )
 case(
     "nvprof_sqlite",

@@ -383,9 +383,11 @@ def check_times(
 ) -> None:
     """The time rule every SQLite reader applies (as the Kineto reader does for `ts`/`dur`):
 
-    * a row without a start time is an error (MissingColumn-like MalformedInput naming the source
-      table and column and the count), never a row with a null start;
-    * so is a row without an end, unless `end_nullable` (NVTX marks, open ranges);
+    * a row without a start time is an error (MalformedInput naming the source table, column and
+      the count), never a row with a null start: Kineto's reader rejects a null `ts` the same way;
+    * a row without an end is kept with a null end and duration and a warning with the count,
+      as Kineto's reader does for a complete event without `dur` (silently when `end_nullable`:
+      NVTX marks and ranges still open at the end of a capture have no end by definition);
     * `end - start` must fit int64: start = -2^63 with end = 2^63 - 1 would wrap around to a
       duration of -1 ns.
 
@@ -403,8 +405,10 @@ def check_times(
     if not end_nullable:
         n = df[end].null_count()
         if n:
-            raise MalformedInput(
-                f"{n} row(s) without an end time (NULL)", path=path, table=table, column=columns[1]
+            where = f"{path}: " if path is not None else ""
+            warn(
+                f"{where}{table}: {n} row(s) without an end time ({columns[1]} is NULL); "
+                "end and duration left null"
             )
     s, e = pl.col(start), pl.col(end)
     d = e - s  # int64 arithmetic wraps: the sign then disagrees with the comparison
