@@ -168,6 +168,18 @@ def _read_own(path: PathLike, text: str) -> Tables:
     first = body.split("\n", 1)[0].strip(" \t\r")
     if first != HEADER:
         raise MissingColumn(f"expected header {HEADER!r}, found {first!r}", path=path, line=2)
+    # polars fills a short row's missing cells with nulls: a row cut short (a killed writer)
+    # must be an error naming its line, not a row of nulls.
+    widths = pl.Series(body.split("\n")).str.count_matches(",", literal=True)
+    blank = pl.Series(body.split("\n")).str.strip_chars() == ""
+    ragged = (widths != len(COLUMNS) - 1) & ~blank
+    if ragged.any():
+        i = int(ragged.arg_true()[0])
+        raise MalformedInput(
+            f"row has {int(widths[i]) + 1} fields, header has {len(COLUMNS)} (truncated row)",
+            path=path,
+            line=i + 2,
+        )
     try:
         # Read as text, then convert per column, so a bad value is reported with its line and
         # column. Row i of the body is line i + 3 (magic line, header; polars keeps blank lines
