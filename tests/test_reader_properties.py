@@ -20,7 +20,7 @@ from traceanalyze import schema
 from traceanalyze.errors import TraceanalyzeError
 from traceanalyze.readers import READERS
 
-EXAMPLES = {"nsys_sqlite": 15, "nvprof_sqlite": 15}
+EXAMPLES = {"nsys_sqlite": 100, "nvprof_sqlite": 100}
 
 
 @st.composite
@@ -58,7 +58,7 @@ def test_only_tables_or_traceanalyze_error(fmt: str, tmp_path: Path) -> None:
     reader = READERS[fmt]
 
     @settings(
-        max_examples=EXAMPLES.get(fmt, 40),
+        max_examples=EXAMPLES.get(fmt, 300),
         deadline=None,
         derandomize=True,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
