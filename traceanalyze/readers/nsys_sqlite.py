@@ -12,6 +12,13 @@ frame), columns via `PRAGMA table_info` and selected by name (extra columns, suc
 column that post-processing appended to the 2022.2 sample, are ignored; a missing optional column
 becomes null).
 
+Bad input (issue 9): the columns in `REQUIRED` (present in every export) are checked by name, and
+a missing or renamed one is MissingColumn naming table and column; a generated (computed) column
+is refused. A file with `StringIds` and a metadata table but no nsys table is not an export. The
+time rule shared with the nvprof reader (`_common.check_times`): a NULL start is an error, a NULL
+end a warning (end and duration null), an `end - start` that overflows int64 an error. A name id
+with no `StringIds` row leaves the name null with a warning giving the count.
+
 Tables:
 
 * `kernels` ← `CUPTI_ACTIVITY_KIND_KERNEL`. The three name columns are `StringIds` ids:

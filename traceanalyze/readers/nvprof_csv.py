@@ -73,7 +73,10 @@ units row) → one `kernels` row per instance (no times) and long `kernel_metric
 same `kernel_id`; a value's glued unit wins over the units row's.
 
 Bad input raises MalformedInput (no header, truncated row, wrong column count, a value that is
-not a number), UnknownUnit or MissingColumn, with the path and the line.
+not a number, a column named twice in a header), UnknownUnit or MissingColumn, with the path and
+the line. A header is recognized by its column names in any order (`HEADER_NAMES`), quoted or not,
+so a table whose columns another tool reordered is read the same. Telemetry outside
+`schema.PLAUSIBLE_RANGES` is set to null with a warning (`_common.check_telemetry`).
 """
 
 from __future__ import annotations

@@ -54,6 +54,9 @@ Tables:
   header (the BLOB is assumed to hold the union alone, from offset 0) and is tested on databases
   built in the tests; a BLOB too short for its kind gives nulls and a warning.
 
+Bad input follows the rules shared with the nsys reader (`_common.check_times`, generated columns
+refused, `_common.check_telemetry` for environment samples outside `schema.PLAUSIBLE_RANGES`).
+
 Times are absolute Unix-epoch ns already: stored as is, `sources.time_origin_epoch_ns` = 0.
 `sources.tool_version` is the export's db schema version (`Version` table), the only version the
 file states. GPU rows (kernels, memcpy) carry no pid: when the API tables hold exactly one

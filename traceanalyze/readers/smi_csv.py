@@ -53,6 +53,10 @@ An nvidia-smi log is first read by one streaming polars scan that parses every c
 another unit, stamps without exactly 3 decimals, …) goes to the careful pyarrow path
 (`_read_smi_careful`), which gives the same tables, errors and warnings, at ~2x the time and
 memory.
+
+Whatever the variant, a value outside `schema.PLAUSIBLE_RANGES` (1e308 °C, -64 W, a 20 GHz clock,
+150 % utilization, NaN) is set to null with one warning per column giving the count
+(`_common.check_telemetry`, the rule every reader of telemetry applies).
 """
 
 from __future__ import annotations
