@@ -607,6 +607,59 @@ case(
 )
 
 
+# Inline nvidia-smi --query-gpu logs (no real one is shipped; formats.md §6.1 layout).
+_SMI_Q = "timestamp, index, power.draw [W], temperature.gpu\n"
+case(
+    "smi_csv",
+    "nvidia-smi-implausible",
+    put(
+        "smi_csv",
+        _SMI_Q + "2024/01/01 00:00:00.000, 0, 64.00 W, 1000\n"
+        "2024/01/01 00:00:01.000, 0, -5.00 W, 40\n",
+    ),
+    text="1 temperature_c value(s) outside the plausible range [-50, 200] (first: 1000.0)",
+    check=lambda t: (
+        None
+        if t.gpu_samples.select("power_w", "temperature_c").rows() == [(64.0, None), (None, 40.0)]
+        else pytest.fail(str(t.gpu_samples))
+    ),
+)
+case(
+    "smi_csv",
+    "nvidia-smi-duplicated-field",
+    put(
+        "smi_csv",
+        _SMI_Q.replace("\n", ", power.draw [W]\n") + "2024/01/01 00:00:00.000, 0, 64 W, 40, 3 W\n",
+    ),
+    error=MalformedInput,
+    text="repeated nvidia-smi field",
+)
+# nvprof --system-profiling rows, as formats.md §1.2.1 quotes the SC22 capture, with a power
+# reading of -64 W and a temperature of 1e308 °C.
+_SC22 = (
+    '"Start","Duration","Grid X","Grid Y","Grid Z","Block X","Block Y","Block Z",'
+    '"Registers Per Thread","Static SMem","Dynamic SMem","Size","Throughput","SrcMemType",'
+    '"DstMemType","Device","Context","Stream","System","Name","Correlation_ID"\n'
+    "s,ms,,,,,,,,B,B,MB,GB/s,,,,,,,,\n"
+    '0.174039,,,,,,,,,,,,,,,"NVIDIA TITAN V (0)",,,"135/850","[SM/Memory Clock (MHz)]",\n'
+    '0.174060,,,,,,,,,,,,,,,"NVIDIA TITAN V (0)",,,"1e308","[Temperature (C)]",\n'
+    '0.174422,,,,,,,,,,,,,,,"NVIDIA TITAN V (0)",,,"-64000/250000","[Power/Limit (mW)]",\n'
+)
+case(
+    "nvprof_csv",
+    "system-profiling-implausible",
+    put("nvprof_csv", _SC22),
+    text="1 power_w value(s) outside the plausible range [0, 5000] (first: -64.0)",
+    check=lambda t: (
+        None
+        if t.gpu_samples.select("temperature_c", "power_w", "power_limit_w").rows()
+        == [(None, None, None), (None, None, None), (None, None, 250.0)]
+        else pytest.fail(str(t.gpu_samples))
+    ),
+    detect=True,
+)
+
+
 # --- iteration logs ------------------------------------------------------------------------------
 
 
