@@ -986,6 +986,31 @@ case(
     error=MalformedInput,
     text="malformed database schema",
 )
+
+
+def _flip_in_index(b: bytes) -> bytes:
+    """One byte of an index's column name in the schema (the last copy of the statement: the
+    first is a stale one on a free page) made non-UTF-8: SQLite's error quotes the name, which
+    Python's sqlite3 failed to decode (UnicodeDecodeError, issue 9)."""
+    i = b.rfind(b"ON CUPTI_ACTIVITY_KIND_MEMSET(correlationId)") + 30
+    return b[:i] + b"\x80" + b[i + 1 :]
+
+
+def _flip_in_primary_key(b: bytes) -> bytes:
+    i = b.find(b"PRIMARY KEY") + 2
+    return b[:i] + b"\x80" + b[i + 1 :]
+
+
+for fmt, flip in (("nvprof_sqlite", _flip_in_index), ("nsys_sqlite", _flip_in_primary_key)):
+    for detect in (False, True):
+        case(
+            fmt,
+            "flip-non-utf8-in-schema" + ("-detect" if detect else ""),
+            derived(fmt, flip),
+            error=MalformedInput,
+            text="unreadable SQLite database (its schema holds bytes that are not UTF-8)",
+            detect=detect,
+        )
 NV_KERNEL = "CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL"
 for col in ("start", "end", "name"):
     case(
