@@ -321,6 +321,32 @@ case(
     check=_check_nvprof_rows(40),
     detect=True,
 )
+# A metric trace (`--metrics … --print-gpu-trace`, formats.md §0.3) whose header lost a metric
+# name: found by the fuzzer (polars renamed the empty column and the lookup failed).
+_INSTANCE = (
+    '"Device","Context","Stream","Kernel","Correlation_ID","achieved_occupancy",""\n'
+    ",,,,,,\n"
+    '"Tesla V100 (0)","1","7","k()",12,0.5,3\n'
+)
+case(
+    "nvprof_csv",
+    "metric-trace-unnamed-column",
+    put("nvprof_csv", _INSTANCE),
+    error=MalformedInput,
+    text="line 1: a metric column without a name in the header",
+)
+case(
+    "nvprof_csv",
+    "metric-trace",
+    put("nvprof_csv", _INSTANCE.replace(',""', ',"sm_efficiency"')),
+    check=lambda t: (
+        None
+        if sorted(t.kernel_metrics.select("metric_name", "value").rows())
+        == [("achieved_occupancy", 0.5), ("sm_efficiency", 3.0)]
+        else pytest.fail(str(t.kernel_metrics))
+    ),
+    detect=True,
+)
 case(
     "nvprof_csv",
     "metrics-duplicated-column",

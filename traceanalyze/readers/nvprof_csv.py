@@ -1195,6 +1195,12 @@ def _instance_metrics(raw: _Raw, sec: _Section, path: PathLike, out: _Out) -> No
     """`--metrics … --print-gpu-trace`: one row per kernel instance, one column per metric."""
     id_cols = ("Device", "Context", "Stream", "Kernel", "Correlation_ID")
     metric_cols = [c for c in sec.header if c not in id_cols]
+    if any(not c.strip() for c in metric_cols):  # found by benchmarks/fuzz_readers.py
+        raise MalformedInput(
+            "a metric column without a name in the header",
+            path=path,
+            line=_line_at(raw, sec.header_off),
+        )
     types: dict[str, pa.DataType] = {c: pa.int64() for c in ("Context", "Stream", "Correlation_ID")}
     types["Device"] = _device_type()
     df = _to_polars(_device_ids(_read_rows(raw, sec, path, types), raw, sec, path, out.devices))
