@@ -424,6 +424,32 @@ case(
 )
 
 
+# `--page raw --csv` (formats.md §4.2): a units row under the header, one column per metric.
+_NCU_RAW = (
+    '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+    '"Block Size","Grid Size","Device","CC","gpu__time_duration.sum","dram__bytes.sum"\n'
+    '"","","","","","","","","","","","ns","byte"\n'
+    '"0","7","app","h","k()","1","7","(256, 1, 1)","(4, 1, 1)","0","9.0","1,024","2,048"\n'
+)
+case(
+    "ncu_csv",
+    "raw-page",
+    put("ncu_csv", _NCU_RAW),
+    check=lambda t: (
+        None
+        if sorted(t.kernel_metrics.select("metric_name", "value").rows())
+        == [("dram__bytes.sum", 2048.0), ("gpu__time_duration.sum", 1024.0)]
+        else pytest.fail(str(t.kernel_metrics))
+    ),
+    detect=True,
+)
+case(
+    "ncu_csv",
+    "raw-page-short-units-row",  # found by the fuzzer: zip(strict=True) raised ValueError
+    put("ncu_csv", _NCU_RAW.replace(',"ns","byte"', ',"ns"')),
+    error=MalformedInput,
+    text="line 2: units row has 12 fields, header has 13",
+)
 case(
     "ncu_csv",
     "duplicated-column",

@@ -316,6 +316,12 @@ def _locate(raw: bytes, path: PathLike, offset: int = 0) -> _Body:
                 path=path,
                 line=units_line,
             )
+        if len(units) != len(header):  # found by benchmarks/fuzz_readers.py
+            raise MalformedInput(
+                f"units row has {len(units)} fields, header has {len(header)}",
+                path=path,
+                line=units_line,
+            )
         body = body[nl + 1 :]
         if lines is not None:
             lines = lines[1:]
