@@ -450,7 +450,9 @@ def _make(path: Path, ddl_and_rows: list[tuple[str, list[tuple]]]) -> Path:
         if rows:
             table = ddl.split()[2]
             marks = ", ".join("?" * len(rows[0]))
-            con.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+            # rows may fill only the first columns (the rest take their defaults)
+            cols = [r[1] for r in con.execute(f"PRAGMA table_info({table})")][: len(rows[0])]
+            con.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({marks})", rows)
     con.commit()
     con.close()
     return path
@@ -701,7 +703,8 @@ def test_inline_bad_cell_is_malformed(tmp_path: Path, engine: str, cell: object)
         [
             ("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)", []),
             (
-                "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER)",
+                "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId "
+                "INTEGER DEFAULT 0, demangledName INTEGER)",
                 [(1, 3), (2, cell)],
             ),
         ],
@@ -761,7 +764,8 @@ def test_adbc_engine_is_read_only_and_falls_back_on_bad_cells(tmp_path: Path) ->
         [
             ("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)", []),
             (
-                "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER)",
+                "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId "
+                "INTEGER DEFAULT 0, demangledName INTEGER)",
                 [(1, 2), (3, "not a time")],
             ),
         ],
@@ -892,7 +896,11 @@ def test_parallel_driver_refusal_falls_back_to_the_strict_path(
         tmp_path / "late.sqlite",
         [
             ("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)", []),
-            ("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER)", rows),
+            (
+                "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId "
+                "INTEGER DEFAULT 0, demangledName INTEGER)",
+                rows,
+            ),
         ],
     )
     calls = _force_parallel(monkeypatch)

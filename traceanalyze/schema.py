@@ -402,3 +402,23 @@ def render_markdown() -> str:
             out.append(f"| `{c.name}` | {c.dtype} | {null} | {c.description} |")
         out.append("")
     return "\n".join(out)
+
+
+# Physically plausible ranges of telemetry values, one rule for every reader (issue 9): a value
+# outside its range (or NaN) is a sensor glitch, a sentinel (NVML's 0xFFFF mW, a 1e308 in a
+# broken log) or a wrong unit, never a reading. Readers set such values to null and warn with the
+# count (`readers._common.check_telemetry`). Bounds are generous: the hottest GPU throttles near
+# 90-110 °C, boards draw at most ~1.5 kW (GB200 superchip), SM clocks stay below ~3.5 GHz; NVML
+# reports GDDR memory clocks as effective data rates (14001 MHz on the RTX 5070 sampler log in
+# ../shared/traces), so the memory clock's bound is wider.
+PLAUSIBLE_RANGES: dict[str, tuple[float, float]] = {
+    "power_w": (0.0, 5000.0),
+    "power_limit_w": (0.0, 5000.0),
+    "temperature_c": (-50.0, 200.0),
+    "sm_clock_mhz": (0.0, 10000.0),
+    "mem_clock_mhz": (0.0, 50000.0),
+    "fan_pct": (0.0, 100.0),
+    "gpu_util_pct": (0.0, 100.0),
+    "mem_util_pct": (0.0, 100.0),
+    "energy_j": (0.0, 1e12),
+}

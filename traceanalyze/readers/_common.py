@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sqlite3
 import types
 import warnings
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ParamSpec, TypeVar
 
 import polars as pl
 
-from ..errors import MalformedInput, UnknownUnit
+from ..errors import MalformedInput, TraceanalyzeError, UnknownUnit
 
 PathLike = str | os.PathLike[str]
 
@@ -181,10 +182,17 @@ def connect_readonly(path: PathLike) -> sqlite3.Connection:
         # nsys TARGET_INFO_SYSTEM_ENV holds non-UTF-8 bytes (formats.md §3.2).
         con.text_factory = lambda b: b.decode("utf-8", "replace")
         con.execute("PRAGMA query_only = ON")
+        guard_sqlite(con)
         con.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
     except sqlite3.DatabaseError as e:
         raise MalformedInput(
             f"unreadable SQLite database ({e}); truncated or corrupt", path=path
+        ) from None
+    except UnicodeDecodeError:
+        # SQLite's message quotes the damaged schema text, which Python then fails to decode
+        raise MalformedInput(
+            "unreadable SQLite database (its schema holds bytes that are not UTF-8); corrupt",
+            path=path,
         ) from None
     return con
 
@@ -301,7 +309,7 @@ def warn(message: str) -> None:
 
 
 def require_columns(
-    have: Iterable[str], need: Iterable[str], *, path: PathLike, table: str | None = None
+    have: Iterable[str], need: Iterable[str], *, path: PathLike | None, table: str | None = None
 ) -> None:
     have = set(have)
     missing = [c for c in need if c not in have]
@@ -333,3 +341,207 @@ class _LazyModule(types.ModuleType):
 def lazy_import(name: str) -> Any:
     """`lazy_import("pyarrow")` stands in for `import pyarrow` until first use."""
     return _LazyModule(name)
+
+
+# --- shared bad-input rules (issue 9) ----------------------------------------------------------
+
+
+def check_telemetry(samples: pl.DataFrame, *, path: PathLike, reader: str) -> pl.DataFrame:
+    """`gpu_samples` with every value outside `schema.PLAUSIBLE_RANGES` (or NaN) set to null,
+    and one warning per column naming the count, the range and the first such value.
+
+    The rule every reader applies to telemetry: a reading of 1e308 °C or -64 W is not a reading.
+    It is nulled, not the row dropped, so the other fields of the sample stay.
+    """
+    from ..schema import PLAUSIBLE_RANGES
+
+    fixes = []
+    for col, (lo, hi) in PLAUSIBLE_RANGES.items():
+        if col not in samples.columns or not samples.schema[col].is_numeric():
+            continue
+        c = pl.col(col).cast(pl.Float64)
+        bad = c.is_not_null() & (c.is_nan() | (c < lo) | (c > hi))
+        hits = samples.filter(bad)
+        if hits.height:
+            warn(
+                f"{path}: {reader}: {hits.height} {col} value(s) outside the plausible range "
+                f"[{lo:g}, {hi:g}] (first: {hits[col][0]!r}); set to null"
+            )
+            fixes.append(pl.when(bad).then(None).otherwise(pl.col(col)).alias(col))
+    return samples.with_columns(fixes) if fixes else samples
+
+
+def check_times(
+    df: pl.DataFrame,
+    *,
+    path: PathLike | None,
+    table: str,
+    start: str = "start_ns",
+    end: str | None = "end_ns",
+    end_nullable: bool = False,
+    columns: tuple[str, str] = ("start", "end"),
+) -> None:
+    """The time rule every SQLite reader applies (as the Kineto reader does for `ts`/`dur`):
+
+    * a row without a start time is an error (MalformedInput naming the source table, column and
+      the count), never a row with a null start: Kineto's reader rejects a null `ts` the same way;
+    * a row without an end is kept with a null end and duration and a warning with the count,
+      as Kineto's reader does for a complete event without `dur` (silently when `end_nullable`:
+      NVTX marks and ranges still open at the end of a capture have no end by definition);
+    * `end - start` must fit int64: start = -2^63 with end = 2^63 - 1 would wrap around to a
+      duration of -1 ns.
+
+    `columns` are the source's spellings of start and end, for the message.
+    """
+    if df.height == 0:
+        return
+    n = df[start].null_count()
+    if n:
+        raise MalformedInput(
+            f"{n} row(s) without a start time (NULL)", path=path, table=table, column=columns[0]
+        )
+    if end is None:
+        return
+    if not end_nullable:
+        n = df[end].null_count()
+        if n:
+            where = f"{path}: " if path is not None else ""
+            warn(
+                f"{where}{table}: {n} row(s) without an end time ({columns[1]} is NULL); "
+                "end and duration left null"
+            )
+    s, e = pl.col(start), pl.col(end)
+    d = e - s  # int64 arithmetic wraps: the sign then disagrees with the comparison
+    wrapped = e.is_not_null() & (((e >= s) & (d < 0)) | ((e < s) & (d >= 0)))
+    bad = df.filter(wrapped)
+    if bad.height:
+        first = bad.row(0, named=True)
+        raise MalformedInput(
+            f"{bad.height} row(s) whose end - start does not fit int64 ns (first: "
+            f"{columns[0]}={first[start]}, {columns[1]}={first[end]})",
+            path=path,
+            table=table,
+            column=columns[1],
+        )
+
+
+def bad_input_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that parsers we call raise on bad bytes (not on bugs of ours)."""
+    import gzip
+    import lzma
+
+    return (
+        UnicodeDecodeError,
+        sqlite3.DatabaseError,
+        gzip.BadGzipFile,
+        zlib.error,
+        EOFError,
+        lzma.LZMAError,
+        RecursionError,
+        pl.exceptions.ComputeError,
+        pl.exceptions.NoDataError,
+        pl.exceptions.InvalidOperationError,
+        OverflowError,
+    )
+
+
+def as_bad_input(e: BaseException, *, path: PathLike, reader: str) -> MalformedInput:
+    """A one-line MalformedInput naming the file for an exception from `bad_input_errors()`."""
+    if isinstance(e, RecursionError):
+        return MalformedInput("nested too deeply (more levels than the parser's limit)", path=path)
+    first = str(e).strip().split("\n", 1)[0]
+    return MalformedInput(f"cannot parse as {reader}: {type(e).__name__}: {first}", path=path)
+
+
+# What the readers' own SQL needs on the main connection: the parallel workers' rule (only
+# SELECT and column reads, `_sqlite_parallel._authorize`) plus the PRAGMAs that list columns and
+# the few functions the readers call. Everything else (ATTACH, writes, other PRAGMAs, functions)
+# is refused when a statement is prepared.
+_SQL_FUNCTIONS = frozenset({"count", "min", "max", "instr"})
+_SQL_PRAGMAS = frozenset({"table_info", "table_xinfo"})
+# Limits (sqlite.org/limits.html) well above anything an export holds: no ATTACH at all, and a
+# string or BLOB over 256 MiB (an nsys environment block is a few KiB) is an error, not memory.
+_SQL_LIMITS = {
+    "SQLITE_LIMIT_ATTACHED": 0,
+    "SQLITE_LIMIT_LENGTH": 256 << 20,
+    "SQLITE_LIMIT_SQL_LENGTH": 1 << 20,
+    "SQLITE_LIMIT_EXPR_DEPTH": 100,
+}
+
+
+def _authorize_main(action: int, arg1: str | None, arg2: str | None, *_: object) -> int:
+    ok = (
+        action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ)
+        or (action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _SQL_FUNCTIONS)
+        or (action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _SQL_PRAGMAS)
+    )
+    return sqlite3.SQLITE_OK if ok else sqlite3.SQLITE_DENY
+
+
+def guard_sqlite(con: sqlite3.Connection) -> None:
+    """Give a reader's connection to an untrusted file the parallel workers' protection: an
+    authorizer that allows only reads (plus column listing and the readers' few functions) and
+    tight limits. A generated column is refused separately (`generated_columns`): SQLite
+    evaluates its expression on every read without asking the authorizer."""
+    con.set_authorizer(_authorize_main)
+    setlimit = getattr(con, "setlimit", None)  # Python >= 3.11
+    for name, value in _SQL_LIMITS.items():
+        category = getattr(sqlite3, name, None)
+        if setlimit is not None and category is not None:
+            setlimit(category, value)
+
+
+def generated_columns(con: sqlite3.Connection, table: str) -> set[str]:
+    """Columns of `table` that SQLite computes on read (GENERATED ... VIRTUAL) or at write
+    (STORED): PRAGMA table_xinfo's `hidden` 2 and 3. PRAGMA table_info does not list them."""
+    quoted = '"' + table.replace('"', '""') + '"'
+    rows = con.execute(f"PRAGMA table_xinfo({quoted})").fetchall()
+    return {r[1] for r in rows if r[6] in (2, 3)}
+
+
+def refuse_generated(
+    con: sqlite3.Connection, table: str, wanted: Iterable[str], *, path: PathLike | None
+) -> None:
+    """MalformedInput when a column a reader would read is a generated column: profiler exports
+    store their data; an expression evaluated per row can cost minutes of CPU (issue 9)."""
+    gen = generated_columns(con, table)
+    hit = [c for c in wanted if c in gen]
+    if hit:
+        from ..errors import MalformedInput as _Malformed
+
+        raise _Malformed(
+            f"column {hit[0]!r} is a generated (computed) column, not stored data; refused",
+            path=path,
+            table=table,
+            column=hit[0],
+        )
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def reader_entry(slug: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """Decorate a `read_<slug>(path, …)`: whatever the bytes, it returns or raises a
+    TraceanalyzeError naming the file. A TraceanalyzeError raised below the entry point gets the
+    path; an error of a parser we call on bad bytes (`bad_input_errors()`: a polars cast, a
+    sqlite3 error, a RecursionError, …) becomes a one-line MalformedInput. Anything else is a bug
+    of ours and keeps its traceback (the fuzz harness, benchmarks/fuzz_readers.py, looks for
+    those)."""
+
+    def wrap(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+        @functools.wraps(fn)
+        def read(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            path = args[0] if args else kwargs.get("path")
+            try:
+                return fn(*args, **kwargs)
+            except TraceanalyzeError as e:
+                if e.path is None and path is not None:
+                    e.path = os.fspath(path)  # type: ignore[call-overload]
+                raise
+            except bad_input_errors() as e:
+                raise as_bad_input(e, path=path, reader=slug) from e  # type: ignore[arg-type]
+
+        return read
+
+    return wrap

@@ -123,6 +123,12 @@ def read_generic(raw: bytes, path: PathLike, *, tz: str | None) -> Tables:
             path=path,
             line=int(m.group(1)) if m else None,
         ) from None
+    names = tbl.column_names
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # columns are matched by name: a repeated one would be ambiguous
+        raise MalformedInput(
+            f"column {twice[0]!r} appears twice in the header", path=path, line=1, column=twice[0]
+        )
     df = pl.from_arrow(tbl)
     assert isinstance(df, pl.DataFrame)
     tcol = df.columns[0]

@@ -26,6 +26,9 @@ Two layouts:
    CSV; `start_ns` is Unix epoch ns (host clock at the iteration's start event), empty cells are
    nulls. `time_origin_epoch_ns` is 0. A bad value, or `start_ns + duration_ns` past int64, is an
    error naming the line and column.
+
+Either layout may be gzip-compressed (`.gz`); a truncated or corrupt gzip is a MalformedInput
+saying so.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import polars as pl
 
 from ..errors import MalformedInput, MissingColumn
 from ..tables import Tables
-from ._common import PathLike, head_text, warn
+from ._common import GZIP_MAGIC, PathLike, gunzip_stream, head_text, reader_entry, warn
 
 MAGIC = "# traceanalyze-iterlog v1"
 COLUMNS: tuple[str, ...] = (
@@ -75,9 +78,16 @@ def sniff(path: PathLike) -> bool:
     return head.startswith(MAGIC) or f"{_RECORD} " in head
 
 
+@reader_entry("iterlog")
 def read_iterlog(path: PathLike) -> Tables:
     with open(path, "rb") as f:
-        raw = f.read()
+        if f.read(2) == GZIP_MAGIC:
+            # a compressed log (`gzip train.log`): sniffing looks inside gzip, so reading does too
+            f.seek(0)
+            raw = b"".join(gunzip_stream(f, path, out_chunk=1 << 22))
+        else:
+            f.seek(0)
+            raw = f.read()
     text = raw.decode("utf-8", "replace").lstrip("\ufeff")
     if text.startswith(MAGIC):
         return _read_own(path, text)
@@ -153,9 +163,23 @@ def _listed(lines: list[int], limit: int = 10) -> str:
 
 def _read_own(path: PathLike, text: str) -> Tables:
     body = text.split("\n", 1)[1] if "\n" in text else ""
-    first = body.split("\n", 1)[0].strip()
+    # Only blanks and CR: str.strip() would also drop control characters such as \x1c (which
+    # Python counts as whitespace) that the CSV parser then keeps in the first column's name.
+    first = body.split("\n", 1)[0].strip(" \t\r")
     if first != HEADER:
         raise MissingColumn(f"expected header {HEADER!r}, found {first!r}", path=path, line=2)
+    # polars fills a short row's missing cells with nulls: a row cut short (a killed writer)
+    # must be an error naming its line, not a row of nulls.
+    widths = pl.Series(body.split("\n")).str.count_matches(",", literal=True)
+    blank = pl.Series(body.split("\n")).str.strip_chars() == ""
+    ragged = (widths != len(COLUMNS) - 1) & ~blank
+    if ragged.any():
+        i = int(ragged.arg_true()[0])
+        raise MalformedInput(
+            f"row has {int(widths[i]) + 1} fields, header has {len(COLUMNS)} (truncated row)",
+            path=path,
+            line=i + 2,
+        )
     try:
         # Read as text, then convert per column, so a bad value is reported with its line and
         # column. Row i of the body is line i + 3 (magic line, header; polars keeps blank lines

@@ -71,7 +71,7 @@ from msgspec import Struct, field
 
 from ..errors import MalformedInput
 from ..tables import Tables
-from ._common import GZIP_MAGIC, PathLike, gunzip_stream, head_bytes, warn
+from ._common import GZIP_MAGIC, PathLike, gunzip_stream, head_bytes, reader_entry, warn
 
 _inflate: Any
 try:  # ISA-L inflates ~2.5x faster than zlib (10 vs 27 ms for the ResNet trace); optional
@@ -717,9 +717,21 @@ _FINISH: dict[str, Callable[[pl.DataFrame], pl.DataFrame]] = {
 }
 
 
+@reader_entry("kineto_json")
 def read_kineto_json(path: PathLike) -> Tables:
     """Read a Kineto Chrome trace (`.json` or `.json.gz`) into normalized tables."""
-    parts = _stream(path)
+    try:
+        parts = _stream(path)
+    except RecursionError:
+        # msgspec decodes nested values recursively: a hostile or broken file nesting arrays or
+        # objects ~10,000 deep exhausts the stack. No Kineto trace nests more than a few levels.
+        raise MalformedInput(
+            "JSON nested too deeply (more levels than the decoder's recursion limit)", path=path
+        ) from None
+    except UnicodeDecodeError as e:  # msgspec checks the UTF-8 of the strings it decodes
+        raise MalformedInput(
+            f"not valid JSON text: bytes that are not UTF-8 ({e.reason}) in a string", path=path
+        ) from None
     head: dict[str, Any] = {}
     for d in parts.docs:
         for key in ("deviceProperties", "distributedInfo", "baseTimeNanoseconds"):

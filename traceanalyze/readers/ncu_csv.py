@@ -77,7 +77,7 @@ import polars as pl
 
 from ..errors import MalformedInput, MissingColumn, UnknownUnit
 from ..tables import Tables
-from ._common import GZIP_MAGIC, TIME_TO_NS, PathLike, head_bytes, lazy_import, warn
+from ._common import GZIP_MAGIC, TIME_TO_NS, PathLike, head_bytes, lazy_import, reader_entry, warn
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -215,7 +215,10 @@ def _split_header(line: bytes, path: PathLike, lineno: int) -> list[str]:
         text = line.decode("utf-8")
     except UnicodeDecodeError:
         raise MalformedInput("not UTF-8 text", path=path, line=lineno) from None
-    return next(csv.reader([text.rstrip("\r\n")]), [])
+    try:
+        return next(csv.reader([text.rstrip("\r\n")]), [])
+    except csv.Error as e:  # e.g. a lone CR inside an unquoted cell
+        raise MalformedInput(f"bad CSV header ({e})", path=path, line=lineno) from None
 
 
 def _envelope_note(path: PathLike, line: bytes) -> None:
@@ -288,6 +291,17 @@ def _locate(raw: bytes, path: PathLike, offset: int = 0) -> _Body:
     units: list[str] | None = None
     units_line: int | None = None
     is_long = "Metric Name" in header and "Metric Value" in header
+    long_cols = ("Metric Name", "Metric Unit", "Metric Value")
+    partial = [c for c in long_cols if c not in header]
+    if not is_long and len(partial) < len(long_cols):
+        # some of the long layout's columns but not its name/value pair: a damaged long CSV,
+        # not a raw page (which has none of them)
+        raise MissingColumn(
+            f"missing column(s) {', '.join(partial)} in the ncu CSV header",
+            path=path,
+            line=header_line,
+            column=partial[0],
+        )
     if not is_long and len(body):
         # Raw page: the first row after the header is the units row (empty identity cells).
         data = bytes(body[:65536])
@@ -299,6 +313,12 @@ def _locate(raw: bytes, path: PathLike, offset: int = 0) -> _Body:
             raise MalformedInput(
                 "raw-page ncu CSV without its units row (the first row after the header must "
                 "have an empty ID cell)",
+                path=path,
+                line=units_line,
+            )
+        if len(units) != len(header):  # found by benchmarks/fuzz_readers.py
+            raise MalformedInput(
+                f"units row has {len(units)} fields, header has {len(header)}",
                 path=path,
                 line=units_line,
             )
@@ -337,7 +357,7 @@ def _parse(body: _Body, path: PathLike) -> pl.DataFrame:
     when they can be (else as text, converted later with thousands separators stripped)."""
     names = [f"c{i}" for i in range(len(body.header))]
     wanted = {n: h for n, h in zip(names, body.header, strict=True) if h in _USED or "__" in h}
-    # Duplicate header names cannot occur in ncu output; if they do, the first one is used.
+    # Duplicate header names are refused in read_ncu_csv (ncu never writes them).
     firsts: dict[str, str] = {}
     for n, h in wanted.items():
         firsts.setdefault(h, n)
@@ -377,7 +397,13 @@ def _bad_row(body: _Body, path: PathLike, why: str, width: int) -> MalformedInpu
 
     line = None
     data = bytes(body.data).decode("utf-8", "replace")
-    for i, row in enumerate(csv.reader(data.split("\n"))):
+    for i, text in enumerate(data.split("\n")):
+        try:
+            row = next(csv.reader([text]), [])
+        except csv.Error as e:  # a lone CR inside an unquoted cell
+            why = str(e)
+            line = body.line_of(i)
+            break
         if row and len(row) != width:
             line = body.line_of(i)
             break
@@ -504,6 +530,7 @@ _KERNEL_METRICS = {
 }
 
 
+@reader_entry("ncu_csv")
 def read_ncu_csv(path: PathLike) -> Tables:
     """Read an Nsight Compute CSV (long or raw page) or, with `ncu_report`, an `.ncu-rep`."""
     if str(path).endswith(REP_MAGIC_SUFFIX):
@@ -514,6 +541,14 @@ def read_ncu_csv(path: PathLike) -> Tables:
     if b"\x00" in raw[:65536]:
         raise MalformedInput("binary data, not an Nsight Compute CSV", path=path)
     body = _locate(raw, path, offset)
+    twice = sorted({h for h in body.header if body.header.count(h) > 1 and h})
+    if twice:  # a match by name would be ambiguous (ncu never writes a column twice)
+        raise MalformedInput(
+            f"column {twice[0]!r} appears twice in the header",
+            path=path,
+            line=body.header_line,
+            column=twice[0],
+        )
     need = ["ID", "Process ID", "Kernel Name"]
     missing = [c for c in need if c not in body.header]
     if missing:

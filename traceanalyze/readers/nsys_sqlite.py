@@ -12,6 +12,13 @@ frame), columns via `PRAGMA table_info` and selected by name (extra columns, suc
 column that post-processing appended to the 2022.2 sample, are ignored; a missing optional column
 becomes null).
 
+Bad input (issue 9): the columns in `REQUIRED` (present in every export) are checked by name, and
+a missing or renamed one is MissingColumn naming table and column; a generated (computed) column
+is refused. A file with `StringIds` and a metadata table but no nsys table is not an export. The
+time rule shared with the nvprof reader (`_common.check_times`): a NULL start is an error, a NULL
+end a warning (end and duration null), an `end - start` that overflows int64 an error. A name id
+with no `StringIds` row leaves the name null with a warning giving the count.
+
 Tables:
 
 * `kernels` ← `CUPTI_ACTIVITY_KIND_KERNEL`. The three name columns are `StringIds` ids:
@@ -91,8 +98,13 @@ from . import _sqlite_parallel
 from ._common import (
     SQLITE_MAGIC,
     PathLike,
+    bad_input_errors,
+    check_times,
     connect_readonly,
     head_bytes,
+    reader_entry,
+    refuse_generated,
+    require_columns,
     sqlite_tables,
     table_columns,
     warn,
@@ -142,6 +154,27 @@ _API_LABELS = ("runtime", "driver")
 # NVTX eventType values (ENUM_NSYS_EVENT_TYPE): the ones that become markers, and DomainCreate.
 NVTX_MARK, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 34, 59, 60, 75
 
+# Columns without which a table's rows would be wrong, not just less complete (issue 9): they
+# are present in every export here (2.x and 3.x) and a missing or renamed one raises
+# MissingColumn naming it, instead of turning into a null for every row. Other columns are
+# optional (version drift) and become null when absent.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "StringIds": ("id", "value"),
+    KERNEL: ("start", "end", "deviceId", "demangledName"),
+    MEMCPY: ("start", "end", "deviceId", "bytes", "copyKind"),
+    MEMSET: ("start", "end", "deviceId", "bytes"),
+    RUNTIME: ("start", "end", "nameId"),
+    DRIVER: ("start", "end", "nameId"),
+    NVTX: ("start", "end"),
+    "TARGET_INFO_GPU": ("cuDevice",),
+    "TARGET_INFO_CUDA_DEVICE": ("gpuId", "cudaId"),
+    "TARGET_INFO_GPU_METRICS": ("typeId", "metricId", "metricName"),
+    "GPU_METRICS": ("timestamp", "typeId", "metricId", "value"),
+}
+# Tables only an nsys export has: a file with `StringIds` and a metadata table but none of these
+# (another program's database) is not claimed, and not read as an empty export.
+_NSYS_FAMILIES = ("CUPTI_ACTIVITY_KIND_", "NVTX_", "TARGET_INFO_", "ENUM_NSYS_", "GPU_METRICS")
+
 _BATCH = 1 << 16
 # Tables with at least this many rows (by rowid span) are split over worker processes.
 PARALLEL_MIN_ROWS = 500_000
@@ -165,7 +198,15 @@ def sniff(path: PathLike) -> bool:
         names = sqlite_tables(path)
     except (OSError, sqlite3.Error):  # sniff must never raise, whatever the bytes
         return False
-    return "StringIds" in names and bool(names & {"EXPORT_META_DATA", "META_DATA_EXPORT", KERNEL})
+    return (
+        "StringIds" in names
+        and bool(names & {"EXPORT_META_DATA", "META_DATA_EXPORT", KERNEL})
+        and _has_nsys_tables(names)
+    )
+
+
+def _has_nsys_tables(names: set[str]) -> bool:
+    return any(n.startswith(_NSYS_FAMILIES) for n in names)
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -193,6 +234,8 @@ def _fetch(
     raises MalformedInput on bad cells.
     """
     have = set(table_columns(con, table))
+    refuse_generated(con, table, wanted.values(), path=None)
+    require_columns(have, REQUIRED.get(table, ()), path=None, table=table)
     present = {out: src for out, src in wanted.items() if src in have}
     out_schema = {out: schema[out] for out in present}
     if not present:
@@ -460,6 +503,22 @@ def _warn_dropped(frame: pl.DataFrame, id_col: str, strings_raw: set[int], what:
             )
 
 
+def _warn_unresolved(
+    frame: pl.DataFrame, id_col: str, strings: pl.DataFrame, what: str, column: str
+) -> None:
+    """Warn with the count of rows whose StringIds id names no StringIds row (their name is
+    left null): a damaged or hand-edited export, never guessed."""
+    if not frame.height:
+        return
+    ids = pl.col(id_col)
+    n = frame.filter(ids.is_not_null() & ~ids.is_in(strings["id"].implode())).height
+    if n:
+        warn(
+            f"nsys_sqlite: {n} {what} whose {column} id is not in StringIds; "
+            "their names are left null"
+        )
+
+
 def _pid(col: str) -> pl.Expr:
     # globalPid/globalTid pack (vm, pid, tid): pid = (g >> 24) & 0xFFFFFF (formats.md §3.2).
     return ((pl.col(col) // (1 << 24)) % (1 << 24)).alias("process_id")
@@ -536,8 +595,19 @@ def _enum(
     sel = ", ".join(c if c in cols else "NULL" for c in ("id", "name", "label"))
     out: dict[int, str | None] = {}
     for i, n, lab in con.execute(f"SELECT {sel} FROM {table}").fetchall():
-        out[int(i)] = label_fn(n, lab)
+        if type(i) is not int:
+            raise MalformedInput(f"enum id {i!r} is not an integer", table=table, column="id")
+        out[i] = label_fn(_enum_text(n), _enum_text(lab))
     return out
+
+
+def _enum_text(v: object) -> str | None:
+    """An ENUM_* name or label cell as text: a BLOB (a damaged export) is decoded leniently."""
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return str(v)
 
 
 def _label(col: pl.Expr, mapping: dict[int, str | None], alias: str) -> pl.Expr:
@@ -585,8 +655,10 @@ def _kernels(
     if KERNEL not in names:
         return None
     df = _fetch(con, KERNEL, _KERNEL_COLS, dict.fromkeys(_KERNEL_COLS, _I), fast=fast)
+    check_times(df, path=None, table=KERNEL)
     for col in ("name_id", "short_id", "mangled_id"):
         _warn_dropped(df, col, bad_ids, f"kernels' {col.removesuffix('_id')}s")
+        _warn_unresolved(df, col, strings, "kernels", _KERNEL_COLS[col])
     return df.select(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("kernel_id"),
         _pid("global_pid"),
@@ -639,6 +711,7 @@ def _memcpy(con: sqlite3.Connection, names: set[str], fast: _Fast | None) -> pl.
         copy_kinds = _enum(con, names, "ENUM_CUDA_MEMCPY_OPER", COPY_KIND_2X, _copy_label)
         cols = {**_COPY_COMMON, "copy_kind": "copyKind", "src": "srcKind", "dst": "dstKind"}
         df = _fetch(con, MEMCPY, cols, dict.fromkeys(cols, _I), fast=fast)
+        check_times(df, path=None, table=MEMCPY)
         parts.append(
             df.select(
                 *head,
@@ -651,6 +724,7 @@ def _memcpy(con: sqlite3.Connection, names: set[str], fast: _Fast | None) -> pl.
     if MEMSET in names:
         cols = {**_COPY_COMMON, "mem_kind": "memKind"}
         df = _fetch(con, MEMSET, cols, dict.fromkeys(cols, _I), fast=fast)
+        check_times(df, path=None, table=MEMSET)
         parts.append(
             df.select(
                 *head,
@@ -687,6 +761,7 @@ def _api_calls(
         if table not in names:
             continue
         df = _fetch(con, table, _API_COLS, dict.fromkeys(_API_COLS, _I), fast=fast)
+        check_times(df, path=None, table=table)
         if "eventClass" in table_columns(con, table):
             df = df.with_columns(_label(pl.col("event_class"), classes, "api"))
             known = pl.col("api").is_in([*_API_LABELS, "backtrace"])
@@ -701,6 +776,7 @@ def _api_calls(
         else:
             df = df.with_columns(pl.lit(table_api, dtype=pl.String).alias("api"))
         _warn_dropped(df, "name_id", bad_ids, "API calls")
+        _warn_unresolved(df, "name_id", strings, f"{table} rows", "nameId")
         parts.append(
             df.select(
                 _pid("global_tid"),
@@ -740,10 +816,13 @@ def _markers(
     have = set(table_columns(con, NVTX))
     where = f"WHERE eventType IN {wanted}" if "eventType" in have else ""
     df = _fetch(con, NVTX, _NVTX_COLS, _NVTX_SCHEMA, where=where)
+    # marks and ranges still open at the end of the capture have no end (formats.md §3.2)
+    check_times(df, path=None, table=NVTX, end_nullable=True)
     n_nul = df.filter(pl.col("text").str.contains("\x00", literal=True)).height
     if n_nul:
         warn(f"nsys_sqlite: {n_nul} NVTX texts hold NUL bytes (environment blocks); left null")
     _warn_dropped(df, "text_id", bad_ids, "NVTX events")
+    _warn_unresolved(df, "text_id", strings, "NVTX events", "textId")
     df = df.with_columns(
         pl.coalesce(_drop_nul(pl.col("text")), _resolve(pl.col("text_id"), strings)).alias("name")
     )
@@ -946,6 +1025,7 @@ def _sources(con: sqlite3.Connection, names: set[str]) -> pl.DataFrame:
 # --- entry point ------------------------------------------------------------------------------
 
 
+@reader_entry("nsys_sqlite")
 def read_nsys_sqlite(
     path: PathLike,
     *,
@@ -966,6 +1046,12 @@ def read_nsys_sqlite(
         names = sqlite_tables(con)
         if "StringIds" not in names:
             raise MalformedInput("no StringIds table: not an Nsight Systems export", path=path)
+        if not _has_nsys_tables(names):
+            raise MalformedInput(
+                "no Nsight Systems table (CUPTI_ACTIVITY_KIND_*, NVTX_EVENTS, TARGET_INFO_*, "
+                "ENUM_NSYS_*, GPU_METRICS): not an Nsight Systems export",
+                path=path,
+            )
         adbc_con = _adbc_connect(path, engine)
         if adbc_con is not None:
             n = _sqlite_parallel.default_workers() if workers is None else max(1, workers)
@@ -989,8 +1075,14 @@ def read_nsys_sqlite(
         }
     except MalformedInput as e:
         if e.path is None:  # raised below the entry point, which alone knows the path
-            raise MalformedInput(e.message, path=path, table=e.table, column=e.column) from None
+            e.path = str(path)
         raise
+    except sqlite3.DatabaseError as e:
+        # a damaged page is found only when a query reaches it
+        raise MalformedInput(f"cannot read the SQLite database ({e})", path=path) from None
+    except bad_input_errors() as e:  # undecodable error text (a corrupt schema), …
+        first = str(e).strip().split("\n", 1)[0]
+        raise MalformedInput(f"unreadable export: {type(e).__name__}: {first}", path=path) from e
     finally:
         if fast is not None:
             fast.con.close()

@@ -73,7 +73,10 @@ units row) → one `kernels` row per instance (no times) and long `kernel_metric
 same `kernel_id`; a value's glued unit wins over the units row's.
 
 Bad input raises MalformedInput (no header, truncated row, wrong column count, a value that is
-not a number), UnknownUnit or MissingColumn, with the path and the line.
+not a number, a column named twice in a header), UnknownUnit or MissingColumn, with the path and
+the line. A header is recognized by its column names in any order (`HEADER_NAMES`), quoted or not,
+so a table whose columns another tool reordered is read the same. Telemetry outside
+`schema.PLAUSIBLE_RANGES` is set to null with a warning (`_common.check_telemetry`).
 """
 
 from __future__ import annotations
@@ -101,8 +104,10 @@ from ._common import (
     NVPROF_SIZE_TO_BYTES,
     TIME_TO_NS,
     PathLike,
+    check_telemetry,
     head_bytes,
     lazy_import,
+    reader_entry,
     warn,
 )
 
@@ -127,6 +132,21 @@ HEADERS: dict[str, str] = {
     "instance_metrics": '"Device","Context","Stream","Kernel"',
 }
 _HEADER_BYTES = {k: v.encode() for k, v in HEADERS.items()}
+# The column names that make a line a header of each kind, whatever their order: columns are
+# matched by name (formats.md §1.2: column sets and positions vary by version and options), so
+# a table whose columns were reordered (by a script, a spreadsheet) is still found. Tried in
+# this order: a metric trace has Device/Context/Stream/Kernel but no Invocations.
+HEADER_NAMES: dict[str, frozenset[str]] = {
+    "trace": frozenset({"Start", "Duration", "Name"}),
+    "summary": frozenset({"Type", "Time(%)", "Name"}),
+    "metrics": frozenset({"Device", "Kernel", "Invocations"}),
+    "instance_metrics": frozenset({"Device", "Context", "Stream", "Kernel"}),
+}
+# One name of each kind's header, searched for as bytes to find a header among other lines.
+_KEY_NAMES = ("Duration", "Time(%)", "Invocations", "Kernel")
+# A header line longer than this is not looked at (a metric trace of `--metrics all` has a few
+# hundred columns, well under it); it bounds the work on a garbage line that starts with '"'.
+_MAX_HEADER_BYTES = 1 << 20
 _HAS_UNITS_ROW = {"trace": True, "summary": True, "metrics": False, "instance_metrics": True}
 
 _PID = re.compile(rb"^==(\d+)==")
@@ -182,6 +202,25 @@ def _content_lines(text: str) -> Iterator[str]:
         yield line
 
 
+def header_kind(line: str) -> str | None:
+    """The table kind whose header this line is, by its column names in any order; else None.
+
+    nvprof quotes every header cell (§1.1); a table rewritten by another CSV writer may not, so
+    unquoted names count too. Only a line holding one of the kinds' key names is parsed.
+    """
+    if not any(k in line for k in _KEY_NAMES):
+        return None
+    try:
+        fields = next(csv.reader([line.rstrip("\r\n")]), [])
+    except csv.Error:
+        return None
+    names = {f.strip() for f in fields}
+    for kind, need in HEADER_NAMES.items():
+        if need <= names:
+            return kind
+    return None
+
+
 def sniff(path: PathLike) -> bool:
     """The first line that is not an `==` envelope line is an nvprof CSV header."""
     head = head_bytes(path, 65536)
@@ -189,7 +228,8 @@ def sniff(path: PathLike) -> bool:
         return False
     text = head.decode("utf-8", "replace")
     for line in _content_lines(text):
-        return any(line.startswith(p) for p in HEADERS.values())
+        known_order = any(line.startswith(p) for p in HEADERS.values())
+        return known_order or header_kind(line) is not None
     return False
 
 
@@ -229,7 +269,10 @@ def _parse_csv_line(raw: _Raw, start: int, end: int, path: PathLike) -> list[str
         text = raw[start:end].decode("utf-8")
     except UnicodeDecodeError:
         raise MalformedInput("not UTF-8 text", path=path, line=_line_at(raw, start)) from None
-    rows = list(csv.reader([text.rstrip("\r\n")]))
+    try:
+        rows = list(csv.reader([text.rstrip("\r\n")]))
+    except csv.Error as e:  # a lone CR inside an unquoted cell
+        raise MalformedInput(f"bad CSV ({e})", path=path, line=_line_at(raw, start)) from None
     return rows[0] if rows else []
 
 
@@ -237,7 +280,70 @@ def _kind_at(raw: _Raw, pos: int) -> str | None:
     for kind, prefix in _HEADER_BYTES.items():
         if _starts(raw, prefix, pos):
             return kind
-    return None
+    end = raw.find(b"\n", pos, pos + _MAX_HEADER_BYTES)
+    line = raw[pos : pos + _MAX_HEADER_BYTES if end < 0 else end]
+    return header_kind(line.decode("utf-8", "replace"))
+
+
+def _find_header(raw: _Raw, start: int, end: int) -> tuple[int, str | None]:
+    """The first header line in raw[start:end] (application output before the table), as
+    (offset, kind); (-1, None) when there is none."""
+    found_at, found_kind = -1, None
+    for k, prefix in _HEADER_BYTES.items():
+        i = raw.find(b"\n" + prefix, start, end)
+        if i >= 0 and (found_at < 0 or i < found_at):
+            found_at, found_kind = i + 1, k
+    # Reordered columns: the lines holding a key name, up to the first fast hit.
+    limit = end if found_at < 0 else found_at
+    for key in _KEY_NAMES:
+        i = raw.find(key.encode(), start, limit)
+        while i >= 0:
+            line = raw.rfind(b"\n", start, i) + 1 or start
+            kind = _kind_at(raw, line)
+            if kind is not None:
+                found_at, found_kind, limit = line, kind, line
+                break
+            i = raw.find(key.encode(), _eol(raw, i, limit), limit)
+    return found_at, found_kind
+
+
+def _raise_if_damaged_header(raw: _Raw, path: PathLike) -> None:
+    """MissingColumn when a line of the head lacks one of a header kind's key names but has the
+    others (a renamed `Start` or `Duration`): say which column, not just "no header"."""
+    head = bytes(raw[:65536]).decode("utf-8", "replace")
+    for i, line in enumerate(head.splitlines(), start=1):
+        if line.startswith("==") or not any(k in line for k in ("Duration", "Name", "Kernel")):
+            continue
+        try:
+            names = {f.strip() for f in next(csv.reader([line]), [])}
+        except csv.Error:
+            continue
+        for kind, need in HEADER_NAMES.items():
+            missing = sorted(need - names)
+            if len(missing) == 1 and len(need & names) >= 2:
+                raise MissingColumn(
+                    f"nvprof {kind} header without column {missing[0]}",
+                    path=path,
+                    line=i,
+                    column=missing[0],
+                )
+
+
+def _header(raw: _Raw, start: int, end: int, path: PathLike) -> list[str]:
+    """The header line's column names; MalformedInput when one is there twice (which would
+    make a match by name ambiguous)."""
+    names = _parse_csv_line(raw, start, end, path)
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise MalformedInput(
+                f"column {name!r} appears twice in the header",
+                path=path,
+                line=_line_at(raw, start),
+                column=name,
+            )
+        seen.add(name)
+    return names
 
 
 def _eol(raw: _Raw, pos: int, end: int) -> int:
@@ -281,11 +387,7 @@ def _split(raw: _Raw, path: PathLike, notes: list[str]) -> list[_Section]:
             kind = _kind_at(raw, start)
             if kind is None and current is None:
                 # Application output before the first header: look for a header in the region.
-                found_at, found_kind = -1, None
-                for k, prefix in _HEADER_BYTES.items():
-                    i = raw.find(b"\n" + prefix, start, env)
-                    if i >= 0 and (found_at < 0 or i < found_at):
-                        found_at, found_kind = i + 1, k
+                found_at, found_kind = _find_header(raw, start, env)
                 if found_kind is not None:
                     skipped_before_header += raw[start:found_at].count(b"\n")
                     start, kind = found_at, found_kind
@@ -296,7 +398,7 @@ def _split(raw: _Raw, path: PathLike, notes: list[str]) -> list[_Section]:
                 after = _eol(raw, start, env)
                 current = _Section(
                     kind=kind,
-                    header=_parse_csv_line(raw, start, after, path),
+                    header=_header(raw, start, after, path),
                     header_off=start,
                     process_id=pid,
                     range_name=range_name,
@@ -337,6 +439,7 @@ def _split(raw: _Raw, path: PathLike, notes: list[str]) -> list[_Section]:
             range_name = None
         _note_envelope(envelope, path, notes)
     if not sections:
+        _raise_if_damaged_header(raw, path)
         raise MalformedInput(
             "no nvprof CSV header found (expected a line starting with "
             + " or ".join(HEADERS.values())
@@ -376,7 +479,7 @@ def _split_trace_fast(raw: _Raw, path: PathLike, notes: list[str]) -> list[_Sect
     after = _eol(raw, pos, n)
     sec = _Section(
         kind="trace",
-        header=_parse_csv_line(raw, pos, after, path),
+        header=_header(raw, pos, after, path),
         header_off=pos,
         process_id=pid,
         optimistic=True,
@@ -720,6 +823,11 @@ def _strip_id_suffix(lf: pl.LazyFrame) -> pl.LazyFrame:
 def _trace(raw: _Raw, sec: _Section, path: PathLike, out: _Out) -> None:
     hdr = sec.header
     _missing(sec, raw, path, ["Start", "Name"], "nvprof trace")
+    # An API trace (§1.3) has no Device; a GPU trace always has one. Without it, a GPU trace's
+    # kernels would silently turn into API calls: its launch-geometry or size columns say which.
+    gpu_cols = ("Grid X", "Block X", "Size", "Throughput", "Context", "Stream")
+    if any(c in hdr for c in gpu_cols):
+        _missing(sec, raw, path, ["Device"], "nvprof GPU trace")
     known = (*_TIME_COLS, *_INT_COLS, *_SIZE_COLS, *_RATE_COLS, *_STR_COLS, *_IGNORED_COLS)
     extra = [c for c in hdr if c not in known]
     types: dict[str, pa.DataType] = {c: pa.float64() for c in (*_TIME_COLS, *_SIZE_COLS)}
@@ -1087,6 +1195,12 @@ def _instance_metrics(raw: _Raw, sec: _Section, path: PathLike, out: _Out) -> No
     """`--metrics … --print-gpu-trace`: one row per kernel instance, one column per metric."""
     id_cols = ("Device", "Context", "Stream", "Kernel", "Correlation_ID")
     metric_cols = [c for c in sec.header if c not in id_cols]
+    if any(not c.strip() for c in metric_cols):  # found by benchmarks/fuzz_readers.py
+        raise MalformedInput(
+            "a metric column without a name in the header",
+            path=path,
+            line=_line_at(raw, sec.header_off),
+        )
     types: dict[str, pa.DataType] = {c: pa.int64() for c in ("Context", "Stream", "Correlation_ID")}
     types["Device"] = _device_type()
     df = _to_polars(_device_ids(_read_rows(raw, sec, path, types), raw, sec, path, out.devices))
@@ -1148,6 +1262,7 @@ def _open(path: PathLike) -> _Raw:
     return raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
 
 
+@reader_entry("nvprof_csv")
 def read_nvprof_csv(path: PathLike) -> Tables:
     """Read an nvprof `--csv` file (any of the modes in the module docstring) into Tables."""
     raw = _open(path)
@@ -1189,4 +1304,8 @@ def read_nvprof_csv(path: PathLike) -> Tables:
         if parts:
             # Sections differ in columns (a metric trace's kernels have no times): diagonal.
             frames[name] = pl.concat(parts, how="diagonal_relaxed")
+    if "gpu_samples" in frames:
+        frames["gpu_samples"] = check_telemetry(
+            frames["gpu_samples"], path=path, reader="nvprof_csv"
+        )
     return Tables.build(**frames)

@@ -54,6 +54,9 @@ Tables:
   header (the BLOB is assumed to hold the union alone, from offset 0) and is tested on databases
   built in the tests; a BLOB too short for its kind gives nulls and a warning.
 
+Bad input follows the rules shared with the nsys reader (`_common.check_times`, generated columns
+refused, `_common.check_telemetry` for environment samples outside `schema.PLAUSIBLE_RANGES`).
+
 Times are absolute Unix-epoch ns already: stored as is, `sources.time_origin_epoch_ns` = 0.
 `sources.tool_version` is the export's db schema version (`Version` table), the only version the
 file states. GPU rows (kernels, memcpy) carry no pid: when the API tables hold exactly one
@@ -73,9 +76,13 @@ from ..errors import MalformedInput, MissingColumn
 from ..tables import Tables
 from ._common import (
     PathLike,
+    check_telemetry,
+    check_times,
     connect_readonly,
     demangle_column,
     is_sqlite,
+    reader_entry,
+    refuse_generated,
     require_columns,
     sqlite_tables,
     table_columns,
@@ -136,6 +143,7 @@ def sniff(path: PathLike) -> bool:
     )
 
 
+@reader_entry("nvprof_sqlite")
 def read_nvprof_sqlite(path: PathLike) -> Tables:
     """Read an nvprof SQLite export into normalized tables."""
     if not is_sqlite(path):
@@ -146,6 +154,12 @@ def read_nvprof_sqlite(path: PathLike) -> Tables:
     except sqlite3.DatabaseError as e:
         # a truncated or corrupt file fails only when a damaged page is reached
         raise MalformedInput(f"cannot read the SQLite database ({e})", path=path) from None
+    except UnicodeDecodeError:
+        # SQLite's message quotes damaged schema text, which Python fails to decode
+        raise MalformedInput(
+            "cannot read the SQLite database (its schema holds bytes that are not UTF-8)",
+            path=path,
+        ) from None
     finally:
         con.close()
 
@@ -195,6 +209,7 @@ def _select(
 ) -> list[str]:
     """`alias."col" AS out` for each wanted column; NULL for a column the table lacks (or None)."""
     have = table_columns(con, table)
+    refuse_generated(con, table, [c for c in want.values() if c is not None], path=path)
     require_columns(have, required, path=path, table=table)
     return [
         f"{alias}.{_q(col)} AS {out}" if col is not None and col in have else f"NULL AS {out}"
@@ -287,6 +302,7 @@ def _kernels(
         used.append(table)
     schema: dict[str, pl.DataType] = {c: _I() for c in _KERNEL_COLS}
     df = _frame(con, path, " + ".join(used), " UNION ALL ".join(parts), schema)
+    check_times(df, path=path, table=" + ".join(used))
     ids = " UNION ".join(f"SELECT name FROM {_q(t)}" for t in used)
     df = _with_strings(con, path, df, "name_id", "raw_name", ids)
     _warn_dangling(df, "raw_name", "name_id", "kernels", path)
@@ -456,6 +472,7 @@ def _memcpy(
     schema: dict[str, pl.DataType] = {c: _I() for c in copy_cols}
     schema["is_memset"] = _I()
     df = _frame(con, path, f"{_K}MEMCPY/MEMSET", " UNION ALL ".join(parts), schema)
+    check_times(df, path=path, table=f"{_K}MEMCPY/MEMSET")
     unknown = df.filter(
         (pl.col("is_memset") == 0) & ~pl.col("copy_kind").is_in(list(COPY_KINDS))
     ).height
@@ -520,6 +537,7 @@ def _api_calls(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.
             continue
         cols = _select(con, path, table, want, ["cbid", "start", "end"])
         df = _frame(con, path, table, f"SELECT {', '.join(cols)} FROM {_q(table)} t", schema)
+        check_times(df, path=path, table=table)
         if df.height == 0:
             continue
         df = df.join(_cbid_names(api), on="callback_id", how="left", maintain_order="left")
@@ -566,6 +584,7 @@ def _markers(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.Da
     schema: dict[str, pl.DataType] = {c: _I() for c in want}
     schema["object_id"] = pl.Binary()
     df = _frame(con, path, table, f"SELECT {', '.join(cols)} FROM {_q(table)} t", schema)
+    check_times(df, path=path, table=table, start="timestamp", end=None, columns=("timestamp", ""))
     # end rows carry name 0; only start/mark rows' strings are fetched
     ids = f"SELECT name FROM {_q(table)} WHERE (flags & {_MARKER_END}) = 0"
     df = _with_strings(con, path, df, "name_id", "name", ids)
@@ -719,7 +738,7 @@ def _gpu_samples(
     if devices is not None and devices.height:
         uuids = devices.select("device_id", pl.col("uuid").alias("device_uuid"))
         wide = wide.join(uuids, on="device_id", how="left", maintain_order="left")
-    return wide
+    return check_telemetry(wide, path=path, reader="nvprof_sqlite")
 
 
 def _warn_dangling(df: pl.DataFrame, text: str, ref: str, what: str, path: PathLike) -> None:

@@ -53,10 +53,15 @@ An nvidia-smi log is first read by one streaming polars scan that parses every c
 another unit, stamps without exactly 3 decimals, …) goes to the careful pyarrow path
 (`_read_smi_careful`), which gives the same tables, errors and warnings, at ~2x the time and
 memory.
+
+Whatever the variant, a value outside `schema.PLAUSIBLE_RANGES` (1e308 °C, -64 W, a 20 GHz clock,
+150 % utilization, NaN) is set to null with one warning per column giving the count
+(`_common.check_telemetry`, the rule every reader of telemetry applies).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -71,7 +76,15 @@ import pyarrow.csv as pacsv
 
 from ..errors import MalformedInput, MissingColumn, TraceanalyzeError, UnknownUnit
 from ..tables import Tables
-from ._common import GZIP_MAGIC, TIME_TO_NS, PathLike, head_text, warn
+from ._common import (
+    GZIP_MAGIC,
+    TIME_TO_NS,
+    PathLike,
+    check_telemetry,
+    head_text,
+    reader_entry,
+    warn,
+)
 
 # --- the project's own sampler format (variant 2) ---------------------------------------------
 
@@ -271,6 +284,7 @@ def _read_head(path: PathLike) -> tuple[bytes, bytes | None]:
     return start[:_HEAD], (start if small else None)
 
 
+@reader_entry("smi_csv")
 def read_smi_csv(
     path: PathLike,
     *,
@@ -279,6 +293,20 @@ def read_smi_csv(
     interval_ms: float | None = None,
 ) -> Tables:
     """Read a GPU telemetry log (see the module docstring for the variants and options)."""
+    tables = _read_variant(path, tz=tz, fields=fields, interval_ms=interval_ms)
+    if not tables.gpu_samples.height:
+        return tables
+    samples = check_telemetry(tables.gpu_samples, path=path, reader="smi_csv")
+    return dataclasses.replace(tables, gpu_samples=samples)
+
+
+def _read_variant(
+    path: PathLike,
+    *,
+    tz: str | None,
+    fields: str | Sequence[str] | None,
+    interval_ms: float | None,
+) -> Tables:
     first, raw = _read_head(path)
     if not first.strip():
         raise MalformedInput("empty file", path=path)
