@@ -37,7 +37,7 @@ import polars as pl
 
 from ..errors import MalformedInput, MissingColumn
 from ..tables import Tables
-from ._common import PathLike, head_text, warn
+from ._common import PathLike, head_text, read_content, warn
 
 MAGIC = "# traceanalyze-iterlog v1"
 COLUMNS: tuple[str, ...] = (
@@ -76,8 +76,7 @@ def sniff(path: PathLike) -> bool:
 
 
 def read_iterlog(path: PathLike) -> Tables:
-    with open(path, "rb") as f:
-        raw = f.read()
+    raw = read_content(path)  # within InputLimits: a giant line is refused, gzip streamed
     text = raw.decode("utf-8", "replace").lstrip("\ufeff")
     if text.startswith(MAGIC):
         return _read_own(path, text)

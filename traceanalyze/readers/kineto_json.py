@@ -70,7 +70,15 @@ from msgspec import Struct, field
 
 from ..errors import MalformedInput
 from ..tables import Tables
-from ._common import GZIP_MAGIC, PathLike, gunzip_stream, head_bytes, warn
+from ._common import (
+    GZIP_MAGIC,
+    PathLike,
+    current_limits,
+    gunzip_stream,
+    head_bytes,
+    too_large_value,
+    warn,
+)
 
 _inflate: Any
 try:  # ISA-L inflates ~2.5x faster than zlib (10 vs 27 ms for the ResNet trace); optional
@@ -326,7 +334,12 @@ def _stream(path: PathLike) -> _Parts:
     pending = bytearray()
     consumed = 0  # file offset of pending[1]
     in_events = False
+    # `pending` holds one undecoded event at most (and a chunk): past the bound it is one giant
+    # value (a 2 GB string) or no event boundary at all; refused before it fills memory.
+    lim = current_limits()
     for chunk in _chunks(path):
+        if len(pending) > lim.max_value_bytes:
+            raise too_large_value("JSON value", f"at byte {consumed} of the JSON text", lim, path)
         pending += chunk
         if not in_events:
             if pending.startswith(b"\xef\xbb\xbf"):  # a UTF-8 BOM (Windows editors)

@@ -57,6 +57,7 @@ memory.
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import time
@@ -71,7 +72,15 @@ import pyarrow.csv as pacsv
 
 from ..errors import MalformedInput, MissingColumn, TraceanalyzeError, UnknownUnit
 from ..tables import Tables
-from ._common import GZIP_MAGIC, TIME_TO_NS, PathLike, head_text, warn
+from ._common import (
+    GZIP_MAGIC,
+    TIME_TO_NS,
+    PathLike,
+    check_line_lengths,
+    head_text,
+    read_content,
+    warn,
+)
 
 # --- the project's own sampler format (variant 2) ---------------------------------------------
 
@@ -242,12 +251,7 @@ def sniff(path: PathLike) -> bool:
 
 
 def read_bytes(path: PathLike) -> bytes:
-    import gzip
-
-    with open(path, "rb") as f:
-        raw = f.read()
-    if raw.startswith(GZIP_MAGIC):
-        raw = gzip.decompress(raw)
+    raw = read_content(path)  # gzip streamed, within InputLimits (bombs, giant fields refused)
     return raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
 
 
@@ -266,6 +270,9 @@ def _read_head(path: PathLike) -> tuple[bytes, bytes | None]:
             raw = read_bytes(path)
             return raw[:_HEAD], raw
         small = len(start) < _HEAD + 3
+        if not small:  # scanned by path below: refuse a giant field first (InputLimits)
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                check_line_lengths(mm, path)
     if start.startswith(b"\xef\xbb\xbf"):
         start = start[3:]
     return start[:_HEAD], (start if small else None)
