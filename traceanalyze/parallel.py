@@ -190,6 +190,7 @@ def ingest_dask(
     on_result: Callable[[IngestResult], None] | None = None,
     on_start: Callable[[str], None] | None = None,
     limits: InputLimits | None = None,
+    connect_timeout: float = 30.0,
     **options: Any,
 ) -> list[IngestResult]:
     """`traceanalyze.ingest` with one task per file on a Dask cluster.
@@ -197,7 +198,8 @@ def ingest_dask(
     `scheduler` is an address (`tcp://host:8786`) or a `distributed.Client`. Files and the store
     must be reachable at the same absolute paths from every worker (a shared file system); the
     `sources` table records the absolute path. Reader options and `limits` travel with each
-    task. On an error every task still running is waited for, so nothing it staged is left.
+    task; `connect_timeout` is how long to try to reach the scheduler. On an error every task
+    still running is waited for, so nothing it staged is left behind.
     """
     try:
         from distributed import Client
@@ -216,7 +218,7 @@ def ingest_dask(
     client: Any
     if own:
         try:
-            client = _client(Client, scheduler)
+            client = _client(Client, scheduler, connect_timeout)
         except OSError as e:
             msg = " ".join(str(e).split())
             raise TraceanalyzeError(f"cannot reach the Dask scheduler {scheduler}: {msg}") from None
@@ -234,15 +236,16 @@ def ingest_dask(
             )
         # No cancel on error: a running task cannot be stopped and would leave its staging
         # directory behind, so all are waited for and their stages discarded.
-        outcomes = _gather(futures, dask_as_completed, lambda i: None, st, on_result)
+        with client.as_current():  # as_completed finds the client this way
+            outcomes = _gather(futures, dask_as_completed, lambda i: None, st, on_result)
     finally:
         if own:
             client.close()
     return _finish(st, outcomes)
 
 
-def _client(client_cls: Any, address: str) -> Any:
-    return client_cls(address, timeout=30, set_as_default=False)
+def _client(client_cls: Any, address: str, timeout: float) -> Any:
+    return client_cls(address, timeout=timeout, set_as_default=False)
 
 
 def _as_list(paths: PathArg | Iterable[PathArg]) -> list[PathArg]:
