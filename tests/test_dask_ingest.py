@@ -110,3 +110,22 @@ def test_unreachable_scheduler_is_one_line(tmp_path: Path) -> None:
     f = real_files()[3]
     with pytest.raises(TraceanalyzeError, match=r"^cannot reach the Dask scheduler tcp://127"):
         ingest_dask([f], tmp_path / "st", scheduler="tcp://127.0.0.1:9", connect_timeout=2)
+
+
+def test_slurm_script_dry_run(tmp_path: Path) -> None:
+    """collectors/slurm/ingest_dask.py builds its SLURMCluster from the arguments (no Slurm:
+    --dry-run prints the job script it would submit)."""
+    pytest.importorskip("dask_jobqueue")
+    script = Path(__file__).resolve().parents[1] / "collectors" / "slurm" / "ingest_dask.py"
+    args = ["x.json", "--store", str(tmp_path / "st"), "--cores", "8", "--memory", "32GB"]
+    args += ["--walltime", "02:30:00", "--queue", "gpu", "--account", "proj", "--dry-run"]
+    env = {**os.environ, "PYTHONPATH": str(script.parents[2])}
+    cp = subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert cp.returncode == 0, cp.stderr
+    lines = cp.stdout.splitlines()
+    for want in ("-p gpu", "-A proj", "--cpus-per-task=8", "-t 02:30:00"):
+        assert f"#SBATCH {want}" in lines
+    assert any(x.startswith(f"{sys.executable} -m distributed.cli.dask_worker") for x in lines)
+    assert "--nthreads 8" in cp.stdout
