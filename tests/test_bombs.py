@@ -17,7 +17,7 @@ from conftest import ROOT, shared
 
 import traceanalyze as ta
 from traceanalyze.cli import main
-from traceanalyze.errors import InputTooLarge, TraceanalyzeError
+from traceanalyze.errors import InputTooLarge, MalformedInput, TraceanalyzeError
 from traceanalyze.readers._common import (
     InputLimits,
     check_line_lengths,
@@ -227,3 +227,19 @@ def test_no_reader_inflates_a_whole_file() -> None:
     for src in sorted((ROOT / "traceanalyze" / "readers").glob("*.py")):
         text = src.read_text()
         assert not re.search(r"gzip\.(decompress|open|GzipFile)\(", text), src
+
+
+def test_broken_json_past_the_bound_is_a_syntax_error_not_a_size_error(tmp_path: Path) -> None:
+    """A syntax error early in a big trace (no event boundary can be confirmed after it) is
+    still reported as the syntax error on its line, not as an oversized value."""
+    good = KERNEL.replace(b"},", b"},\n")
+    text = KINETO_HEAD + b"\n" + good * 10 + b'{"ph":"X" "cat":"kernel"},\n' + good * 20_000
+    text += KINETO_TAIL
+    p = tmp_path / "broken.json"
+    p.write_bytes(text)
+    with (
+        input_limits(max_value_bytes=MiB),
+        pytest.raises(MalformedInput, match=r"^\S+, line 12: not valid JSON") as ei,
+    ):
+        ta.read(p)
+    assert not isinstance(ei.value, InputTooLarge)

@@ -62,7 +62,7 @@ import operator
 import re
 import zlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 import polars as pl
@@ -339,7 +339,7 @@ def _stream(path: PathLike) -> _Parts:
     lim = current_limits()
     for chunk in _chunks(path):
         if len(pending) > lim.max_value_bytes:
-            raise too_large_value("JSON value", f"at byte {consumed} of the JSON text", lim, path)
+            _oversized(path, pending, consumed, in_events, lim)
         pending += chunk
         if not in_events:
             if pending.startswith(b"\xef\xbb\xbf"):  # a UTF-8 BOM (Windows editors)
@@ -371,6 +371,22 @@ def _stream(path: PathLike) -> _Parts:
     doc.traceEvents = []
     parts.docs.append(doc)
     return parts
+
+
+def _oversized(
+    path: PathLike, pending: bytearray, consumed: int, in_events: bool, lim: Any
+) -> NoReturn:
+    """`pending` is past the value bound. A syntax error inside it (no event boundary could be
+    confirmed because the JSON is broken) is reported as such, with its line; otherwise it is
+    one value too large to hold."""
+    prefix = b'{"traceEvents":' if in_events else b""
+    offset = consumed - len(prefix) - 1 if in_events else 0
+    try:
+        _DECODER_ANY.decode(prefix + bytes(pending))
+    except msgspec.DecodeError as e:
+        if "truncated" not in str(e):
+            _decode_doc(path, prefix + bytes(pending), offset)  # raises, naming the line
+    raise too_large_value("JSON value", f"at byte {consumed} of the JSON text", lim, path)
 
 
 def _decode_front(pending: bytearray, parts: _Parts) -> int:
