@@ -20,7 +20,7 @@ import multiprocessing
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import as_completed as cf_as_completed
 from pathlib import Path
 from typing import Any
@@ -99,15 +99,17 @@ def _gather(
     try:
         for fut in as_completed(futures):
             i = index[fut]
-            try:
-                outcomes[i] = fut.result()
-            except CancelledError:
+            if fut.cancelled():
                 continue
-            except BaseException as e:  # the worker's error; the remote traceback chained
+            # exception(), not result(): re-raising one exception object shared by many
+            # futures (a broken pool's) would append frames to its traceback every time.
+            e = fut.exception()
+            if e is not None:  # the worker's error; its remote traceback is chained
                 if not errors or i < min(errors):
                     cancel_after(i)
-                errors[i] = e
+                errors[i] = _with_remote_traceback(fut, e)
                 continue
+            outcomes[i] = fut.result()
             if not errors and on_result is not None:
                 on_result(outcomes[i][1])
     except BaseException as e:  # KeyboardInterrupt in the caller: clean up as for an error
@@ -119,6 +121,14 @@ def _gather(
                 store.discard(staged)
         raise errors[min(errors)]
     return [outcomes[i] for i in range(len(futures))]
+
+
+def _with_remote_traceback(fut: Any, e: BaseException) -> BaseException:
+    """A Dask future keeps the worker's traceback apart (`traceback()`); attach it."""
+    tb = getattr(fut, "traceback", None)
+    if callable(tb) and e.__traceback__ is None:
+        return e.with_traceback(tb())
+    return e
 
 
 def _finish(store: Store, outcomes: list[Outcome]) -> list[IngestResult]:
