@@ -26,7 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from .errors import TraceanalyzeError, UnknownFormat
-from .readers import READERS, check_options, detect_format, file_sha256, options_for, read
+from .readers import (
+    READERS,
+    check_options,
+    detect_format,
+    file_sha256,
+    options_for,
+    read,
+    source_id_for,
+)
 from .readers._common import InputLimits, current_limits, input_limits
 from .store import IngestResult, Staged, Store
 
@@ -47,7 +55,7 @@ def stage_one(
     environment)."""
     with input_limits(limits):
         sha = file_sha256(path)
-        sid = sha[:16]
+        sid = source_id_for(sha)
         if store.has_source(sid) and not force:
             return None, IngestResult(path, sid, fmt, "unchanged", {})
         tables = read(path, format=fmt, sha256=sha, **options_for(fmt, options))
