@@ -5,6 +5,7 @@ t = ta.read("trace.pt.trace.json.gz")          # Tables: one polars DataFrame pe
 ta.ingest(["a.csv", "b.sqlite"], "store/")      # into a hive-partitioned Parquet store
 ta.Store("store/").scan("kernels")               # polars LazyFrame over every source
 ds = ta.open(store="store/")                     # Dataset: filters, lazy tables, analyses
+ta.plot.timeline(ds.timeline(), "t.png")          # figures from analysis results
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .errors import (
     UnknownFormat,
     UnknownUnit,
     UnsupportedOption,
+    UsageProblem,
 )
 
 if TYPE_CHECKING:
@@ -54,6 +56,8 @@ _LAZY: dict[str, str] = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "plot":  # `ta.plot` on first use: matplotlib loads only for those who draw
+        return importlib.import_module(".plot", __name__)
     mod = _LAZY.get(name)
     if mod is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -63,7 +67,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *_LAZY, "plot"})
 
 
 __version__ = "0.1.0"
@@ -93,5 +97,6 @@ __all__ = [
     "ToolNotFound",
     "CollectError",
     "NotAnswerable",
+    "UsageProblem",
     "__version__",
 ]

@@ -233,6 +233,7 @@ TABLES: dict[str, Table] = {
                 _c("process_id", _INT, "OS process id."),
                 _c("thread_id", _INT, "OS thread id."),
                 _c("device_id", _INT, "Device ordinal, for GPU-side annotations."),
+                _c("stream_id", _INT, "CUDA stream id, for GPU-side annotations."),
                 _c("name", _S, "Range or mark text."),
                 _c("domain", _S, "NVTX domain, when known."),
                 _c("category", _S, "Source category (nvtx, user_annotation, …)."),

@@ -174,3 +174,154 @@ def _kernel_rows(kc: pl.DataFrame) -> list[tuple[str, float | None, float | None
         ("matched_kernel_time_ms", ma, mb),
         ("match_coverage_pct", 100.0 * ma / ta if ta else None, 100.0 * mb / tb if tb else None),
     ]
+
+
+# --- operators (`compare --ops`) ----------------------------------------------------------------
+
+OPS_DIFF_COLUMNS: tuple[str, ...] = (
+    "op",
+    "status",
+    "count_a",
+    "count_b",
+    "inclusive_ms_a",
+    "inclusive_ms_b",
+    "self_ms_a",
+    "self_ms_b",
+    "kernel_ms_a",
+    "kernel_ms_b",
+    "delta_self_ms",
+    "delta_kernel_ms",
+    "kernels_only_a",
+    "kernels_only_b",
+)
+
+
+def compare_ops(
+    ops: Frame,
+    api_calls: Frame,
+    kernels: Frame,
+    markers: Frame | None,
+    a: str,
+    b: str,
+    *,
+    rel_tol: float = 0.05,
+    names: Mapping[str, str] | None = None,
+) -> pl.DataFrame:
+    """Operators of A and B matched by name (like HTA's `ops_diff`), with their kernels.
+
+    Per name: calls, inclusive, self and kernel time (GPU time of the kernels it launched itself,
+    `analyses.ops`) on each side, and the kernel names launched on one side only. `status`:
+    `added` (only in B), `removed` (only in A), `changed` (call count or kernel names differ, or
+    self or kernel time differs by more than `rel_tol` of the larger side), else `unchanged`.
+    The row with a null `op` holds kernels launched outside every operator.
+    """
+    from .ops import op_kernels, op_stats
+
+    both = [a, b]
+
+    def pick(f: Frame | None) -> pl.LazyFrame | None:
+        return None if f is None else f.lazy().filter(pl.col("source_id").is_in(both))
+
+    args = (pick(ops), pick(api_calls), pick(kernels), pick(markers))
+    st = op_stats(*args)  # type: ignore[arg-type]
+    if st.filter(pl.col("op").is_not_null()).height == 0:
+        raise NotAnswerable(
+            f"no host operators or NVTX ranges in {source_name(names, a)} "
+            f"or {source_name(names, b)}"
+        )
+    kn = (
+        op_kernels(*args)  # type: ignore[arg-type]
+        .group_by("source_id", "op")
+        .agg(pl.col("kernel").unique().alias("_k"))
+    )
+    st = st.join(kn, on=["source_id", "op"], how="left", nulls_equal=True)
+
+    def side(sid: str, sfx: str) -> pl.DataFrame:
+        return st.filter(pl.col("source_id") == sid).select(
+            "op",
+            pl.col("call_count").alias(f"count_{sfx}"),
+            (pl.col("inclusive_ns") / 1e6).alias(f"inclusive_ms_{sfx}"),
+            (pl.col("self_ns") / 1e6).alias(f"self_ms_{sfx}"),
+            (pl.col("kernel_self_ns") / 1e6).alias(f"kernel_ms_{sfx}"),
+            pl.col("_k").fill_null([]).alias(f"_k_{sfx}"),
+        )
+
+    j = side(a, "a").join(side(b, "b"), on="op", how="full", coalesce=True, nulls_equal=True)
+    only_a = pl.col("_k_a").list.set_difference(pl.col("_k_b")).list.len()
+    only_b = pl.col("_k_b").list.set_difference(pl.col("_k_a")).list.len()
+
+    def differs(c: str) -> pl.Expr:
+        x, y = pl.col(f"{c}_a"), pl.col(f"{c}_b")
+        return (x - y).abs() > rel_tol * pl.max_horizontal(x, y)
+
+    status = (
+        pl.when(pl.col("count_a").is_null())
+        .then(pl.lit("added"))
+        .when(pl.col("count_b").is_null())
+        .then(pl.lit("removed"))
+        .when(
+            (pl.col("count_a") != pl.col("count_b"))
+            | (pl.col("kernels_only_a") > 0)
+            | (pl.col("kernels_only_b") > 0)
+            | differs("self_ms")
+            | differs("kernel_ms")
+        )
+        .then(pl.lit("changed"))
+        .otherwise(pl.lit("unchanged"))
+    )
+    return (
+        j.with_columns(
+            pl.col("_k_a").fill_null([]),
+            pl.col("_k_b").fill_null([]),
+        )
+        .with_columns(only_a.alias("kernels_only_a"), only_b.alias("kernels_only_b"))
+        .with_columns(
+            status.alias("status"),
+            (pl.col("self_ms_b").fill_null(0) - pl.col("self_ms_a").fill_null(0)).alias(
+                "delta_self_ms"
+            ),
+            (pl.col("kernel_ms_b").fill_null(0) - pl.col("kernel_ms_a").fill_null(0)).alias(
+                "delta_kernel_ms"
+            ),
+        )
+        .select(OPS_DIFF_COLUMNS)
+        .sort(
+            pl.col("delta_kernel_ms").abs(),
+            pl.col("delta_self_ms").abs(),
+            pl.max_horizontal("kernel_ms_a", "kernel_ms_b"),
+            pl.max_horizontal("self_ms_a", "self_ms_b"),
+            "op",
+            descending=[True, True, True, True, False],
+            nulls_last=True,
+        )
+    )
+
+
+def ops_diff_overview(diff: pl.DataFrame) -> pl.DataFrame:
+    """Metric, a, b: operator names per status, and the matching coverage: the share of each
+    side's self time and of its kernel time that falls on operators present on both sides.
+    Self times do not overlap (unlike inclusive ones), so the shares are of a true total."""
+    matched = pl.col("status").is_in(["changed", "unchanged"])
+    rows: list[tuple[str, float | None, float | None]] = []
+    for st in ("unchanged", "changed", "removed", "added"):
+        n = float(diff.filter(pl.col("status") == st).height)
+        rows.append((f"ops_{st}", n if st != "added" else None, n if st != "removed" else None))
+    for col, label in (("self_ms", "self"), ("kernel_ms", "kernel")):
+        for_side = []
+        for sfx in ("a", "b"):
+            c = pl.col(f"{col}_{sfx}")
+            tot = diff.select(c.sum()).item() or 0.0
+            got = diff.select(c.filter(matched).sum()).item() or 0.0
+            for_side.append(100.0 * got / tot if tot else None)
+        rows.append((f"matched_{label}_time_pct", for_side[0], for_side[1]))
+    for col in ("self_ms", "kernel_ms"):
+        rows.append(
+            (
+                f"total_{col}",
+                float(diff[f"{col}_a"].sum() or 0.0),
+                float(diff[f"{col}_b"].sum() or 0.0),
+            )
+        )
+    return pl.DataFrame(
+        rows, schema={"metric": pl.String, "a": pl.Float64, "b": pl.Float64}, orient="row"
+    )

@@ -69,24 +69,37 @@ def top_kernels(kernels: Frame, n: int = 10) -> pl.DataFrame:
 
 
 def top_ops(ops: Frame, n: int = 10) -> pl.DataFrame:
-    """Per source, the `n` host operators (by name) with the most inclusive time.
+    """Per source, the `n` host operators (by name) with the most inclusive time, beside their
+    self time (exclusive of child operators on the same thread).
 
-    Operators nest (aten::conv2d contains aten::convolution), so inclusive times overlap and no
-    share of a total is given.
+    Definitions in `analyses.ops`: an instance nested in another of the same name is not added
+    again to the inclusive time, so operators still overlap across names (aten::conv2d holds
+    aten::convolution) and no share of a total is given. `mean_ns` is inclusive time per call.
     """
+    from .ops import host_ops, op_tree
+
+    host = host_ops(ops)
+    calls = pl.DataFrame(
+        schema={
+            "source_id": pl.String,
+            "process_id": pl.Int64,
+            "thread_id": pl.Int64,
+            "start_ns": pl.Int64,
+        }
+    )
+    tree, _ = op_tree(host, calls)
+    d = pl.col("end_ns") - pl.col("start_ns")
     return (
-        _lazy(ops)
-        .with_columns(_dur().alias("_d"))
-        .group_by("source_id", "name")
+        tree.group_by("source_id", "name")
         .agg(
             pl.len().alias("call_count"),
-            pl.col("_d").sum().alias("total_ns"),
-            pl.col("_d").mean().alias("mean_ns"),
+            d.filter(~pl.col("nested_same")).sum().alias("inclusive_ns"),
+            (d - pl.col("child_ns")).clip(lower_bound=0).sum().alias("self_ns"),
+            d.mean().alias("mean_ns"),
         )
-        .sort(["source_id", "total_ns", "name"], descending=[False, True, False])
+        .sort(["source_id", "inclusive_ns", "name"], descending=[False, True, False])
         .group_by("source_id", maintain_order=True)
         .head(n)
-        .collect()
     )
 
 

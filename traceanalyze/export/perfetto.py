@@ -2,19 +2,32 @@
 
 Written by `traceanalyze timeline --perfetto out.json`. Events:
 
-* kernels and copies: complete events `ph: "X"`, `pid` = device, `tid` = stream (copies on their own
-  thread id, `stream + 1_000_000`, so they are visible next to the kernels of the same stream);
-* markers (NVTX ranges, user annotations): `ph: "X"` on a host process `pid` = process_id + 10⁶
-  (marks without an end: `ph: "i"`);
-* telemetry: counters `ph: "C"` (`sm_clock_mhz`, `power_w`, `temperature_c`), one track per device;
-* `ph: "M"` metadata naming processes ("GPU 0", "host pid 123") and threads ("stream 7").
+* kernels: complete events `ph: "X"`, `cat: "kernel"`, `pid` = device, `tid` = stream, with `args`
+  grid, block, registers per thread, shared memory (static, dynamic, total), correlation id,
+  stream, device, kernel id;
+* copies: `ph: "X"`, `cat: "memcpy"`, on their own thread id `stream + 1_000_000` next to the
+  kernels of the same stream, `args` kind, bytes, correlation id, stream;
+* host side, `pid` = process_id + 10⁶, `tid` = thread id: runtime/driver API calls
+  (`cat: "cuda_runtime"` / `"cuda_driver"`), framework operators (`cat` = their category, e.g.
+  `cpu_op`), NVTX ranges and user annotations (`ph: "X"`; marks without an end `ph: "i"`);
+  GPU-side annotations (markers with a device) on the device's process;
+* flows: one arrow per kernel or copy whose launch call is exported, from the call to the GPU
+  event: a flow start `ph: "s"` at the call's start on the call's thread and a flow end
+  `ph: "f"` with `bp: "e"` (bind to the enclosing slice) at the GPU event's start on its
+  stream, sharing `id`, `cat: "launch"` and `name: "launch"`
+  (Trace Event Format, "Flow events"; Perfetto binds "s" and "bp":"e" "f" to the enclosing
+  slice);
+* telemetry: counters `ph: "C"` (`sm_clock_mhz`, `power_w`, `temperature_c`), one track per device
+  and metric, `args: {"value": v}`;
+* `ph: "M"` metadata naming processes ("GPU 0 · Tesla V100-SXM2-32GB · rank 1",
+  "host pid 123 · rank 1") and threads ("stream 7", "copies stream 7", "thread 456").
 
 Times: `ts`/`dur` in microseconds as floats (the format's unit), relative to `origin_ns` (default:
 the earliest exported time) so that float64 keeps sub-µs precision. An event that starts before
-`origin_ns` (an interval overlapping a window's start) lowers the origin to its start: Perfetto
-rejects negative timestamps (google/perfetto#107), and an overlapping interval is exported whole,
-never cut. Rows are serialized columnar (polars
-`write_ndjson` per event kind), not with a Python loop per event.
+`origin_ns` lowers the origin to its start: Perfetto rejects negative timestamps
+(google/perfetto#107), and an overlapping interval is exported whole, never cut. Rows are
+serialized columnar (polars `write_ndjson`, which escapes strings as JSON requires), not with a
+Python loop per event.
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ Frame = pl.DataFrame | pl.LazyFrame
 HOST_PID_OFFSET = 1_000_000
 COPY_TID_OFFSET = 1_000_000
 COUNTERS: tuple[str, ...] = ("sm_clock_mhz", "power_w", "temperature_c")
+FLOW_CAT = "launch"
 
 
 def _c(df: Frame | None) -> pl.DataFrame | None:
@@ -45,16 +59,75 @@ def _ndjson(df: pl.DataFrame) -> str:
     return buf.getvalue().decode().rstrip("\n").replace("\n", ",\n")
 
 
+def _timed(df: pl.DataFrame | None) -> pl.DataFrame | None:
+    if df is None or df.height == 0:
+        return None
+    return df.filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null())
+
+
+class _Writer:
+    """Collects event blocks (NDJSON text) and the (pid, tid) pairs they use."""
+
+    def __init__(self, t0: int) -> None:
+        self.t0 = t0
+        self.parts: list[str] = []
+        self.ids: list[pl.DataFrame] = []
+
+    def us(self, c: str) -> pl.Expr:
+        return (pl.col(c) - self.t0) / 1e3
+
+    def add(self, ev: pl.DataFrame, track: bool = True) -> None:
+        if ev.height == 0:
+            return
+        self.parts.append(_ndjson(ev))
+        if track:
+            self.ids.append(ev.select(pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64)))
+
+    def slices(
+        self,
+        df: pl.DataFrame,
+        cat: pl.Expr,
+        name: pl.Expr,
+        pid: pl.Expr,
+        tid: pl.Expr,
+        args: pl.Expr,
+    ) -> None:
+        self.add(
+            df.select(
+                name.alias("name"),
+                cat.alias("cat"),
+                pl.lit("X").alias("ph"),
+                self.us("start_ns").alias("ts"),
+                ((pl.col("end_ns") - pl.col("start_ns")) / 1e3).alias("dur"),
+                pid.alias("pid"),
+                tid.alias("tid"),
+                args.alias("args"),
+            )
+        )
+
+
+_DEV = pl.col("device_id").fill_null(0).cast(pl.Int64)
+_HOST_PID = pl.col("process_id").fill_null(0) + HOST_PID_OFFSET
+_HOST_TID = pl.col("thread_id").fill_null(0)
+_STREAM_TID = pl.col("stream_id").fill_null(0)
+_COPY_TID = pl.col("stream_id").fill_null(0) + COPY_TID_OFFSET
+
+
 def chrome_trace_json(
     kernels: Frame | None = None,
     memcpy: Frame | None = None,
     markers: Frame | None = None,
     gpu_samples: Frame | None = None,
     *,
+    api_calls: Frame | None = None,
+    ops: Frame | None = None,
+    devices: Frame | None = None,
+    sources: Frame | None = None,
     origin_ns: int | None = None,
 ) -> str:
     """The trace as a JSON text `{"traceEvents": [...], "displayTimeUnit": "ms"}`."""
-    k, m, mk, s = _c(kernels), _c(memcpy), _c(markers), _c(gpu_samples)
+    k, m, mk, s = _timed(_c(kernels)), _timed(_c(memcpy)), _c(markers), _c(gpu_samples)
+    a, o = _timed(_c(api_calls)), _timed(_c(ops))
     starts: list[int] = []
     for df, col in ((k, "start_ns"), (m, "start_ns"), (mk, "start_ns"), (s, "timestamp_ns")):
         if df is not None and df.height:
@@ -63,96 +136,196 @@ def chrome_trace_json(
                 starts.append(int(v))
     if origin_ns is None:
         origin_ns = min(starts) if starts else 0
-    t0 = min([origin_ns, *starts])
-
-    def us(c: str) -> pl.Expr:
-        return (pl.col(c) - t0) / 1e3
-
-    dev = pl.col("device_id").fill_null(0).cast(pl.Int64)
-    parts: list[str] = []
-    meta: list[pl.DataFrame] = []
-
-    def complete(df: pl.DataFrame, cat: str, tid: pl.Expr, name: pl.Expr) -> None:
-        df = df.filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null())
-        if df.height == 0:
-            return
-        ev = df.select(
-            name.alias("name"),
-            pl.lit(cat).alias("cat"),
-            pl.lit("X").alias("ph"),
-            us("start_ns").alias("ts"),
-            ((pl.col("end_ns") - pl.col("start_ns")) / 1e3).alias("dur"),
-            dev.alias("pid"),
-            tid.alias("tid"),
-        )
-        parts.append(_ndjson(ev))
-        meta.append(ev.select("pid", "tid").unique())
-
+    for df in (a, o):
+        if df is not None and df.height:
+            starts.append(int(df["start_ns"].min()))  # type: ignore[arg-type]
+    w = _Writer(min([origin_ns, *starts]))
     if k is not None:
-        complete(k, "kernel", pl.col("stream_id").fill_null(0), pl.col("name").fill_null("kernel"))
+        w.slices(
+            k, pl.lit("kernel"), pl.col("name").fill_null("kernel"), _DEV, _STREAM_TID, _kargs()
+        )
     if m is not None:
-        complete(
+        w.slices(
             m,
-            "memcpy",
-            pl.col("stream_id").fill_null(0) + COPY_TID_OFFSET,
+            pl.lit("memcpy"),
             pl.concat_str(pl.lit("Memcpy "), pl.col("kind").fill_null("?")),
+            _DEV,
+            _COPY_TID,
+            pl.struct(
+                "kind",
+                "size_bytes",
+                pl.col("correlation_id").alias("correlation_id"),
+                pl.col("stream_id").alias("stream"),
+            ),
+        )
+    if a is not None:
+        cat = pl.concat_str(pl.lit("cuda_"), pl.col("api").fill_null("api"))
+        w.slices(a, cat, pl.col("name").fill_null("api"), _HOST_PID, _HOST_TID, _aargs())
+    if o is not None:
+        w.slices(
+            o,
+            pl.col("category").fill_null("op"),
+            pl.col("name").fill_null("op"),
+            _HOST_PID,
+            _HOST_TID,
+            pl.struct(pl.col("external_id").alias("external_id")),
         )
     if mk is not None and mk.height:
-        host = mk.filter(pl.col("start_ns").is_not_null())
-        pid = (
-            pl.when(pl.col("device_id").is_not_null())
-            .then(pl.col("device_id"))
-            .otherwise(pl.col("process_id").fill_null(0) + HOST_PID_OFFSET)
-        )
-        ranges = host.filter(pl.col("end_ns").is_not_null()).select(
-            pl.col("name").fill_null(""),
-            pl.coalesce("category", pl.lit("marker")).alias("cat"),
-            pl.lit("X").alias("ph"),
-            us("start_ns").alias("ts"),
-            ((pl.col("end_ns") - pl.col("start_ns")) / 1e3).alias("dur"),
-            pid.alias("pid"),
-            pl.col("thread_id").fill_null(0).alias("tid"),
-        )
-        marks = host.filter(pl.col("end_ns").is_null()).select(
-            pl.col("name").fill_null(""),
-            pl.coalesce("category", pl.lit("marker")).alias("cat"),
-            pl.lit("i").alias("ph"),
-            us("start_ns").alias("ts"),
-            pl.lit("t").alias("s"),
-            pid.alias("pid"),
-            pl.col("thread_id").fill_null(0).alias("tid"),
-        )
-        parts += [_ndjson(ranges), _ndjson(marks)]
-        meta += [ranges.select("pid", "tid").unique(), marks.select("pid", "tid").unique()]
+        _markers(w, mk)
+    if a is not None:
+        _flows(w, a, k, m)
     if s is not None and s.height:
-        for col in COUNTERS:
-            if col not in s.columns:
-                continue
-            ev = s.filter(pl.col(col).is_not_null()).select(
-                pl.lit(col).alias("name"),
-                pl.lit("C").alias("ph"),
-                us("timestamp_ns").alias("ts"),
-                dev.alias("pid"),
-                pl.struct(pl.col(col).alias("value")).alias("args"),
-            )
-            parts.append(_ndjson(ev))
-            meta.append(ev.select("pid").unique().with_columns(pl.lit(None, pl.Int64).alias("tid")))
-    parts.append(_ndjson(_metadata(meta)))
-    body = ",\n".join(p for p in parts if p)
+        _counters(w, s)
+    w.add(_metadata(w.ids, _c(devices), _c(sources)), track=False)
+    body = ",\n".join(p for p in w.parts if p)
     return '{"displayTimeUnit": "ms", "traceEvents": [\n' + body + "\n]}\n"
 
 
-def _metadata(meta: list[pl.DataFrame]) -> pl.DataFrame:
-    if not meta:
+def _kargs() -> pl.Expr:
+    return pl.struct(
+        pl.concat_list("grid_x", "grid_y", "grid_z").alias("grid"),
+        pl.concat_list("block_x", "block_y", "block_z").alias("block"),
+        pl.col("registers_per_thread").alias("registers per thread"),
+        pl.col("static_smem_bytes").alias("static shared memory bytes"),
+        pl.col("dynamic_smem_bytes").alias("dynamic shared memory bytes"),
+        pl.col("total_smem_bytes").alias("shared memory bytes"),
+        pl.col("correlation_id").alias("correlation_id"),
+        pl.col("stream_id").alias("stream"),
+        pl.col("device_id").alias("device"),
+        pl.col("kernel_id").alias("kernel_id"),
+    )
+
+
+def _aargs() -> pl.Expr:
+    return pl.struct(
+        pl.col("correlation_id").alias("correlation_id"),
+        pl.col("callback_id").alias("callback_id"),
+        pl.col("return_code").alias("return_code"),
+    )
+
+
+def _markers(w: _Writer, mk: pl.DataFrame) -> None:
+    host = mk.filter(pl.col("start_ns").is_not_null())
+    pid = pl.when(pl.col("device_id").is_not_null()).then(_DEV).otherwise(_HOST_PID)
+    cat = pl.coalesce("category", pl.lit("marker"))
+    args = pl.struct(pl.col("domain").alias("domain"))
+    ranges = host.filter(pl.col("end_ns").is_not_null())
+    w.slices(ranges, cat, pl.col("name").fill_null(""), pid, _HOST_TID, args)
+    marks = host.filter(pl.col("end_ns").is_null()).select(
+        pl.col("name").fill_null(""),
+        cat.alias("cat"),
+        pl.lit("i").alias("ph"),
+        w.us("start_ns").alias("ts"),
+        pl.lit("t").alias("s"),
+        pid.alias("pid"),
+        _HOST_TID.alias("tid"),
+    )
+    w.add(marks)
+
+
+def _flows(w: _Writer, a: pl.DataFrame, k: pl.DataFrame | None, m: pl.DataFrame | None) -> None:
+    """A flow per GPU event whose launch call (same correlation id, same process where both
+    give one) is exported; ids 1.. in order of the GPU event's start."""
+    calls = a.filter(pl.col("correlation_id").is_not_null()).select(
+        "source_id",
+        "correlation_id",
+        pl.col("process_id").alias("_cpid"),
+        _HOST_PID.alias("_spid"),
+        _HOST_TID.alias("_stid"),
+        pl.col("start_ns").alias("_sts"),
+    )
+    gpu = []
+    for df, tid in ((k, _STREAM_TID), (m, _COPY_TID)):
+        if df is not None and df.height:
+            gpu.append(
+                df.filter(pl.col("correlation_id").is_not_null()).select(
+                    "source_id",
+                    "correlation_id",
+                    pl.col("process_id").alias("_gpid"),
+                    _DEV.alias("pid"),
+                    tid.cast(pl.Int64).alias("tid"),
+                    "start_ns",
+                )
+            )
+    if not gpu or calls.height == 0:
+        return
+    j = pl.concat(gpu).join(calls, on=["source_id", "correlation_id"], how="inner")
+    # nsys numbers correlation ids per process.
+    j = j.filter(
+        pl.col("_gpid").is_null() | pl.col("_cpid").is_null() | (pl.col("_gpid") == pl.col("_cpid"))
+    )
+    j = j.sort("start_ns", "pid", "tid").with_row_index("id", offset=1)
+    common = [pl.lit(FLOW_CAT).alias("cat"), pl.lit(FLOW_CAT).alias("name"), pl.col("id")]
+    w.add(
+        j.select(
+            *common,
+            pl.lit("s").alias("ph"),
+            w.us("_sts").alias("ts"),
+            pl.col("_spid").alias("pid"),
+            pl.col("_stid").alias("tid"),
+        ),
+        track=False,
+    )
+    w.add(
+        j.select(
+            *common,
+            pl.lit("f").alias("ph"),
+            pl.lit("e").alias("bp"),
+            w.us("start_ns").alias("ts"),
+            "pid",
+            "tid",
+        ),
+        track=False,
+    )
+
+
+def _counters(w: _Writer, s: pl.DataFrame) -> None:
+    for col in COUNTERS:
+        if col not in s.columns:
+            continue
+        ev = s.filter(pl.col(col).is_not_null()).select(
+            pl.lit(col).alias("name"),
+            pl.lit("C").alias("ph"),
+            w.us("timestamp_ns").alias("ts"),
+            _DEV.alias("pid"),
+            pl.struct(pl.col(col).alias("value")).alias("args"),
+        )
+        w.add(ev, track=False)
+        w.ids.append(ev.select("pid").unique().with_columns(pl.lit(None, pl.Int64).alias("tid")))
+
+
+def _metadata(
+    ids: list[pl.DataFrame], devices: pl.DataFrame | None, sources: pl.DataFrame | None
+) -> pl.DataFrame:
+    if not ids:
         return pl.DataFrame()
-    ids = pl.concat([d.cast({"pid": pl.Int64, "tid": pl.Int64}) for d in meta]).unique()
+    both = pl.concat([d.cast({"pid": pl.Int64, "tid": pl.Int64}) for d in ids]).unique()
+    dev_names: dict[int, str] = {}
+    if devices is not None and devices.height:
+        for d, n in devices.filter(pl.col("name").is_not_null()).select("device_id", "name").rows():
+            if d is not None:
+                dev_names.setdefault(int(d), str(n))
+    ranks = [] if sources is None else sources["rank"].drop_nulls().unique().to_list()
+    rank = f" · rank {ranks[0]}" if len(ranks) == 1 else ""
+    gpu_name = pl.concat_str(
+        pl.format("GPU {}", pl.col("pid")),
+        pl.col("pid")
+        .replace_strict(
+            {d: f" · {n}" for d, n in dev_names.items()}, default="", return_dtype=pl.String
+        )
+        .fill_null(""),
+        pl.lit(rank),
+    )
     pname = (
-        pl.when(pl.col("pid") >= HOST_PID_OFFSET)
-        .then(pl.format("host pid {}", pl.col("pid") - HOST_PID_OFFSET))
-        .otherwise(pl.format("GPU {}", pl.col("pid")))
+        # host rows without a process id (Kineto's instant markers) share pid 10⁶
+        pl.when(pl.col("pid") == HOST_PID_OFFSET)
+        .then(pl.format("host{}", pl.lit(rank)))
+        .when(pl.col("pid") >= HOST_PID_OFFSET)
+        .then(pl.format("host pid {}{}", pl.col("pid") - HOST_PID_OFFSET, pl.lit(rank)))
+        .otherwise(gpu_name)
     )
     procs = (
-        ids.select("pid")
+        both.select("pid")
         .unique()
         .select(
             pl.lit("process_name").alias("name"),
@@ -169,7 +342,7 @@ def _metadata(meta: list[pl.DataFrame]) -> pl.DataFrame:
         .then(pl.format("copies stream {}", pl.col("tid") - COPY_TID_OFFSET))
         .otherwise(pl.format("stream {}", pl.col("tid")))
     )
-    threads = ids.drop_nulls("tid").select(
+    threads = both.drop_nulls("tid").select(
         pl.lit("thread_name").alias("name"),
         pl.lit("M").alias("ph"),
         pl.col("pid"),
@@ -186,9 +359,29 @@ def write_chrome_trace(
     markers: Frame | None = None,
     gpu_samples: Frame | None = None,
     *,
+    api_calls: Frame | None = None,
+    ops: Frame | None = None,
+    devices: Frame | None = None,
+    sources: Frame | None = None,
     origin_ns: int | None = None,
 ) -> None:
-    """Write `chrome_trace_json(...)` to `path`."""
-    text = chrome_trace_json(kernels, memcpy, markers, gpu_samples, origin_ns=origin_ns)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    """Write `chrome_trace_json(...)` to `path`, through a temporary name renamed at the end."""
+    text = chrome_trace_json(
+        kernels,
+        memcpy,
+        markers,
+        gpu_samples,
+        api_calls=api_calls,
+        ops=ops,
+        devices=devices,
+        sources=sources,
+        origin_ns=origin_ns,
+    )
+    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)

@@ -37,8 +37,9 @@ Tables:
 * `api_calls`: `cuda_runtime` → `runtime`, `cuda_driver` → `driver` (ROCm's `hip*` calls also
   use `cuda_runtime`); `cbid` (ROCm: `cid`) → `callback_id`.
 * `ops`: `cpu_op`, `python_function` (and the old `Operator`); `External id` → `external_id`.
-* `markers`: `user_annotation` (host), `gpu_user_annotation` (`device_id` = pid, no process or
-  thread: pid/tid are device/stream there) and instant events (`ph` `i`/`I`, null end).
+* `markers`: `user_annotation` (host), `gpu_user_annotation` (`device_id` = pid, `stream_id` =
+  tid, no process or thread: pid/tid are device/stream there) and instant events (`ph` `i`/`I`,
+  null end).
 * `iterations`: `ProfilerStep#N` host annotations (user_annotation, or cpu_op in older PyTorch);
   `rank` from `distributedInfo`, `device_id` null (the trace does not map ranks to devices).
 * `sources`: tool `pytorch-profiler`, `tool_version` null (Kineto writes no PyTorch version;
@@ -698,6 +699,7 @@ def _markers(sub: list[Any]) -> pl.DataFrame:
             _ints(sub, "pid"),
             _ints(sub, "tid"),
             _ints(args, "device"),
+            _ints(args, "stream"),
             _strs(sub, "name"),
             *_times(sub),
         ]
@@ -712,6 +714,7 @@ def _finish_markers(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(on_gpu).then(None).otherwise(pl.col("pid")).alias("process_id"),
         pl.when(on_gpu).then(None).otherwise(pl.col("tid")).alias("thread_id"),
         pl.when(on_gpu).then(pl.coalesce("device", "pid")).alias("device_id"),
+        pl.when(on_gpu).then(pl.coalesce("stream", "tid")).alias("stream_id"),
         "name",
         "category",
         "start_ns",

@@ -1,0 +1,239 @@
+"""Kernel launch statistics: each kernel joined to the host API call that launched it.
+
+A kernel's launch call is the runtime or driver API call with the same correlation id (CUPTI
+gives the call and the activity it causes one id): `cudaLaunchKernel`, `cuLaunchKernelEx`,
+`cudaGraphLaunch`, … whatever the name. Correlation ids restart per process in nsys exports, so
+the join is on (`source_id`, `correlation_id`) and the process ids must agree where both sides
+have one (Kineto and nvprof CSV leave the kernel's process null; one process writes one trace).
+When several calls share the id (a runtime call and the driver call beneath it) the outermost,
+the earliest-starting one, is the launch.
+
+Per launch: `cpu_ns` = the call's duration, `gpu_ns` = the kernel's duration, `delay_ns` = kernel
+start − call start (queueing plus launch latency). Formats: Kineto JSON (`cuda_runtime` /
+`cuda_driver` events with `correlation`), nsys SQLite, nvprof SQLite; nvprof `--print-gpu-trace`
+CSV has no API calls (only with a `--print-api-trace` CSV of the same run beside it).
+
+Outliers, per kernel name:
+* `short_kernel`: launches whose kernel ran shorter than its launch call took on the CPU (the GPU
+  drains these faster than the host can issue them);
+* `long_delay`: launches whose delay exceeds both the 95th percentile of their source and device
+  and an absolute floor (`delay_floor_ns`, 100 µs by default, HTA's launch-delay cutoff).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from ..errors import NotAnswerable
+from .naming import source_name
+
+if TYPE_CHECKING:
+    from ..dataset import Dataset
+
+Frame = pl.DataFrame | pl.LazyFrame
+
+DELAY_FLOOR_NS = 100_000
+
+
+def _lazy(df: Frame) -> pl.LazyFrame:
+    return df.lazy() if isinstance(df, pl.DataFrame) else df
+
+
+def launch_calls(events: Frame, api_calls: Frame) -> pl.DataFrame:
+    """`events` (kernels or memcpy rows) with their launch call, left-joined.
+
+    Adds `call_name`, `call_api`, `call_process_id`, `thread_id`, `call_start_ns`, `call_end_ns`
+    and `cpu_ns` (null where no call has the event's correlation id), keeping every event row
+    in its order.
+    """
+    ev = _lazy(events).with_row_index("_lrow")
+    calls = (
+        _lazy(api_calls)
+        .filter(pl.col("correlation_id").is_not_null() & pl.col("start_ns").is_not_null())
+        .select(
+            "source_id",
+            "correlation_id",
+            pl.col("process_id").alias("call_process_id"),
+            "thread_id",
+            pl.col("name").alias("call_name"),
+            pl.col("api").alias("call_api"),
+            pl.col("start_ns").alias("call_start_ns"),
+            pl.col("end_ns").alias("call_end_ns"),
+            pl.col("duration_ns").alias("cpu_ns"),
+        )
+    )
+    same_process = (
+        pl.col("process_id").is_null()
+        | pl.col("call_process_id").is_null()
+        | (pl.col("process_id") == pl.col("call_process_id"))
+    )
+    matched = (
+        ev.select("_lrow", "source_id", "correlation_id", "process_id")
+        .filter(pl.col("correlation_id").is_not_null())
+        .join(calls, on=["source_id", "correlation_id"])
+        .filter(same_process)
+        .sort("_lrow", "call_start_ns")
+        .unique("_lrow", keep="first")
+        .drop("source_id", "correlation_id", "process_id")
+    )
+    return ev.join(matched, on="_lrow", how="left").sort("_lrow").drop("_lrow").collect()
+
+
+def launch_table(kernels: Frame, api_calls: Frame) -> pl.DataFrame:
+    """One row per timed kernel with a launch call: ids, name, call, cpu/gpu/delay ns."""
+    k = _lazy(kernels).filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null())
+    j = launch_calls(k, api_calls)
+    return j.filter(pl.col("call_start_ns").is_not_null()).select(
+        "source_id",
+        "device_id",
+        "stream_id",
+        "kernel_id",
+        "name",
+        "call_name",
+        "call_api",
+        "call_start_ns",
+        "start_ns",
+        "cpu_ns",
+        (pl.col("end_ns") - pl.col("start_ns")).alias("gpu_ns"),
+        (pl.col("start_ns") - pl.col("call_start_ns")).alias("delay_ns"),
+    )
+
+
+def _stats(col: str, what: str) -> list[pl.Expr]:
+    c = pl.col(col)
+    return [
+        c.mean().alias(f"mean_{what}_ns"),
+        c.median().alias(f"median_{what}_ns"),
+        c.quantile(0.95, interpolation="linear").alias(f"p95_{what}_ns"),
+    ]
+
+
+def _delay_cut(table: pl.DataFrame, delay_floor_ns: int) -> pl.Expr:
+    p95 = pl.col("delay_ns").quantile(0.95, interpolation="linear").over("source_id", "device_id")
+    return (pl.col("delay_ns") > p95) & (pl.col("delay_ns") > delay_floor_ns)
+
+
+def launch_stats(
+    table: pl.DataFrame, *, by_kernel: bool = False, delay_floor_ns: int = DELAY_FLOOR_NS
+) -> pl.DataFrame:
+    """Per source and device (and kernel name with `by_kernel`): launch_count, mean / median /
+    p95 of cpu, gpu and delay ns, short_kernel_count and long_delay_count."""
+    keys = ["source_id", "device_id", *(["name"] if by_kernel else [])]
+    t = table.with_columns(_delay_cut(table, delay_floor_ns).alias("_long"))
+    out = t.group_by(keys).agg(
+        pl.len().cast(pl.Int64).alias("launch_count"),
+        *_stats("cpu_ns", "cpu"),
+        *_stats("gpu_ns", "gpu"),
+        *_stats("delay_ns", "delay"),
+        (pl.col("gpu_ns") < pl.col("cpu_ns")).sum().cast(pl.Int64).alias("short_kernel_count"),
+        pl.col("_long").sum().cast(pl.Int64).alias("long_delay_count"),
+    )
+    order = ["source_id", "device_id"]
+    if by_kernel:
+        out = out.with_columns((pl.col("mean_gpu_ns") * pl.col("launch_count")).alias("_t"))
+        return out.sort([*order, "_t"], descending=[False, False, True], nulls_last=True).drop("_t")
+    return out.sort(order, nulls_last=True)
+
+
+def launch_outliers(table: pl.DataFrame, *, delay_floor_ns: int = DELAY_FLOOR_NS) -> pl.DataFrame:
+    """Per source, device, outlier kind and kernel name: count and mean/max times."""
+    t = table.with_columns(
+        (pl.col("gpu_ns") < pl.col("cpu_ns")).alias("short_kernel"),
+        _delay_cut(table, delay_floor_ns).alias("long_delay"),
+    )
+    parts = [
+        t.filter(pl.col(kind)).with_columns(pl.lit(kind).alias("outlier"))
+        for kind in ("short_kernel", "long_delay")
+    ]
+    rows = pl.concat(parts)
+    return (
+        rows.group_by("source_id", "device_id", "outlier", "name")
+        .agg(
+            pl.len().cast(pl.Int64).alias("count"),
+            pl.col("cpu_ns").mean().alias("mean_cpu_ns"),
+            pl.col("gpu_ns").mean().alias("mean_gpu_ns"),
+            pl.col("delay_ns").mean().alias("mean_delay_ns"),
+            pl.col("delay_ns").max().alias("max_delay_ns"),
+        )
+        .sort(
+            ["source_id", "device_id", "outlier", "count", "name"],
+            descending=[False, False, False, True, False],
+            nulls_last=True,
+        )
+    )
+
+
+@dataclass(frozen=True)
+class Launches:
+    """`stats` (per device, or per kernel name), the per-launch `table`, and `outliers`."""
+
+    stats: pl.DataFrame
+    outliers: pl.DataFrame
+    table: pl.DataFrame
+
+
+def kernel_launches(
+    kernels: Frame,
+    api_calls: Frame,
+    *,
+    by_kernel: bool = False,
+    delay_floor_ns: int = DELAY_FLOOR_NS,
+    names: Mapping[str, str] | None = None,
+) -> Launches:
+    """Launch statistics; NotAnswerable when no kernel has a launch call (e.g. nvprof CSV
+    without its API trace). Kernels without a call are counted in a warning."""
+    k = _lazy(kernels).filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null())
+    n_kernels = k.select(pl.len()).collect().item()
+    if n_kernels == 0:
+        raise NotAnswerable("no timed kernels")
+    n_calls = (
+        (_lazy(api_calls).filter(pl.col("correlation_id").is_not_null()).select(pl.len()))
+        .collect()
+        .item()
+    )
+    if n_calls == 0:
+        raise NotAnswerable(
+            "no API calls with correlation ids: this trace cannot pair kernels with their "
+            "launches (nvprof --print-gpu-trace CSV needs its --print-api-trace CSV beside it)"
+        )
+    table = launch_table(k, api_calls)
+    if table.height == 0:
+        raise NotAnswerable("no kernel shares a correlation id with an API call")
+    per = (
+        k.group_by("source_id")
+        .agg(pl.len().alias("n"))
+        .collect()
+        .join(table.group_by("source_id").agg(pl.len().alias("m")), on="source_id", how="left")
+        .sort("source_id")
+    )
+    for sid, n, m in per.iter_rows():
+        if m is None:
+            warnings.warn(
+                f"{source_name(names, sid)}: "
+                "no kernel has a launch call (no API calls with its correlation ids); "
+                "left out",
+                stacklevel=2,
+            )
+        elif m < n:
+            warnings.warn(
+                f"{source_name(names, sid)}: "
+                f"{n - m} of {n} kernels have no launch call with their correlation id "
+                "(outside the capture window or not traced); left out",
+                stacklevel=2,
+            )
+    return Launches(
+        stats=launch_stats(table, by_kernel=by_kernel, delay_floor_ns=delay_floor_ns),
+        outliers=launch_outliers(table, delay_floor_ns=delay_floor_ns),
+        table=table,
+    )
+
+
+def launches(ds: Dataset, **options: Any) -> Launches:
+    """`Dataset.launches(by_kernel=False, delay_floor_ns=100_000)`."""
+    opts: dict[str, Any] = {"names": ds.names(), **options}
+    return kernel_launches(ds.scan("kernels"), ds.scan("api_calls"), **opts)

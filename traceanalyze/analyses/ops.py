@@ -1,0 +1,359 @@
+"""Host operators: self and inclusive time, and the GPU time of the kernels each one launched.
+
+Definitions (written once; `ops`, `summary` and `compare --ops` use them):
+
+* **Nesting.** On one (source, process, thread), operator B is a child of A when B starts inside A
+  (A.start <= B.start < A.end); the parent is the innermost such A. Events are swept in order of
+  (start, longer first), so of two operators with the same interval the first listed is the
+  parent. A child that outlives its parent (clock rounding) is cut at the parent's end.
+* **Inclusive time** of an operator: its duration. Per name, an instance nested inside another
+  instance of the same name (recursion, `aten::to` in `aten::to`) is not added again, so a name's
+  inclusive time is wall time under that name, never more.
+* **Self time**: duration minus the time covered by its children (exclusive time).
+* **Kernel attribution.** A launch call is the runtime/driver API call whose correlation id a
+  kernel carries (same source, and same process where both give one). The kernel belongs to the
+  deepest operator on the call's thread that holds the call's start: `kernel_self_ns` of a name is
+  the GPU time of kernels launched directly by it, `kernel_inclusive_ns` also counts its
+  descendants' kernels (each kernel once per name). Kernels without an enclosing operator (or
+  without a launch call) go to a row whose `op` is null, so the GPU column adds up to the kernel
+  time of the source.
+
+Formats: the PyTorch profiler (Kineto) has operators (`ops` table). nsys and nvprof traces have
+none; where a source has no operators, its NVTX ranges stand in (`basis` = "nvtx"): PyTorch's
+`emit_nvtx` ranges ("aten::mm, seq = 12, op_id = 40") lose their `, key = value` suffixes, and
+pyprof dict markers ("{'mod': 'torch', 'op': 'linear', …}") become `mod.op`. A source with
+neither has no rows (and a warning).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections import Counter
+
+import numpy as np
+import polars as pl
+
+Frame = pl.DataFrame | pl.LazyFrame
+
+OPS_COLUMNS: tuple[str, ...] = (
+    "source_id",
+    "op",
+    "basis",
+    "call_count",
+    "inclusive_ns",
+    "self_ns",
+    "kernel_count",
+    "kernel_self_ns",
+    "kernel_inclusive_ns",
+)
+
+_OUT_SCHEMA = {
+    "source_id": pl.String,
+    "op": pl.String,
+    "basis": pl.String,
+    "call_count": pl.Int64,
+    "inclusive_ns": pl.Int64,
+    "self_ns": pl.Int64,
+    "kernel_count": pl.Int64,
+    "kernel_self_ns": pl.Int64,
+    "kernel_inclusive_ns": pl.Int64,
+}
+
+_EMIT_NVTX_SUFFIX = re.compile(r",\s+\w+\s+=\s+.*$")
+_PYPROF_MOD_OP = re.compile(r"'mod':\s*'([^']*)',\s*'op':\s*'([^']*)'")
+_PYPROF_MARKER = re.compile(r"^\{'traceMarker':\s*\['([^']*)'")
+
+
+def _collect(df: Frame) -> pl.DataFrame:
+    return df.collect() if isinstance(df, pl.LazyFrame) else df
+
+
+def _dur() -> pl.Expr:
+    return pl.coalesce(pl.col("duration_ns"), pl.col("end_ns") - pl.col("start_ns"))
+
+
+def nvtx_op_name(name: str) -> str:
+    """The operator name an NVTX range stands for (see the module docstring)."""
+    m = _PYPROF_MOD_OP.search(name)
+    if name.startswith("{") and m:
+        return f"{m.group(1)}.{m.group(2)}"
+    m = _PYPROF_MARKER.match(name)
+    if m:
+        return f"traceMarker {m.group(1)}"
+    return _EMIT_NVTX_SUFFIX.sub("", name)
+
+
+def host_ops(ops: Frame, markers: Frame | None = None) -> pl.DataFrame:
+    """Operators per source with a `basis` column: the `ops` table, or for sources without
+    operators their NVTX ranges (renamed by `nvtx_op_name`). Timed rows only."""
+    o = (
+        _collect(
+            ops.lazy().filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null())
+        )
+        .select("source_id", "process_id", "thread_id", "name", "start_ns", "end_ns")
+        .with_columns(pl.lit("ops").alias("basis"))
+    )
+    if markers is None:
+        return o
+    have = set(o["source_id"].unique().to_list())
+    m = _collect(
+        markers.lazy().filter(
+            (pl.col("category") == "nvtx")
+            & pl.col("end_ns").is_not_null()
+            & pl.col("start_ns").is_not_null()
+            & pl.col("device_id").is_null()
+            & ~pl.col("source_id").is_in(list(have))
+        )
+    )
+    if m.height == 0:
+        return o
+    m = m.select(
+        "source_id",
+        "process_id",
+        "thread_id",
+        pl.col("name").fill_null("").map_elements(nvtx_op_name, return_dtype=pl.String),
+        "start_ns",
+        "end_ns",
+        pl.lit("nvtx").alias("basis"),
+    )
+    return pl.concat([o, m.cast(o.schema)])
+
+
+def launches(api_calls: Frame, kernels: Frame) -> pl.DataFrame:
+    """Kernels joined to their launch calls: the kernel's source, correlation id, duration, name
+    and the call's process, thread and start (null where no call carries the id)."""
+    k = _collect(
+        kernels.lazy().select(
+            "source_id",
+            "kernel_id",
+            pl.col("process_id").alias("k_pid"),
+            "correlation_id",
+            pl.col("name").alias("kernel"),
+            _dur().alias("kernel_ns"),
+        )
+    )
+    a = _collect(
+        api_calls.lazy()
+        .filter(pl.col("correlation_id").is_not_null() & pl.col("start_ns").is_not_null())
+        .select("source_id", "process_id", "thread_id", "correlation_id", "start_ns")
+    )
+    j = k.join(a, on=["source_id", "correlation_id"], how="left")
+    # nsys numbers correlation ids per process: where both sides name a process they must agree.
+    ok = pl.col("k_pid").is_null() | pl.col("process_id").is_null()
+    j = j.filter(ok | (pl.col("k_pid") == pl.col("process_id")))
+    # A kernel whose id matched no call (or only calls of another process) stays, unattributed.
+    lost = k.join(j.select("source_id", "kernel_id"), on=["source_id", "kernel_id"], how="anti")
+    if lost.height:
+        j = pl.concat([j, lost], how="diagonal")
+    return j.unique(["source_id", "kernel_id"], keep="first", maintain_order=True).drop("k_pid")
+
+
+def op_tree(ops: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Sweep each thread once: per operator its parent row, child time and whether a same-name
+    ancestor exists; per launch call the operator row that encloses it (-1 for none).
+
+    `ops` needs source_id, process_id, thread_id, name, start_ns, end_ns; `calls` source_id,
+    process_id, thread_id, start_ns. Returns (ops + `_row`, `parent`, `child_ns`, `nested_same`),
+    (calls + `owner`), both in their input order.
+    """
+    n_ops = ops.height
+    ev = pl.concat(
+        [
+            ops.select(
+                "source_id",
+                "process_id",
+                "thread_id",
+                "start_ns",
+                "end_ns",
+                pl.lit(0).alias("_kind"),
+            ),
+            calls.select(
+                "source_id",
+                "process_id",
+                "thread_id",
+                "start_ns",
+                pl.col("start_ns").alias("end_ns"),
+                pl.lit(1).alias("_kind"),
+            ),
+        ],
+        how="vertical_relaxed",
+    ).with_row_index("_i")
+    # Operators before calls at the same start (a call at an op's first ns is inside it), and the
+    # longer operator first (it is the parent).
+    ev = ev.sort(
+        ["source_id", "process_id", "thread_id", "start_ns", "_kind", "end_ns", "_i"],
+        descending=[False, False, False, False, False, True, False],
+        nulls_last=True,
+    )
+    grp = (
+        ev.select(pl.struct("source_id", "process_id", "thread_id").rle_id()).to_series().to_numpy()
+    )
+    idx = ev["_i"].to_numpy()
+    start = ev["start_ns"].to_numpy()
+    end = ev["end_ns"].to_numpy()
+    names = ops["name"].fill_null("").to_list()
+    parent = np.full(n_ops, -1, dtype=np.int64)
+    child = np.zeros(n_ops, dtype=np.int64)
+    nested_same = np.zeros(n_ops, dtype=bool)
+    owner = np.full(calls.height, -1, dtype=np.int64)
+    stack: list[int] = []
+    on_stack: Counter[str] = Counter()
+    cur = None
+    op_end = ops["end_ns"].to_numpy()
+    for g, i, s, e in zip(grp.tolist(), idx.tolist(), start.tolist(), end.tolist(), strict=True):
+        if g != cur:
+            cur, stack = g, []
+            on_stack.clear()
+        while stack and op_end[stack[-1]] <= s:
+            on_stack[names[stack.pop()]] -= 1
+        top = stack[-1] if stack else -1
+        if i >= n_ops:
+            owner[i - n_ops] = top
+            continue
+        parent[i] = top
+        if top >= 0:
+            child[top] += min(e, int(op_end[top])) - s
+        nested_same[i] = on_stack[names[i]] > 0
+        stack.append(i)
+        on_stack[names[i]] += 1
+    o = ops.with_columns(
+        pl.Series("parent", parent),
+        pl.Series("child_ns", child),
+        pl.Series("nested_same", nested_same),
+    ).with_row_index("_row")
+    c = calls.with_columns(pl.Series("owner", owner))
+    return o, c
+
+
+def op_stats(
+    ops: Frame,
+    api_calls: Frame,
+    kernels: Frame,
+    markers: Frame | None = None,
+    *,
+    launching_processes_only: bool = False,
+) -> pl.DataFrame:
+    """One row per source and operator name: calls, inclusive and self time, kernels launched and
+    their GPU time (self and inclusive), sorted by inclusive time; see the module docstring.
+
+    Pass `markers` to let NVTX ranges stand in for sources without operators.
+    `launching_processes_only` keeps the operators of the processes that launched `kernels`
+    (when the kernels were filtered to some devices: one rank's operators, not every rank's)."""
+    host = host_ops(ops, markers)
+    kern = launches(api_calls, kernels)
+    if launching_processes_only:
+        procs = kern.select("source_id", "process_id").drop_nulls().unique()
+        host = host.join(procs, on=["source_id", "process_id"], how="semi")
+    if host.height == 0:
+        warnings.warn(
+            "no host operators (PyTorch profiler ops) or NVTX ranges: kernels cannot be "
+            "attributed to operators",
+            stacklevel=2,
+        )
+    no_ops = set(kern["source_id"].unique().to_list()) - set(host["source_id"].unique().to_list())
+    for sid in sorted(no_ops):
+        warnings.warn(f"source {sid} has no host operators or NVTX ranges", stacklevel=2)
+    calls = kern.filter(pl.col("start_ns").is_not_null())
+    tree, owned = op_tree(host, calls)
+    rows = _name_rows(tree)
+    gpu = _kernel_rows(tree, owned, kern)
+    out = rows.join(gpu, on=["source_id", "op"], how="full", coalesce=True, nulls_equal=True)
+    basis = tree.group_by("source_id").agg(pl.col("basis").first().alias("_b"))
+    out = out.join(basis, on="source_id", how="left").with_columns(
+        pl.coalesce("basis", "_b").alias("basis")
+    )
+    return (
+        out.with_columns(pl.col(c).fill_null(0) for c in OPS_COLUMNS[3:])
+        .select(OPS_COLUMNS)
+        .cast(_OUT_SCHEMA)  # type: ignore[arg-type]
+        .sort(
+            ["source_id", "inclusive_ns", "kernel_inclusive_ns", "op"],
+            descending=[False, True, True, False],
+            nulls_last=True,
+        )
+    )
+
+
+def _name_rows(tree: pl.DataFrame) -> pl.DataFrame:
+    d = pl.col("end_ns") - pl.col("start_ns")
+    return tree.group_by("source_id", pl.col("name").alias("op")).agg(
+        pl.col("basis").first(),
+        pl.len().cast(pl.Int64).alias("call_count"),
+        d.filter(~pl.col("nested_same")).sum().alias("inclusive_ns"),
+        (d - pl.col("child_ns")).clip(lower_bound=0).sum().alias("self_ns"),
+    )
+
+
+def _kernel_rows(tree: pl.DataFrame, owned: pl.DataFrame, kern: pl.DataFrame) -> pl.DataFrame:
+    """Per (source, op name): kernels launched directly, their time, and time including
+    descendants' kernels (walk each kernel's ancestor chain; each name counted once per kernel)."""
+    parent = tree["parent"].to_list()
+    names = tree["name"].fill_null("").to_list()
+    sids = tree["source_id"].to_list()
+    by_kernel = owned.select("source_id", "kernel_id", "owner")
+    k = kern.join(by_kernel, on=["source_id", "kernel_id"], how="left").with_columns(
+        pl.col("owner").fill_null(-1)
+    )
+    direct: dict[tuple[str, str | None], list[int]] = {}
+    incl: dict[tuple[str, str | None], int] = {}
+    for sid, o, ns in zip(
+        k["source_id"].to_list(),
+        k["owner"].to_list(),
+        k["kernel_ns"].fill_null(0).to_list(),
+        strict=True,
+    ):
+        if o < 0:
+            key: tuple[str, str | None] = (sid, None)
+            acc = direct.setdefault(key, [0, 0])
+            acc[0] += 1
+            acc[1] += ns
+            incl[key] = incl.get(key, 0) + ns
+            continue
+        acc = direct.setdefault((sids[o], names[o]), [0, 0])
+        acc[0] += 1
+        acc[1] += ns
+        seen: set[str] = set()
+        while o >= 0:
+            if names[o] not in seen:
+                seen.add(names[o])
+                incl[(sids[o], names[o])] = incl.get((sids[o], names[o]), 0) + ns
+            o = parent[o]
+    keys = sorted(incl, key=lambda t: (t[0], t[1] or ""))
+    return pl.DataFrame(
+        {
+            "source_id": [s for s, _ in keys],
+            "op": [n for _, n in keys],
+            "kernel_count": [direct.get(t, [0, 0])[0] for t in keys],
+            "kernel_self_ns": [direct.get(t, [0, 0])[1] for t in keys],
+            "kernel_inclusive_ns": [incl[t] for t in keys],
+        },
+        schema={
+            "source_id": pl.String,
+            "op": pl.String,
+            "kernel_count": pl.Int64,
+            "kernel_self_ns": pl.Int64,
+            "kernel_inclusive_ns": pl.Int64,
+        },
+    )
+
+
+def op_kernels(
+    ops: Frame, api_calls: Frame, kernels: Frame, markers: Frame | None = None
+) -> pl.DataFrame:
+    """Every kernel with the operator that launched it (`op`, null for none): source_id,
+    kernel_id, kernel (name), kernel_ns, op."""
+    host = host_ops(ops, markers)
+    kern = launches(api_calls, kernels)
+    tree, owned = op_tree(host, kern.filter(pl.col("start_ns").is_not_null()))
+    names = tree["name"].to_list()
+    own = owned.select(
+        "source_id",
+        "kernel_id",
+        pl.col("owner")
+        .map_elements(lambda o: names[o] if o >= 0 else None, return_dtype=pl.String)
+        .alias("op"),
+    )
+    return kern.select("source_id", "kernel_id", "kernel", "kernel_ns").join(
+        own, on=["source_id", "kernel_id"], how="left"
+    )

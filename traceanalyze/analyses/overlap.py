@@ -1,0 +1,163 @@
+"""Communication against computation per device: how much communication the kernels hide.
+
+Communication is (a) collective and point-to-point kernels, recognised by name (NCCL's
+`ncclDevKernel_*` / `ncclKernel_*`, RCCL, and names holding AllReduce, AllGather, ReduceScatter,
+AllToAll, SendRecv or Broadcast in any spelling), and (b) copies that leave the device: peer
+copies (`PtoP`) and host copies (any kind with an `H`: `HtoD`, `DtoH`, `HtoH`, pinned or
+unified). Device-local copies (`DtoD`) and memsets are neither. Computation is every other
+kernel.
+
+Per device, intervals are merged first (unions), then: `comm_ns` = |communication|,
+`compute_ns` = |computation|, `overlapped_ns` = |communication ∩ computation|, `exposed_ns` =
+`comm_ns − overlapped_ns` (communication that nothing hides), `overlap_pct` = overlapped / comm.
+With iterations known (the iterations table: `ProfilerStep#N` of the PyTorch profiler, iteration
+logs on the same clock), one more row per iteration with every interval clipped to it; the
+whole-trace row has `iteration` null.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from ..errors import NotAnswerable
+from . import _intervals as iv
+from .naming import source_name
+
+if TYPE_CHECKING:
+    from ..dataset import Dataset
+
+Frame = pl.DataFrame | pl.LazyFrame
+
+COMM_KERNEL = (
+    r"(?i)nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|send_?recv|broadcast"
+)
+COLUMNS = (
+    "source_id",
+    "device_id",
+    "iteration",
+    "window_ns",
+    "compute_ns",
+    "comm_ns",
+    "comm_kernel_ns",
+    "comm_copy_ns",
+    "overlapped_ns",
+    "exposed_ns",
+    "overlap_pct",
+)
+
+
+def _lazy(df: Frame) -> pl.LazyFrame:
+    return df.lazy() if isinstance(df, pl.DataFrame) else df
+
+
+def classify(kernels: Frame, memcpy: Frame) -> pl.DataFrame:
+    """Timed kernels and copies as `source_id, device_id, start_ns, end_ns, role` with role
+    `compute`, `comm_kernel` or `comm_copy`; device-local copies and memsets left out."""
+    k = _lazy(kernels).select(
+        "source_id",
+        "device_id",
+        "start_ns",
+        "end_ns",
+        pl.when(pl.col("name").str.contains(COMM_KERNEL).fill_null(False))
+        .then(pl.lit("comm_kernel"))
+        .otherwise(pl.lit("compute"))
+        .alias("role"),
+    )
+    off_device = pl.col("kind").str.contains("H") | (pl.col("kind") == "PtoP")
+    c = (
+        _lazy(memcpy)
+        .filter(off_device.fill_null(False) & (pl.col("kind") != "memset"))
+        .select("source_id", "device_id", "start_ns", "end_ns", pl.lit("comm_copy").alias("role"))
+    )
+    return pl.concat([k, c]).drop_nulls(["start_ns", "end_ns"]).collect()
+
+
+def _measure(rows: pl.DataFrame, lo: int | None, hi: int | None) -> dict[str, Any]:
+    def part(role: tuple[str, ...]) -> iv.Set:
+        r = rows.filter(pl.col("role").is_in(role))
+        s = iv.as_set(r["start_ns"].to_numpy(), r["end_ns"].to_numpy())
+        return s if lo is None or hi is None else iv.clip(s, lo, hi)
+
+    compute, kern, copy = part(("compute",)), part(("comm_kernel",)), part(("comm_copy",))
+    comm = iv.union(kern, copy)
+    comm_ns = iv.length(comm)
+    over = iv.length(iv.intersect(comm, compute))
+    if lo is None or hi is None:
+        lo, hi = int(rows["start_ns"].min()), int(rows["end_ns"].max())  # type: ignore[arg-type]
+    return {
+        "window_ns": hi - lo,
+        "compute_ns": iv.length(compute),
+        "comm_ns": comm_ns,
+        "comm_kernel_ns": iv.length(kern),
+        "comm_copy_ns": iv.length(copy),
+        "overlapped_ns": over,
+        "exposed_ns": comm_ns - over,
+        "overlap_pct": 100.0 * over / comm_ns if comm_ns else None,
+    }
+
+
+def comm_overlap(
+    kernels: Frame,
+    memcpy: Frame,
+    iterations: Frame | None = None,
+    *,
+    names: Mapping[str, str] | None = None,
+) -> pl.DataFrame:
+    """Per source and device (and iteration): compute, communication, overlapped and exposed ns.
+
+    Iterations with a null `device_id` (host-side steps) frame every device of their source.
+    Columns: see `COLUMNS`. A source without any communication gets a warning, not a row of
+    zeros only: its `overlap_pct` is null.
+    """
+    rows = classify(kernels, memcpy)
+    if rows.height == 0:
+        raise NotAnswerable("no kernels or copies with start and end times")
+    its = (
+        _lazy(iterations).drop_nulls(["start_ns", "end_ns"]).collect()
+        if iterations is not None
+        else None
+    )
+    out: list[dict[str, Any]] = []
+    for (sid, dev), r in rows.group_by(["source_id", "device_id"], maintain_order=True):
+        out.append(
+            {"source_id": sid, "device_id": dev, "iteration": None, **_measure(r, None, None)}
+        )
+        if its is None:
+            continue
+        mine = its.filter(
+            (pl.col("source_id") == sid)
+            & (pl.col("device_id").is_null() | pl.col("device_id").eq_missing(dev))
+        ).sort("iteration")
+        for it, lo, hi in mine.select("iteration", "start_ns", "end_ns").iter_rows():
+            m = _measure(r, int(lo), int(hi))
+            out.append({"source_id": sid, "device_id": dev, "iteration": it, **m})
+    df = pl.DataFrame(
+        out,
+        schema_overrides={"device_id": pl.Int64, "iteration": pl.Int64, "overlap_pct": pl.Float64},
+    ).select(COLUMNS)
+    quiet = (
+        df.filter(pl.col("iteration").is_null()).group_by("source_id").agg(pl.col("comm_ns").sum())
+    )
+    for sid in quiet.filter(pl.col("comm_ns") == 0)["source_id"].to_list():
+        warnings.warn(
+            f"{source_name(names, sid)}: "
+            "no communication kernels (NCCL, collectives) or peer/host copies; "
+            "nothing to overlap",
+            stacklevel=2,
+        )
+    return df.sort(["source_id", "device_id", "iteration"], nulls_last=False)
+
+
+def overlap(ds: Dataset, **options: Any) -> pl.DataFrame:
+    """`Dataset.overlap()`: per device and iteration, communication vs computation."""
+    opts: dict[str, Any] = {"names": ds.names(), **options}
+    return comm_overlap(
+        ds.scan("kernels"),
+        ds.scan("memcpy"),
+        ds.scan("iterations"),
+        **opts,
+    )

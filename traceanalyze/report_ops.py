@@ -1,0 +1,83 @@
+"""The Dataset entry points of `ops`, `mfu` and `roofline`: inputs from a `Dataset`, the pure
+analyses in `analyses.ops` / `analyses.mfu`, a `file` column naming each source."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from .analyses.naming import with_file
+from .errors import NotAnswerable, TraceanalyzeError
+
+if TYPE_CHECKING:
+    from .dataset import Dataset
+
+
+def ops(ds: Dataset, by: str = "op", top: int = 25) -> pl.DataFrame:
+    """Per source, the `top` operators by inclusive time (`by="op"`), or the `top` (operator,
+    kernel name) pairs by kernel time (`by="kernel"`); `top=0` keeps all."""
+    from .analyses.ops import op_kernels, op_stats
+
+    args = (ds.scan("ops"), ds.scan("api_calls"), ds.scan("kernels"), ds.scan("markers"))
+    if by == "op":
+        df = op_stats(*args, launching_processes_only=bool(ds.device_filter))
+        sort = ["source_id", "inclusive_ns"]
+    elif by == "kernel":
+        df = (
+            op_kernels(*args)
+            .group_by("source_id", "op", "kernel")
+            .agg(pl.len().alias("kernel_count"), pl.col("kernel_ns").sum().alias("kernel_ns"))
+        )
+        sort = ["source_id", "kernel_ns"]
+    else:
+        raise ValueError(f"by must be 'op' or 'kernel', not {by!r}")
+    if df.height == 0 or (by == "op" and df["op"].drop_nulls().len() == 0):
+        raise NotAnswerable(
+            f"no host operators (PyTorch profiler ops) or NVTX ranges in {ds.origin}"
+        )
+    df = df.sort(sort, descending=[False, True], nulls_last=True)
+    if top > 0:
+        df = df.group_by("source_id", maintain_order=True).head(top)
+    return with_file(df, ds.names())
+
+
+def mfu(
+    ds: Dataset,
+    *,
+    gpu: str | None = None,
+    precision: str = "fp32",
+    batch_size: int | None = None,
+    image_size: int = 224,
+    warmup: int = 0,
+) -> pl.DataFrame:
+    """ResNet-50 training model FLOP utilization per source and device (see `analyses.mfu.mfu`)."""
+    from .analyses.mfu import mfu as compute
+
+    df = compute(
+        ds.scan("iterations"),
+        ds.scan("devices"),
+        gpu=gpu,
+        precision=precision,
+        batch_size=batch_size,
+        image_size=image_size,
+        warmup=warmup,
+    )
+    return with_file(df, ds.names())
+
+
+def roofline(
+    ds: Dataset, *, gpu: str | None = None, peak_tflops: float | None = None
+) -> tuple[pl.DataFrame, float | None]:
+    """Per-kernel FLOPs, DRAM bytes and intensity from ncu counters, and the compute roof in
+    FLOP/s (`peak_tflops`, else `gpu`'s FP32 peak from gpu_peaks.csv, else None)."""
+    from .analyses.mfu import find_peak, kernel_roofline
+
+    df = kernel_roofline(ds.scan("kernel_metrics"))
+    peak = peak_tflops * 1e12 if peak_tflops else None
+    if peak is None and gpu:
+        row = find_peak(gpu)
+        if row is None or row.fp32_tflops is None:
+            raise TraceanalyzeError(f"no FP32 peak for GPU {gpu!r} in gpu_peaks.csv")
+        peak = row.fp32_tflops * 1e12
+    return with_file(df, ds.names()), peak
