@@ -158,8 +158,13 @@ def _finish(store: Store, outcomes: list[Outcome]) -> list[IngestResult]:
 
 
 def _mp_context() -> Any:
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    # The server imports the readers once (polars, pyarrow, msgspec: ~0.5 s of CPU) and each
+    # worker forks from it with them loaded; the server has run no polars code, so no threads.
+    ctx.set_forkserver_preload(["traceanalyze.parallel"])
+    return ctx
 
 
 def ingest_parallel(
