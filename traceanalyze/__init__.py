@@ -10,9 +10,12 @@ ta.plot.timeline(ds.timeline(), "t.png")          # figures from analysis result
 
 from __future__ import annotations
 
-from .dataset import Dataset, open
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     CollectError,
+    InputTooLarge,
     MalformedInput,
     MissingColumn,
     NotAnswerable,
@@ -24,9 +27,48 @@ from .errors import (
     UnsupportedOption,
     UsageProblem,
 )
-from .readers import READERS, detect_format, read
-from .store import IngestResult, Store, ingest
-from .tables import Tables
+
+if TYPE_CHECKING:
+    from .dataset import Dataset, open
+    from .parallel import ingest_dask, ingest_parallel
+    from .readers import READERS, detect_format, read
+    from .readers._common import InputLimits, input_limits
+    from .store import IngestResult, Store, ingest
+    from .tables import Tables
+
+# Public names loaded on first use (PEP 562), so `import traceanalyze` and `traceanalyze --help`
+# do not pay for polars (~0.25 s, ~50 MB) before anything needs a frame.
+_LAZY: dict[str, str] = {
+    "open": ".dataset",
+    "Dataset": ".dataset",
+    "read": ".readers",
+    "detect_format": ".readers",
+    "READERS": ".readers",
+    "ingest": ".store",
+    "Store": ".store",
+    "IngestResult": ".store",
+    "Tables": ".tables",
+    "InputLimits": ".readers._common",
+    "input_limits": ".readers._common",
+    "ingest_parallel": ".parallel",
+    "ingest_dask": ".parallel",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "plot":  # `ta.plot` on first use: matplotlib loads only for those who draw
+        return importlib.import_module(".plot", __name__)
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(mod, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, "plot"})
+
 
 __version__ = "0.1.0"
 
@@ -40,12 +82,17 @@ __all__ = [
     "Tables",
     "IngestResult",
     "READERS",
+    "InputLimits",
+    "input_limits",
+    "ingest_parallel",
+    "ingest_dask",
     "TraceanalyzeError",
     "UnknownFormat",
     "MalformedInput",
     "UnknownUnit",
     "MissingColumn",
     "UnsupportedOption",
+    "InputTooLarge",
     "StoreError",
     "ToolNotFound",
     "CollectError",
@@ -53,12 +100,3 @@ __all__ = [
     "UsageProblem",
     "__version__",
 ]
-
-
-def __getattr__(name: str) -> object:
-    # `ta.plot` on first use: matplotlib loads only for those who draw.
-    if name == "plot":
-        import importlib
-
-        return importlib.import_module(".plot", __name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -131,6 +131,22 @@ def reader_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @store_option()
 @format_option
 @click.option("--force", is_flag=True, help="Re-ingest files already in the store.")
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Parse files in N processes (the store is committed once, by this process).",
+)
+@click.option(
+    "--dask",
+    "dask_address",
+    metavar="tcp://HOST:PORT",
+    default=None,
+    help="Parse files on the workers of this Dask scheduler (needs the [dask] extra; files and "
+    "store on a file system the workers share).",
+)
 @reader_options
 @quiet_option
 def ingest(
@@ -138,11 +154,26 @@ def ingest(
     store_dir: Path,
     fmt: str | None,
     force: bool,
+    jobs: int,
+    dask_address: str | None,
     reader_opts: dict[str, Any],
     quiet: bool,
 ) -> None:
     """Read FILE... and add them to the store."""
+    import functools
+
     from .store import ingest as do_ingest
+
+    if dask_address is not None:
+        if jobs != 1:
+            raise click.UsageError("--jobs and --dask are exclusive")
+        from .parallel import ingest_dask
+
+        do_ingest = functools.partial(ingest_dask, scheduler=dask_address)
+    elif jobs > 1:
+        from .parallel import ingest_parallel
+
+        do_ingest = functools.partial(ingest_parallel, jobs=jobs)
 
     show_progress = not quiet and sys.stderr.isatty()
     if show_progress:

@@ -107,3 +107,8 @@ class UsageProblem(TraceanalyzeError):
 
 class NotAnswerable(TraceanalyzeError):
     """An analysis cannot answer from the data given; the message says why."""
+
+
+class InputTooLarge(MalformedInput):
+    """A decompressed size, a JSON value or a CSV line past its bound (`InputLimits`): refused
+    before it can exhaust memory (a decompression bomb, one giant string)."""

@@ -444,6 +444,31 @@ def stage_file(
     return staged, IngestResult(p, sid, fmt, "replaced" if present else "ingested", tables.counts())
 
 
+def plan(
+    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    format: str | None,
+    options: dict[str, Any],
+) -> list[tuple[str, str]]:
+    """(path, format) of every file, checked before any is read: a missing file, an unknown
+    format or an option no reader of these files takes fails fast, before minutes of parsing."""
+    from .readers import check_options
+
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if format is not None and format not in READERS:
+        raise UnknownFormat(f"unknown format {format!r} (formats: {', '.join(READERS)})")
+    todo: list[tuple[str, str]] = []
+    for p in paths:
+        path = os.fspath(p)
+        if not Path(path).is_file():
+            why = "is not a regular file" if Path(path).exists() else "no such file"
+            raise TraceanalyzeError(why, path=path)
+        todo.append((path, format or detect_format(path)))
+    if todo:
+        check_options([fmt for _, fmt in todo], options)
+    return todo
+
+
 def ingest(
     paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     store: Store | str | os.PathLike[str],
@@ -465,25 +490,10 @@ def ingest(
     Reader options (`tz=`, `fields=`, `interval_ms=`, …) go to the readers that take them; one
     that no reader of these files takes raises UnsupportedOption before anything is read.
     """
-    from .readers import check_options
-
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    if format is not None and format not in READERS:
-        raise UnknownFormat(f"unknown format {format!r} (formats: {', '.join(READERS)})")
     st = store if isinstance(store, Store) else Store(store)
-    # Check every path and learn its format before reading any, so a missing file or an option
-    # no reader takes fails fast, before minutes of parsing.
-    todo: list[tuple[str, str]] = []
-    for p in paths:
-        path = os.fspath(p)
-        if not Path(path).is_file():
-            why = "is not a regular file" if Path(path).exists() else "no such file"
-            raise TraceanalyzeError(why, path=path)
-        todo.append((path, format or detect_format(path)))
+    todo = plan(paths, format, options)
     if not todo:
         return []
-    check_options([fmt for _, fmt in todo], options)
     staged: list[tuple[Staged | None, IngestResult]] = []
     seen: set[str] = set()
     try:
@@ -518,6 +528,7 @@ __all__ = [
     "Manifest",
     "ingest",
     "stage_file",
+    "plan",
     "IngestResult",
     "READERS",
     "MARKER",

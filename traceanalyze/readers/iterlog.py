@@ -40,7 +40,13 @@ import polars as pl
 
 from ..errors import MalformedInput, MissingColumn
 from ..tables import Tables
-from ._common import GZIP_MAGIC, PathLike, gunzip_stream, head_text, reader_entry, warn
+from ._common import (
+    PathLike,
+    head_text,
+    read_content,
+    reader_entry,
+    warn,
+)
 
 MAGIC = "# traceanalyze-iterlog v1"
 COLUMNS: tuple[str, ...] = (
@@ -80,14 +86,7 @@ def sniff(path: PathLike) -> bool:
 
 @reader_entry("iterlog")
 def read_iterlog(path: PathLike) -> Tables:
-    with open(path, "rb") as f:
-        if f.read(2) == GZIP_MAGIC:
-            # a compressed log (`gzip train.log`): sniffing looks inside gzip, so reading does too
-            f.seek(0)
-            raw = b"".join(gunzip_stream(f, path, out_chunk=1 << 22))
-        else:
-            f.seek(0)
-            raw = f.read()
+    raw = read_content(path)  # within InputLimits: a giant line is refused, gzip streamed
     text = raw.decode("utf-8", "replace").lstrip("\ufeff")
     if text.startswith(MAGIC):
         return _read_own(path, text)

@@ -63,7 +63,7 @@ import operator
 import re
 import zlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 import polars as pl
@@ -71,7 +71,16 @@ from msgspec import Struct, field
 
 from ..errors import MalformedInput
 from ..tables import Tables
-from ._common import GZIP_MAGIC, PathLike, gunzip_stream, head_bytes, reader_entry, warn
+from ._common import (
+    GZIP_MAGIC,
+    PathLike,
+    current_limits,
+    gunzip_stream,
+    head_bytes,
+    reader_entry,
+    too_large_value,
+    warn,
+)
 
 _inflate: Any
 try:  # ISA-L inflates ~2.5x faster than zlib (10 vs 27 ms for the ResNet trace); optional
@@ -327,7 +336,12 @@ def _stream(path: PathLike) -> _Parts:
     pending = bytearray()
     consumed = 0  # file offset of pending[1]
     in_events = False
+    # `pending` holds one undecoded event at most (and a chunk): past the bound it is one giant
+    # value (a 2 GB string) or no event boundary at all; refused before it fills memory.
+    lim = current_limits()
     for chunk in _chunks(path):
+        if len(pending) > lim.max_value_bytes:
+            _oversized(path, pending, consumed, in_events, lim)
         pending += chunk
         if not in_events:
             if pending.startswith(b"\xef\xbb\xbf"):  # a UTF-8 BOM (Windows editors)
@@ -359,6 +373,22 @@ def _stream(path: PathLike) -> _Parts:
     doc.traceEvents = []
     parts.docs.append(doc)
     return parts
+
+
+def _oversized(
+    path: PathLike, pending: bytearray, consumed: int, in_events: bool, lim: Any
+) -> NoReturn:
+    """`pending` is past the value bound. A syntax error inside it (no event boundary could be
+    confirmed because the JSON is broken) is reported as such, with its line; otherwise it is
+    one value too large to hold."""
+    prefix = b'{"traceEvents":' if in_events else b""
+    offset = consumed - len(prefix) - 1 if in_events else 0
+    try:
+        _DECODER_ANY.decode(prefix + bytes(pending))
+    except msgspec.DecodeError as e:
+        if "truncated" not in str(e):
+            _decode_doc(path, prefix + bytes(pending), offset)  # raises, naming the line
+    raise too_large_value("JSON value", f"at byte {consumed} of the JSON text", lim, path)
 
 
 def _decode_front(pending: bytearray, parts: _Parts) -> int:

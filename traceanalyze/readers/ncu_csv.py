@@ -67,7 +67,6 @@ In the raw page, the metric columns are those whose header contains `__` (every 
 
 from __future__ import annotations
 
-import gzip
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +76,15 @@ import polars as pl
 
 from ..errors import MalformedInput, MissingColumn, UnknownUnit
 from ..tables import Tables
-from ._common import GZIP_MAGIC, TIME_TO_NS, PathLike, head_bytes, lazy_import, reader_entry, warn
+from ._common import (
+    TIME_TO_NS,
+    PathLike,
+    head_bytes,
+    lazy_import,
+    read_content,
+    reader_entry,
+    warn,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -201,10 +208,7 @@ class _Body:
 
 def _read_bytes(path: PathLike) -> tuple[bytes, int]:
     """The file's bytes (gunzipped) and the offset after a UTF-8 BOM (not sliced: no copy)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    if raw.startswith(GZIP_MAGIC):
-        raw = gzip.decompress(raw)
+    raw = read_content(path)  # gzip streamed, within InputLimits (bombs, giant fields refused)
     return raw, 3 if raw.startswith(BOM) else 0
 
 

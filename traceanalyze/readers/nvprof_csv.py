@@ -84,12 +84,10 @@ from __future__ import annotations
 import array
 import contextlib
 import csv
-import gzip
 import io
 import mmap
 import os
 import re
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -104,9 +102,11 @@ from ._common import (
     NVPROF_SIZE_TO_BYTES,
     TIME_TO_NS,
     PathLike,
+    check_line_lengths,
     check_telemetry,
     head_bytes,
     lazy_import,
+    read_content,
     reader_entry,
     warn,
 )
@@ -1252,13 +1252,11 @@ def _open(path: PathLike) -> _Raw:
         if not first.startswith(GZIP_MAGIC) and first != b"\xef\xbb\xbf":
             # Not mappable (a pipe, /proc): read it instead.
             with contextlib.suppress(OSError, ValueError):
-                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        raw = first + f.read()
-    if raw.startswith(GZIP_MAGIC):  # sniff (head_bytes) looks inside gzip, so read it too
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as e:
-            raise MalformedInput(f"bad gzip data ({e})", path=path) from None
+                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                check_line_lengths(mm, path)  # a field past the bound: refused (InputLimits)
+                return mm
+    # sniff (head_bytes) looks inside gzip, so read it too: streamed, within InputLimits
+    raw = read_content(path)
     return raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
 
 

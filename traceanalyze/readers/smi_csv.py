@@ -62,6 +62,7 @@ Whatever the variant, a value outside `schema.PLAUSIBLE_RANGES` (1e308 °C, -64 
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import os
 import re
 import time
@@ -80,8 +81,10 @@ from ._common import (
     GZIP_MAGIC,
     TIME_TO_NS,
     PathLike,
+    check_line_lengths,
     check_telemetry,
     head_text,
+    read_content,
     reader_entry,
     warn,
 )
@@ -255,12 +258,7 @@ def sniff(path: PathLike) -> bool:
 
 
 def read_bytes(path: PathLike) -> bytes:
-    import gzip
-
-    with open(path, "rb") as f:
-        raw = f.read()
-    if raw.startswith(GZIP_MAGIC):
-        raw = gzip.decompress(raw)
+    raw = read_content(path)  # gzip streamed, within InputLimits (bombs, giant fields refused)
     return raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
 
 
@@ -279,6 +277,9 @@ def _read_head(path: PathLike) -> tuple[bytes, bytes | None]:
             raw = read_bytes(path)
             return raw[:_HEAD], raw
         small = len(start) < _HEAD + 3
+        if not small:  # scanned by path below: refuse a giant field first (InputLimits)
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                check_line_lengths(mm, path)
     if start.startswith(b"\xef\xbb\xbf"):
         start = start[3:]
     return start[:_HEAD], (start if small else None)
