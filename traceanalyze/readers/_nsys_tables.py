@@ -382,67 +382,23 @@ def _uuid(e: pl.Expr) -> pl.Expr:
     )
 
 
+_DEVICE_INFO: dict[str, pl.DataType] = {
+    "device_id": _I,
+    "name": _S,
+    "uuid": _S,
+    "compute_capability": _S,
+    "sm_count": _I,
+    "memory_bytes": _I,
+}
+
+
 def _devices(
     con: sqlite3.Connection, names: set[str], activity_ids: Sequence[pl.Series]
 ) -> pl.DataFrame:
-    info_schema = {
-        "device_id": _I,
-        "name": _S,
-        "uuid": _S,
-        "compute_capability": _S,
-        "sm_count": _I,
-        "memory_bytes": _I,
-    }
-    gpu = pl.DataFrame(schema={"gpu_id": _I, "cu_device": _I, **info_schema})
-    if "TARGET_INFO_GPU" in names:
-        cols = {
-            "gpu_id": "id",
-            "cu_device": "cuDevice",
-            "name": "name",
-            "uuid": "uuid",
-            "major": "computeMajor",
-            "minor": "computeMinor",
-            "sm_count": "smCount",
-            "memory_bytes": "totalMemory",
-        }
-        sch: dict[str, pl.DataType] = {k: (_S if k in ("name", "uuid") else _I) for k in cols}
-        g = _fetch(con, "TARGET_INFO_GPU", cols, sch)
-        cc = pl.when(pl.col("major").is_not_null() & pl.col("minor").is_not_null()).then(
-            pl.format("{}.{}", "major", "minor")
-        )
-        gpu = g.select(
-            "gpu_id",
-            "cu_device",
-            pl.col("cu_device").alias("device_id"),
-            "name",
-            _uuid(pl.col("uuid")).alias("uuid"),
-            cc.alias("compute_capability"),
-            "sm_count",
-            "memory_bytes",
-        )
+    gpu = _target_info_gpu(con, names)
     rows = [gpu.drop("gpu_id", "cu_device")]
     if "TARGET_INFO_CUDA_DEVICE" in names:
-        cols = {
-            "gpu_id": "gpuId",
-            "device_id": "cudaId",
-            "uuid": "uuid",
-            "sms": "numMultiprocessors",
-        }
-        sch_cd: dict[str, pl.DataType] = {k: (_S if k == "uuid" else _I) for k in cols}
-        cd = _fetch(con, "TARGET_INFO_CUDA_DEVICE", cols, sch_cd)
-        cd = cd.with_columns(_uuid(pl.col("uuid")).alias("uuid"))
-        joined = cd.join(gpu.drop("device_id"), on="gpu_id", how="left", suffix="_gpu")
-        rows.insert(
-            0,
-            joined.select(
-                "device_id",
-                "name",
-                pl.coalesce("uuid", "uuid_gpu").alias("uuid"),
-                "compute_capability",
-                pl.coalesce("sm_count", "sms").alias("sm_count"),
-                "memory_bytes",
-            ),
-        )
+        rows.insert(0, _target_info_cuda_device(con, gpu))
     seen = [s.drop_nulls().unique() for s in activity_ids if s.len()]
     if seen:
         ids = pl.concat([s.cast(_I) for s in seen]).unique().sort()
@@ -450,12 +406,72 @@ def _devices(
             pl.DataFrame({"device_id": ids}).with_columns(
                 [
                     pl.lit(None, dtype=dt).alias(k)
-                    for k, dt in info_schema.items()
+                    for k, dt in _DEVICE_INFO.items()
                     if k != "device_id"
                 ]
             )
         )
     allrows = pl.concat(rows, how="vertical").filter(pl.col("device_id").is_not_null())
+    return _one_row_per_device(allrows)
+
+
+def _target_info_gpu(con: sqlite3.Connection, names: set[str]) -> pl.DataFrame:
+    """TARGET_INFO_GPU's devices, keyed by its own `gpu_id` and by `cu_device` (the ordinal)."""
+    gpu = pl.DataFrame(schema={"gpu_id": _I, "cu_device": _I, **_DEVICE_INFO})
+    if "TARGET_INFO_GPU" not in names:
+        return gpu
+    cols = {
+        "gpu_id": "id",
+        "cu_device": "cuDevice",
+        "name": "name",
+        "uuid": "uuid",
+        "major": "computeMajor",
+        "minor": "computeMinor",
+        "sm_count": "smCount",
+        "memory_bytes": "totalMemory",
+    }
+    sch: dict[str, pl.DataType] = {k: (_S if k in ("name", "uuid") else _I) for k in cols}
+    g = _fetch(con, "TARGET_INFO_GPU", cols, sch)
+    cc = pl.when(pl.col("major").is_not_null() & pl.col("minor").is_not_null()).then(
+        pl.format("{}.{}", "major", "minor")
+    )
+    return g.select(
+        "gpu_id",
+        "cu_device",
+        pl.col("cu_device").alias("device_id"),
+        "name",
+        _uuid(pl.col("uuid")).alias("uuid"),
+        cc.alias("compute_capability"),
+        "sm_count",
+        "memory_bytes",
+    )
+
+
+def _target_info_cuda_device(con: sqlite3.Connection, gpu: pl.DataFrame) -> pl.DataFrame:
+    """TARGET_INFO_CUDA_DEVICE's ordinals (`cudaId`), described by their TARGET_INFO_GPU row."""
+    cols = {
+        "gpu_id": "gpuId",
+        "device_id": "cudaId",
+        "uuid": "uuid",
+        "sms": "numMultiprocessors",
+    }
+    sch_cd: dict[str, pl.DataType] = {k: (_S if k == "uuid" else _I) for k in cols}
+    cd = _fetch(con, "TARGET_INFO_CUDA_DEVICE", cols, sch_cd)
+    cd = cd.with_columns(_uuid(pl.col("uuid")).alias("uuid"))
+    joined = cd.join(gpu.drop("device_id"), on="gpu_id", how="left", suffix="_gpu")
+    return joined.select(
+        "device_id",
+        "name",
+        pl.coalesce("uuid", "uuid_gpu").alias("uuid"),
+        "compute_capability",
+        pl.coalesce("sm_count", "sms").alias("sm_count"),
+        "memory_bytes",
+    )
+
+
+def _one_row_per_device(allrows: pl.DataFrame) -> pl.DataFrame:
+    """One row per device_id, the most complete description (info rows first); a warning when
+    one ordinal has several UUIDs."""
     conflicts = (
         allrows.filter(pl.col("uuid").is_not_null())
         .group_by("device_id")
@@ -468,7 +484,6 @@ def _devices(
             f"{sorted(conflicts['device_id'].to_list())} map to several GPUs (processes with "
             "different CUDA_VISIBLE_DEVICES); the first description is kept"
         )
-    # Deduplicate per device_id, preferring the most complete description (info rows first).
     return (
         allrows.with_row_index("_order")
         .with_columns(pl.sum_horizontal(pl.all().exclude("_order").is_null()).alias("_nulls"))

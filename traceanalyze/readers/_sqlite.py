@@ -12,6 +12,10 @@ module turns SELECTs on it into typed polars frames:
 * `query_frame`: one query's rows into a frame of a given schema (the nvprof reader's queries,
   which join and UNION tables in SQL).
 
+The worker side of the parallel reads stays in `_sqlite_parallel.py`: each worker runs that file
+as a script (`python -P`) that imports only the standard library, pyarrow and the ADBC driver,
+so it cannot live in a module that imports polars.
+
 `adbc-driver-sqlite` is a required dependency (pyproject.toml) and `engine="auto"` uses it; the
 sqlite3 path is kept as the documented degraded mode (`engine="sqlite3"`, or the package
 missing from a hand-made environment) and the strict decider for cells ADBC refuses.
