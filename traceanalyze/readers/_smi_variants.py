@@ -39,12 +39,12 @@ import pyarrow.csv as pacsv
 from ..errors import MalformedInput, TraceanalyzeError
 from ..tables import Tables
 from ._common import PathLike, warn
+from ._smi_time import check_timezone, local_timezone, local_to_epoch_ns
 
 
 def build_tables(**frames: pl.DataFrame | None) -> Tables:
-    from .smi_csv import build_tables as b
-
-    return b(**frames)
+    """`Tables.build` with absent (None) frames left out (as `smi_csv.build_tables`)."""
+    return Tables.build(**{k: v for k, v in frames.items() if v is not None})
 
 
 # --- timestamped sampler CSVs -----------------------------------------------------------------
@@ -104,8 +104,6 @@ def _unit_of(col: str) -> str | None:
 
 
 def read_generic(raw: bytes, path: PathLike, *, tz: str | None) -> Tables:
-    from .smi_csv import check_timezone, local_timezone, local_to_epoch_ns
-
     try:
         tbl = pacsv.read_csv(
             pa.py_buffer(raw),
