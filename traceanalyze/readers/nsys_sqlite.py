@@ -68,7 +68,8 @@ or NVTX text containing a NUL byte is never emitted (it becomes null, with a war
 
 Speed: the kernel, copy and API tables are read as integer columns only, and names are resolved
 afterwards by a gather from the small `StringIds` frame, so each distinct string is decoded once
-however many launches share it. The integers come through `adbc-driver-sqlite` when it is
+however many launches share it (the fetching is `_sqlite`'s, shared with nvprof_sqlite; the
+tables are built in `_nsys_tables`). The integers come through `adbc-driver-sqlite` when it is
 installed (Arrow arrays built in C, opened with the same read-only URI; `engine="auto"`), else
 through Python's sqlite3 in `fetchmany` batches turned into numpy matrices. Decoding is ~80 % of
 the time and single-threaded per statement, so a table of ≥ `PARALLEL_MIN_ROWS` rowids is cut
