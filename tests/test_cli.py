@@ -319,8 +319,8 @@ def test_data_quality_warnings_are_one_line(tmp_path: Path, write) -> None:
 
 # --- no import cycles among traceanalyze modules ----------------------------------------------
 
-# Known and being untangled on another branch (issue 11, item 3); drop when merged.
-KNOWN_CYCLES = {frozenset({"traceanalyze.readers.smi_csv", "traceanalyze.readers._smi_variants"})}
+# Cycles tolerated for now: none (smi_csv <-> _smi_variants was untangled, issue 11 item 3).
+KNOWN_CYCLES: set[frozenset[str]] = set()
 
 
 def _module_names() -> dict[str, Path]:

@@ -83,22 +83,7 @@ def busy_time(
     rows = rows.drop_nulls(["start_ns", "end_ns"])
     if rows.height == 0:
         raise NotAnswerable("no kernels or copies with start and end times")
-    if window is None:
-        win = rows.group_by("source_id").agg(
-            pl.col("start_ns").min().alias("window_start_ns"),
-            pl.col("end_ns").max().alias("window_end_ns"),
-        )
-    else:
-        if window[1] <= window[0]:
-            raise NotAnswerable(f"empty window {window}")
-        win = (
-            rows.select("source_id")
-            .unique()
-            .with_columns(
-                pl.lit(window[0], dtype=pl.Int64).alias("window_start_ns"),
-                pl.lit(window[1], dtype=pl.Int64).alias("window_end_ns"),
-            )
-        )
+    win = _windows(rows, window)
     clipped = rows.join(win, on="source_id").with_columns(
         pl.max_horizontal("start_ns", "window_start_ns").alias("start_ns"),
         pl.min_horizontal("end_ns", "window_end_ns").alias("end_ns"),
@@ -135,6 +120,26 @@ def busy_time(
         "busy_ns",
         "busy_pct",
     ).sort(["source_id", "device_id", "activity"], nulls_last=True)
+
+
+def _windows(rows: pl.DataFrame, window: tuple[int, int] | None) -> pl.DataFrame:
+    """Per source_id: window_start_ns and window_end_ns (its first start and last end, or
+    `window`); NotAnswerable for an empty `window`."""
+    if window is None:
+        return rows.group_by("source_id").agg(
+            pl.col("start_ns").min().alias("window_start_ns"),
+            pl.col("end_ns").max().alias("window_end_ns"),
+        )
+    if window[1] <= window[0]:
+        raise NotAnswerable(f"empty window {window}")
+    return (
+        rows.select("source_id")
+        .unique()
+        .with_columns(
+            pl.lit(window[0], dtype=pl.Int64).alias("window_start_ns"),
+            pl.lit(window[1], dtype=pl.Int64).alias("window_end_ns"),
+        )
+    )
 
 
 def binned_busy(starts: np.ndarray, ends: np.ndarray, t0: int, t1: int, nbins: int) -> np.ndarray:

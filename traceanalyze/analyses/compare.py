@@ -235,6 +235,12 @@ def compare_ops(
         .agg(pl.col("kernel").unique().alias("_k"))
     )
     st = st.join(kn, on=["source_id", "op"], how="left", nulls_equal=True)
+    return _ops_side_by_side(st, a, b, rel_tol)
+
+
+def _ops_side_by_side(st: pl.DataFrame, a: str, b: str, rel_tol: float) -> pl.DataFrame:
+    """Per op: A's and B's stats side by side (`st`: op_stats plus each op's kernel names `_k`),
+    the kernels on one side only, `status` and the deltas, sorted biggest change first."""
 
     def side(sid: str, sfx: str) -> pl.DataFrame:
         return st.filter(pl.col("source_id") == sid).select(
@@ -249,26 +255,6 @@ def compare_ops(
     j = side(a, "a").join(side(b, "b"), on="op", how="full", coalesce=True, nulls_equal=True)
     only_a = pl.col("_k_a").list.set_difference(pl.col("_k_b")).list.len()
     only_b = pl.col("_k_b").list.set_difference(pl.col("_k_a")).list.len()
-
-    def differs(c: str) -> pl.Expr:
-        x, y = pl.col(f"{c}_a"), pl.col(f"{c}_b")
-        return (x - y).abs() > rel_tol * pl.max_horizontal(x, y)
-
-    status = (
-        pl.when(pl.col("count_a").is_null())
-        .then(pl.lit("added"))
-        .when(pl.col("count_b").is_null())
-        .then(pl.lit("removed"))
-        .when(
-            (pl.col("count_a") != pl.col("count_b"))
-            | (pl.col("kernels_only_a") > 0)
-            | (pl.col("kernels_only_b") > 0)
-            | differs("self_ms")
-            | differs("kernel_ms")
-        )
-        .then(pl.lit("changed"))
-        .otherwise(pl.lit("unchanged"))
-    )
     return (
         j.with_columns(
             pl.col("_k_a").fill_null([]),
@@ -276,7 +262,7 @@ def compare_ops(
         )
         .with_columns(only_a.alias("kernels_only_a"), only_b.alias("kernels_only_b"))
         .with_columns(
-            status.alias("status"),
+            _ops_status(rel_tol).alias("status"),
             (pl.col("self_ms_b").fill_null(0) - pl.col("self_ms_a").fill_null(0)).alias(
                 "delta_self_ms"
             ),
@@ -294,6 +280,30 @@ def compare_ops(
             descending=[True, True, True, True, False],
             nulls_last=True,
         )
+    )
+
+
+def _ops_status(rel_tol: float) -> pl.Expr:
+    """added / removed / changed / unchanged (rules: `compare_ops`)."""
+
+    def differs(c: str) -> pl.Expr:
+        x, y = pl.col(f"{c}_a"), pl.col(f"{c}_b")
+        return (x - y).abs() > rel_tol * pl.max_horizontal(x, y)
+
+    return (
+        pl.when(pl.col("count_a").is_null())
+        .then(pl.lit("added"))
+        .when(pl.col("count_b").is_null())
+        .then(pl.lit("removed"))
+        .when(
+            (pl.col("count_a") != pl.col("count_b"))
+            | (pl.col("kernels_only_a") > 0)
+            | (pl.col("kernels_only_b") > 0)
+            | differs("self_ms")
+            | differs("kernel_ms")
+        )
+        .then(pl.lit("changed"))
+        .otherwise(pl.lit("unchanged"))
     )
 
 

@@ -122,6 +122,40 @@ def pair_samples(
         .agg(pl.col("start_ns").min().alias("_a"), pl.col("end_ns").max().alias("_b"))
         .sort("source_id", "device_id", nulls_last=True)
     )
+    by_source = _series_by_source(samples)
+    origins = _origins(sources)
+    if samples_from is not None and samples_from not in by_source:
+        raise NotAnswerable(f"{source_name(names, samples_from)} has no telemetry samples")
+
+    rows: list[tuple[object, ...]] = []
+    for (sid,), g in groups.group_by(["source_id"], maintain_order=True):
+        sid = str(sid)
+        label = source_name(names, sid)
+        how, cands, why, loud = _candidates(sid, g, by_source, origins, names, samples_from, what)
+        got, problems = _pair_devices(sid, g["device_id"].to_list(), cands, how, origins, names)
+        for row, reason in got:
+            if reason is None:
+                rows.append(row)
+                continue
+            if reason == "":  # no candidates at all: the group's own reason
+                reason = why
+                if loud:
+                    problems.append(reason)
+            rows.append((*row[:6], f"{label}: {reason}"))
+        if warn and problems:
+            warnings.warn(
+                f"{label}: no telemetry for {what}: {'; '.join(dict.fromkeys(problems))}; "
+                "left null (choose with --samples-from and/or --device)",
+                stacklevel=2,
+            )
+    return pl.DataFrame(rows, schema=PAIR_SCHEMA, orient="row")
+
+
+_Series = dict[str, list[tuple[int | None, int | None, int | None]]]
+
+
+def _series_by_source(samples: Frame) -> _Series:
+    """{source_id: [(device_id, first timestamp, last timestamp)]} of the sample series."""
     series = _collect(
         samples.lazy()
         .group_by("source_id", "device_id")
@@ -131,70 +165,83 @@ def pair_samples(
         )
         .sort("source_id", "device_id", nulls_last=True)
     )
-    origins: dict[str, int | None] = {}
-    if sources is not None:
-        src = _collect(sources.lazy().select("source_id", "time_origin_epoch_ns"))
-        origins = {str(s): (None if o is None else int(o)) for s, o in src.iter_rows()}
-    by_source: dict[str, list[tuple[int | None, int | None, int | None]]] = {}
+    by_source: _Series = {}
     for sid, dev, a, b in series.iter_rows():
         by_source.setdefault(str(sid), []).append((dev, a, b))
-    if samples_from is not None and samples_from not in by_source:
-        raise NotAnswerable(f"{source_name(names, samples_from)} has no telemetry samples")
+    return by_source
 
-    rows: list[tuple[object, ...]] = []
-    for (sid,), g in groups.group_by(["source_id"], maintain_order=True):
-        sid = str(sid)
-        label = source_name(names, sid)
-        devs: list[int | None] = g["device_id"].to_list()
-        cands: list[tuple[str, int | None]]
-        why, loud = "no telemetry samples", False
-        if samples_from is not None:
-            how = "samples_from"
-            if samples_from != sid:
-                bad = [s for s in (sid, samples_from) if origins.get(s) is None]
-                if bad:
-                    raise NotAnswerable(
-                        f"{', '.join(source_name(names, s) for s in bad)} "
-                        "have no recorded epoch origin; "
-                        "their samples cannot be aligned to another source's clock"
-                    )
-            cands = [(samples_from, e) for e, _, _ in by_source[samples_from]]
-        elif sid in by_source:
-            how = "same source"
-            cands = [(sid, e) for e, _, _ in by_source[sid]]
+
+def _origins(sources: Frame | None) -> dict[str, int | None]:
+    """{source_id: time_origin_epoch_ns}; empty without `sources`."""
+    if sources is None:
+        return {}
+    src = _collect(sources.lazy().select("source_id", "time_origin_epoch_ns"))
+    return {str(s): (None if o is None else int(o)) for s, o in src.iter_rows()}
+
+
+def _candidates(
+    sid: str,
+    g: pl.DataFrame,
+    by_source: _Series,
+    origins: Mapping[str, int | None],
+    names: Mapping[str, str],
+    samples_from: str | None,
+    what: str,
+) -> tuple[str, list[tuple[str, int | None]], str, bool]:
+    """(pairing, candidate series (source, device), why there are none, whether that is worth
+    a warning) for interval source `sid`, by the module doc's rules 1-3."""
+    if samples_from is not None:
+        if samples_from != sid:
+            bad = [s for s in (sid, samples_from) if origins.get(s) is None]
+            if bad:
+                raise NotAnswerable(
+                    f"{', '.join(source_name(names, s) for s in bad)} "
+                    "have no recorded epoch origin; "
+                    "their samples cannot be aligned to another source's clock"
+                )
+        cands = [(samples_from, e) for e, _, _ in by_source[samples_from]]
+        return "samples_from", cands, "no telemetry samples", False
+    if sid in by_source:
+        own = [(sid, e) for e, _, _ in by_source[sid]]
+        return "same source", own, "no telemetry samples", False
+    cands, why, loud = _overlapping(sid, g, by_source, origins, names, what)
+    return "epoch overlap", cands, why, loud
+
+
+def _pair_devices(
+    sid: str,
+    devs: list[int | None],
+    cands: list[tuple[str, int | None]],
+    how: str,
+    origins: Mapping[str, int | None],
+    names: Mapping[str, str],
+) -> tuple[list[tuple[tuple[object, ...], str | None]], list[str]]:
+    """Per interval device: (its PAIR_SCHEMA row, None) when one candidate series serves it,
+    else (a row without a series, the reason; "" when there are no candidates at all), and the
+    reasons worth a warning."""
+    out: list[tuple[tuple[object, ...], str | None]] = []
+    problems: list[str] = []
+    for d in devs:
+        exact = [c for c in cands if d is not None and c[1] == d]
+        loose = [c for c in cands if d is None or c[1] is None or c[1] == d]
+        pick = exact if exact else loose
+        if len(pick) == 1:
+            t, e = pick[0]
+            shift = 0 if t == sid else _shift(origins, t, sid)
+            out.append(((sid, d, t, e, shift, how, None), None))
+            continue
+        if len(pick) > 1:
+            listed = ", ".join(f"{source_name(names, t)} {_dev(e)}" for t, e in pick)
+            reason = f"ambiguous for {_dev(d)} ({listed})"
+            problems.append(reason)
+        elif cands:
+            have = sorted({str(e) for _, e in cands})
+            reason = f"the samples are of device {', '.join(have)}, not {d}"
+            problems.append(reason)
         else:
-            how = "epoch overlap"
-            cands, why, loud = _overlapping(sid, g, by_source, origins, names, what)
-        problems: list[str] = []
-        for d in devs:
-            exact = [c for c in cands if d is not None and c[1] == d]
-            loose = [c for c in cands if d is None or c[1] is None or c[1] == d]
-            pick = exact if exact else loose
-            if len(pick) == 1:
-                t, e = pick[0]
-                shift = 0 if t == sid else _shift(origins, t, sid)
-                rows.append((sid, d, t, e, shift, how, None))
-                continue
-            if len(pick) > 1:
-                listed = ", ".join(f"{source_name(names, t)} {_dev(e)}" for t, e in pick)
-                reason = f"ambiguous for {_dev(d)} ({listed})"
-                problems.append(reason)
-            elif cands:
-                have = sorted({str(e) for _, e in cands})
-                reason = f"the samples are of device {', '.join(have)}, not {d}"
-                problems.append(reason)
-            else:
-                reason = why
-                if loud:
-                    problems.append(reason)
-            rows.append((sid, d, None, None, None, None, f"{label}: {reason}"))
-        if warn and problems:
-            warnings.warn(
-                f"{label}: no telemetry for {what}: {'; '.join(dict.fromkeys(problems))}; "
-                "left null (choose with --samples-from and/or --device)",
-                stacklevel=2,
-            )
-    return pl.DataFrame(rows, schema=PAIR_SCHEMA, orient="row")
+            reason = ""
+        out.append(((sid, d, None, None, None, None, None), reason))
+    return out, problems
 
 
 def _shift(origins: Mapping[str, int | None], t: str, s: str) -> int:
@@ -359,83 +406,116 @@ def attribute(
     )
     out = base.sort("start_ns")
     for metric in METRICS:
-        if metric not in sm.columns:
-            continue
-        cum = _cumulative(sm, metric)
-        if cum.height == 0:
-            out = out.with_columns(
-                pl.lit(None, dtype=pl.Float64).alias(metric),
-                pl.lit(0, dtype=pl.Int64).alias(f"{metric}_samples_count"),
-                pl.lit("none").alias(f"_cov_{metric}"),
-            )
-            if metric == "power_w":
-                out = out.with_columns(pl.lit(None, dtype=pl.Float64).alias("energy_j"))
-            continue
-        per = cum.select("_g", "_first", "_last", "_period").unique("_g")
-        at_s = cum.rename({c: f"{c}_s" for c in ("timestamp_ns", "_v", "_I", "_n")}).drop(
-            "_first", "_last", "_period"
-        )
-        at_e = cum.rename({c: f"{c}_e" for c in ("timestamp_ns", "_v", "_I", "_n")}).drop(
-            "_first", "_last", "_period"
-        )
-        j = (
-            out.sort("start_ns")
-            .join_asof(
-                at_s.sort("timestamp_ns_s"),
-                left_on="start_ns",
-                right_on="timestamp_ns_s",
-                by="_g",
-                strategy="backward",
-                check_sortedness=False,
-            )
-            .sort("end_ns")
-            .join_asof(
-                at_e.sort("timestamp_ns_e"),
-                left_on="end_ns",
-                right_on="timestamp_ns_e",
-                by="_g",
-                strategy="backward",
-                check_sortedness=False,
-            )
-            .join(per, on="_g", how="left")
-        )
-        integ = (
-            pl.col("_I_e") + pl.col("_v_e") * (pl.col("end_ns") - pl.col("timestamp_ns_e"))
-        ) - (pl.col("_I_s") + pl.col("_v_s") * (pl.col("start_ns") - pl.col("timestamp_ns_s")))
-        dur = (pl.col("end_ns") - pl.col("start_ns")).cast(pl.Float64)
-        # Samples with s <= t <= e: index of last sample <= e minus index of last sample < s.
-        n_in = pl.col("_n_e") - pl.col("_n_s") + (pl.col("timestamp_ns_s") == pl.col("start_ns"))
-        n_in = pl.when(pl.col("_n_s").is_null()).then(pl.col("_n_e") + 1).otherwise(n_in)
-        inside = (pl.col("start_ns") >= pl.col("_first")) & (pl.col("end_ns") <= pl.col("_last"))
-        coarse = (n_in < 2) | (dur < pl.col("_period"))
-        j = j.with_columns(
-            pl.coalesce(n_in, pl.lit(0)).cast(pl.Int64).alias(f"{metric}_samples_count"),
-            pl.when(pl.col("_g").is_null() | pl.col("_first").is_null())
-            .then(pl.lit("none"))
-            .when(inside.fill_null(False).not_())
-            .then(pl.lit("outside"))
-            .when(coarse.fill_null(True))
-            .then(pl.lit("coarse"))
-            .otherwise(pl.lit("ok"))
-            .alias(f"_cov_{metric}"),
-            (integ / dur).alias(f"_mean_{metric}"),
-            integ.alias(f"_int_{metric}"),
-        ).with_columns(
-            pl.when(pl.col(f"_cov_{metric}") == "ok").then(pl.col(f"_mean_{metric}")).alias(metric),
-        )
-        if metric == "power_w":
-            j = j.with_columns(
-                pl.when(pl.col(f"_cov_{metric}") == "ok")
-                .then(pl.col("_int_power_w") / 1e9)
-                .alias("energy_j")
-            )
-        keep = [*out.columns, metric, f"{metric}_samples_count", f"_cov_{metric}"]
-        if metric == "power_w":
-            keep.append("energy_j")
-        out = j.select(keep)
+        if metric in sm.columns:
+            out = _with_metric(out, sm, metric)
     covs = [c for c in out.columns if c.startswith("_cov_")]
     if not covs:
         raise NotAnswerable("samples have none of " + ", ".join(METRICS))
+    return (
+        _with_coverage(out, covs)
+        .sort("_row")
+        .drop("_row")
+        .select(
+            *keys,
+            *carry,
+            "start_ns",
+            "end_ns",
+            *METRICS,
+            *[f"{m}_samples_count" for m in METRICS],
+            "energy_j",
+            "coverage",
+            "samples_source_id",
+            "samples_device_id",
+        )
+    )
+
+
+def _with_metric(out: pl.DataFrame, sm: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """`out` (intervals with their series `_g`) plus `metric`'s mean, sample count and coverage
+    (`_cov_<metric>`), and `energy_j` for power: the module doc's sample-and-hold integral."""
+    cum = _cumulative(sm, metric)
+    if cum.height == 0:
+        out = out.with_columns(
+            pl.lit(None, dtype=pl.Float64).alias(metric),
+            pl.lit(0, dtype=pl.Int64).alias(f"{metric}_samples_count"),
+            pl.lit("none").alias(f"_cov_{metric}"),
+        )
+        if metric == "power_w":
+            out = out.with_columns(pl.lit(None, dtype=pl.Float64).alias("energy_j"))
+        return out
+    j = _at_both_ends(out, cum)
+    integ = (pl.col("_I_e") + pl.col("_v_e") * (pl.col("end_ns") - pl.col("timestamp_ns_e"))) - (
+        pl.col("_I_s") + pl.col("_v_s") * (pl.col("start_ns") - pl.col("timestamp_ns_s"))
+    )
+    dur = (pl.col("end_ns") - pl.col("start_ns")).cast(pl.Float64)
+    # Samples with s <= t <= e: index of last sample <= e minus index of last sample < s.
+    n_in = pl.col("_n_e") - pl.col("_n_s") + (pl.col("timestamp_ns_s") == pl.col("start_ns"))
+    n_in = pl.when(pl.col("_n_s").is_null()).then(pl.col("_n_e") + 1).otherwise(n_in)
+    inside = (pl.col("start_ns") >= pl.col("_first")) & (pl.col("end_ns") <= pl.col("_last"))
+    coarse = (n_in < 2) | (dur < pl.col("_period"))
+    j = j.with_columns(
+        pl.coalesce(n_in, pl.lit(0)).cast(pl.Int64).alias(f"{metric}_samples_count"),
+        pl.when(pl.col("_g").is_null() | pl.col("_first").is_null())
+        .then(pl.lit("none"))
+        .when(inside.fill_null(False).not_())
+        .then(pl.lit("outside"))
+        .when(coarse.fill_null(True))
+        .then(pl.lit("coarse"))
+        .otherwise(pl.lit("ok"))
+        .alias(f"_cov_{metric}"),
+        (integ / dur).alias(f"_mean_{metric}"),
+        integ.alias(f"_int_{metric}"),
+    ).with_columns(
+        pl.when(pl.col(f"_cov_{metric}") == "ok").then(pl.col(f"_mean_{metric}")).alias(metric),
+    )
+    if metric == "power_w":
+        j = j.with_columns(
+            pl.when(pl.col(f"_cov_{metric}") == "ok")
+            .then(pl.col("_int_power_w") / 1e9)
+            .alias("energy_j")
+        )
+    keep = [*out.columns, metric, f"{metric}_samples_count", f"_cov_{metric}"]
+    if metric == "power_w":
+        keep.append("energy_j")
+    return j.select(keep)
+
+
+def _at_both_ends(out: pl.DataFrame, cum: pl.DataFrame) -> pl.DataFrame:
+    """Each interval with the last sample at or before its start (`*_s` columns) and its end
+    (`*_e`), by series `_g`, and the series' first/last sample and median period."""
+    per = cum.select("_g", "_first", "_last", "_period").unique("_g")
+    at_s = cum.rename({c: f"{c}_s" for c in ("timestamp_ns", "_v", "_I", "_n")}).drop(
+        "_first", "_last", "_period"
+    )
+    at_e = cum.rename({c: f"{c}_e" for c in ("timestamp_ns", "_v", "_I", "_n")}).drop(
+        "_first", "_last", "_period"
+    )
+    return (
+        out.sort("start_ns")
+        .join_asof(
+            at_s.sort("timestamp_ns_s"),
+            left_on="start_ns",
+            right_on="timestamp_ns_s",
+            by="_g",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .sort("end_ns")
+        .join_asof(
+            at_e.sort("timestamp_ns_e"),
+            left_on="end_ns",
+            right_on="timestamp_ns_e",
+            by="_g",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .join(per, on="_g", how="left")
+    )
+
+
+def _with_coverage(out: pl.DataFrame, covs: list[str]) -> pl.DataFrame:
+    """The overall `coverage` from the `_cov_*` columns (dropped), and null columns for the
+    metrics no series carries."""
     # Overall coverage: the worst over the metrics present (none > outside > coarse > ok). A
     # metric no paired series carries at all does not count ("none" only if every metric is).
     rank = {"ok": 0, "coarse": 1, "outside": 2, "none": 3}
@@ -460,22 +540,7 @@ def attribute(
             )
     if "energy_j" not in out.columns:
         out = out.with_columns(pl.lit(None, dtype=pl.Float64).alias("energy_j"))
-    return (
-        out.sort("_row")
-        .drop("_row")
-        .select(
-            *keys,
-            *carry,
-            "start_ns",
-            "end_ns",
-            *METRICS,
-            *[f"{m}_samples_count" for m in METRICS],
-            "energy_j",
-            "coverage",
-            "samples_source_id",
-            "samples_device_id",
-        )
-    )
+    return out
 
 
 def attribute_kernels(

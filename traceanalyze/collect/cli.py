@@ -12,7 +12,15 @@ from ..cli_common import quiet_option
 from ..errors import CollectError
 from .profilers import PROFILERS
 from .resnet50 import PRECISIONS
-from .run import CollectConfig, Terminated, check_run_id, parse_batch_sizes, plan
+from .run import (
+    CollectConfig,
+    CollectResult,
+    Plan,
+    Terminated,
+    check_run_id,
+    parse_batch_sizes,
+    plan,
+)
 from .run import collect as do_collect
 
 
@@ -180,15 +188,7 @@ def collect(
     )
     p = plan(cfg, dry_run=dry_run)
     if dry_run:
-        # Notes as shell comments: the output stays a script one can run.
-        for note in p.notes:
-            click.echo(f"# {note}")
-        if p.sampler_argv is not None:
-            click.echo(shlex.join(p.sampler_argv) + " &")
-        for step in p.steps:
-            click.echo(step.shell())
-            for line in p.post_commands(step):
-                click.echo(line)
+        _echo_dry_run(p)
         return
 
     def say(msg: str) -> None:
@@ -204,8 +204,25 @@ def collect(
     except Terminated:
         click.echo(f"traceanalyze: terminated (SIGTERM); manifest in {p.run_dir}", err=True)
         sys.exit(143)
-    if quiet:
-        return
+    if not quiet:
+        _echo_result(res)
+
+
+def _echo_dry_run(p: Plan) -> None:
+    """The plan as a shell script: notes as comments, the sampler in the background."""
+    # Notes as shell comments: the output stays a script one can run.
+    for note in p.notes:
+        click.echo(f"# {note}")
+    if p.sampler_argv is not None:
+        click.echo(shlex.join(p.sampler_argv) + " &")
+    for step in p.steps:
+        click.echo(step.shell())
+        for line in p.post_commands(step):
+            click.echo(line)
+
+
+def _echo_result(res: CollectResult) -> None:
+    """Where the run went, its throughput and what was ingested."""
     click.echo(f"run directory: {res.run_dir}")
     click.echo(f"manifest:      {res.manifest}")
     if res.throughput is not None and res.throughput.height:

@@ -140,14 +140,10 @@ def _batches(args: argparse.Namespace, device: Any, world: int, rank: int) -> It
         epoch += 1
 
 
-def train(args: argparse.Namespace) -> Path:
-    """Run the workload; returns the iteration log path."""
+def _setup_device(args: argparse.Namespace, world: int, local_rank: int) -> tuple[str, Any]:
+    """("cuda" or "cpu", the torch.device) for this rank; the process group when world > 1."""
     import torch
-    import torchvision
 
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     dev_type = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if dev_type == "cuda":
         # cuDNN autotuning, as in the usual ImageNet training scripts: the first iterations pick
@@ -161,19 +157,57 @@ def train(args: argparse.Namespace) -> Path:
         import torch.distributed as dist
 
         dist.init_process_group("nccl" if dev_type == "cuda" else "gloo")
-    torch.manual_seed(args.seed)
+    return dev_type, device
+
+
+def _model(args: argparse.Namespace, device: Any, mem_fmt: Any, world: int, local_rank: int) -> Any:
+    """ResNet-50 on `device` in `mem_fmt`, wrapped in DDP when world > 1, compiled on request."""
+    import torch
+    import torchvision
 
     model: Any = torchvision.models.resnet50(weights=None).to(device)
-    mem_fmt = torch.channels_last if args.channels_last else torch.contiguous_format
     model = model.to(memory_format=mem_fmt)
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
         model = DistributedDataParallel(
-            model, device_ids=[local_rank] if dev_type == "cuda" else None
+            model, device_ids=[local_rank] if device.type == "cuda" else None
         )
     if args.compile:
         model = torch.compile(model)
+    return model
+
+
+def _torch_profiler(args: argparse.Namespace, rank: int, cuda: bool) -> Any:
+    """torch.profiler over the `--torch-profile` schedule, else a no-op context."""
+    if not args.torch_profile:
+        return contextlib.nullcontext()
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    wait, warm, active = parse_schedule(args.torch_profile)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    return profile(
+        activities=acts,
+        schedule=schedule(wait=wait, warmup=warm, active=active, repeat=1),
+        on_trace_ready=tensorboard_trace_handler(
+            str(args.out), worker_name=f"torch_bs{args.batch_size}_rank{rank}", use_gzip=True
+        ),
+        record_shapes=args.record_shapes,
+    )
+
+
+def train(args: argparse.Namespace) -> Path:
+    """Run the workload; returns the iteration log path."""
+    import torch
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    dev_type, device = _setup_device(args, world, local_rank)
+    torch.manual_seed(args.seed)
+
+    mem_fmt = torch.channels_last if args.channels_last else torch.contiguous_format
+    model = _model(args, device, mem_fmt, world, local_rank)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)
     loss_fn = torch.nn.CrossEntropyLoss()
     amp_dtype = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}.get(args.precision)
@@ -183,20 +217,7 @@ def train(args: argparse.Namespace) -> Path:
     tcuda: Any = torch.cuda  # untyped in torch's stubs
 
     window = parse_window(args.profile_window) if args.profile_window else None
-    prof_ctx: Any = contextlib.nullcontext()
-    if args.torch_profile:
-        from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
-
-        wait, warm, active = parse_schedule(args.torch_profile)
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-        prof_ctx = profile(
-            activities=acts,
-            schedule=schedule(wait=wait, warmup=warm, active=active, repeat=1),
-            on_trace_ready=tensorboard_trace_handler(
-                str(args.out), worker_name=f"torch_bs{args.batch_size}_rank{rank}", use_gzip=True
-            ),
-            record_shapes=args.record_shapes,
-        )
+    prof_ctx = _torch_profiler(args, rank, cuda)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -22,14 +22,11 @@ the metric names `ncu --query-metrics` would give) it says in `Plan.notes`.
 from __future__ import annotations
 
 import importlib
-import os
 import re
 import secrets
 import shlex
-import signal
 import socket
 import subprocess
-import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -37,65 +34,34 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..errors import CollectError, TraceanalyzeError, UnknownFormat
+from ..errors import CollectError
 from . import profilers as P
+from ._commands import (
+    CollectConfig,
+    default_profile_window,
+    default_torch_schedule,
+    node_tag,
+    step_argv,
+    torchrun_argv,
+    workload_argv,
+)
+from ._run_steps import (
+    Step,
+    Terminated,
+    catch_sigterm,
+    ingest_outputs,
+    last_line,
+    outputs,
+    restore_sigterm,
+    run_commands,
+    start_sampler,
+    stop_sampler,
+    torch_version,
+)
 from .manifest import build_manifest, utc_now, write_manifest
 from .resnet50 import PRECISIONS, parse_schedule, parse_window
 
-WORKLOAD_MODULE = "traceanalyze.collect.resnet50"
 SAMPLER_MODULE = "traceanalyze.collect.sampler"
-RDZV_PORT = 29500
-# Outputs that are ours, not a profiler's: never offered to the readers.
-_NOT_DATA = ("manifest", "throughput.csv", "throughput.png")
-_NOT_DATA_SUFFIXES = (".log", ".png", ".nsys-rep", ".qdrep", ".tmp", ".qdstrm")
-
-
-@dataclass(frozen=True)
-class CollectConfig:
-    out: Path
-    batch_sizes: tuple[int, ...] = (64,)
-    iterations: int = 500
-    warmup: int | None = None  # None: min(10, max(1, iterations // 4))
-    precision: str = "fp32"
-    channels_last: bool = False
-    compile: bool = False
-    image_size: int = 224
-    device: str | None = None  # None: cuda if available
-    data: Path | None = None
-    workers: int = 4
-    profiler: str = "none"
-    profile_window: str | None = None
-    torch_schedule: str | None = None
-    record_shapes: bool = False
-    gpu_metrics: bool = False
-    ncu_metrics: tuple[str, ...] | None = None
-    nproc_per_node: int = 1
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: str | None = None
-    run_id: str | None = None
-    sampler: str = "auto"  # auto (on with CUDA) | on | off
-    sample_interval_ms: float = 50.0
-    ingest: bool = True
-    python: str = sys.executable
-
-    def effective_warmup(self) -> int:
-        if self.warmup is not None:
-            return self.warmup
-        return min(10, max(1, self.iterations // 4))
-
-
-@dataclass
-class Step:
-    batch_size: int
-    argv: list[str]
-    env: dict[str, str]
-    log: Path
-    post: list[list[str]] = field(default_factory=list)  # filled after the step ran (nsys)
-
-    def shell(self) -> str:
-        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        return (prefix + " " if prefix else "") + shlex.join(self.argv)
 
 
 @dataclass
@@ -120,7 +86,7 @@ class Plan:
         if self.config.profiler != "nsys":
             return []
         cfg, rd, bs = self.config, str(self.run_dir), step.batch_size
-        node = _node_tag(cfg)
+        node = node_tag(cfg)
         if node is not None:
             return [P.nsys_export_loop(rd, bs, node)]
         base = f"{rd}/{P.nsys_report_stem(bs)}"
@@ -271,112 +237,6 @@ def device_capabilities(nvml: Any = None) -> list[tuple[int, int]]:
     return _nvml_capabilities(nvml) or _smi_capabilities() or _torch_capabilities()
 
 
-def default_torch_schedule(iterations: int, warmup: int) -> str:
-    """Skip the warm-up iterations, one profiler warm-up step, then up to 5 recorded steps."""
-    active = max(1, min(5, iterations - 2))
-    wait = max(0, min(warmup, iterations - active - 1))
-    warm = 1 if iterations - wait - active >= 1 else 0
-    return f"{wait},{warm},{active}"
-
-
-def default_profile_window(profiler: str, iterations: int, warmup: int) -> str:
-    """nsys: every steady-state iteration; ncu: one (it replays each kernel for every pass)."""
-    start = warmup if warmup < iterations else 0
-    end = start + 1 if profiler == "ncu" else iterations
-    return f"{start}:{end}"
-
-
-def workload_argv(cfg: CollectConfig, batch_size: int, run_dir: Path, device: str) -> list[str]:
-    warmup = cfg.effective_warmup()
-    argv = [
-        cfg.python,
-        "-m",
-        WORKLOAD_MODULE,
-        "--out",
-        str(run_dir),
-        "--batch-size",
-        str(batch_size),
-        "--iterations",
-        str(cfg.iterations),
-        "--warmup",
-        str(warmup),
-        "--precision",
-        cfg.precision,
-        "--image-size",
-        str(cfg.image_size),
-        "--device",
-        device,
-    ]
-    if cfg.channels_last:
-        argv.append("--channels-last")
-    if cfg.compile:
-        argv.append("--compile")
-    if cfg.data is not None:
-        argv += ["--data", str(cfg.data), "--workers", str(cfg.workers)]
-    if cfg.profiler == "torch":
-        sched = cfg.torch_schedule or default_torch_schedule(cfg.iterations, warmup)
-        argv += ["--torch-profile", sched]
-        if cfg.record_shapes:
-            argv.append("--record-shapes")
-    if cfg.profiler in P.EXTERNAL and device == "cuda":
-        window = cfg.profile_window or default_profile_window(cfg.profiler, cfg.iterations, warmup)
-        argv += ["--profile-window", window]
-    return argv
-
-
-def torchrun_argv(cfg: CollectConfig, run_id: str) -> list[str]:
-    """`torch.distributed.run` around the command that follows (`--no-python`: the command is an
-    executable, so a profiler such as nsys can sit between torchrun and python, once per rank)."""
-    argv = [cfg.python, "-m", "torch.distributed.run", "--nproc-per-node", str(cfg.nproc_per_node)]
-    if cfg.nnodes > 1:
-        if not cfg.rdzv_endpoint:
-            raise CollectError("--nnodes > 1 needs --rdzv-endpoint HOST[:PORT]")
-        endpoint = (
-            cfg.rdzv_endpoint if ":" in cfg.rdzv_endpoint else f"{cfg.rdzv_endpoint}:{RDZV_PORT}"
-        )
-        argv += [
-            "--nnodes",
-            str(cfg.nnodes),
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={endpoint}",
-            f"--rdzv-id={run_id}",
-        ]
-    return [*argv, "--no-python"]
-
-
-def _step_argv(
-    cfg: CollectConfig,
-    bs: int,
-    run_dir: Path,
-    device: str,
-    run_id: str,
-    ncu_metrics: Sequence[str] | None,
-) -> tuple[list[str], dict[str, str]]:
-    inner = workload_argv(cfg, bs, run_dir, device)
-    distributed = cfg.nproc_per_node > 1 or cfg.nnodes > 1
-    launcher = torchrun_argv(cfg, run_id) if distributed else []
-    # Without torchrun the single process is rank 0; nsys' %q{RANK} needs the variable set.
-    env = {} if distributed else {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
-    rd = str(run_dir)
-    node = _node_tag(cfg)
-    if cfg.profiler == "nsys":
-        prof = P.nsys_argv(
-            rd,
-            bs,
-            inner,
-            gpu_metrics=cfg.gpu_metrics,
-            local_ranks=cfg.nproc_per_node,
-            node=node,
-        )
-        return [*launcher, *prof], env
-    if cfg.profiler == "ncu":
-        assert ncu_metrics is not None
-        return P.ncu_argv(rd, bs, [*launcher, *inner], ncu_metrics, node=node), env
-    if cfg.profiler == "nvprof":
-        return P.nvprof_argv(rd, [*launcher, *inner]), env
-    return [*launcher, *inner], env
-
-
 def validate(cfg: CollectConfig) -> None:
     if cfg.profiler not in P.PROFILERS:
         raise CollectError(f"unknown profiler {cfg.profiler!r} ({', '.join(P.PROFILERS)})")
@@ -410,12 +270,6 @@ def validate(cfg: CollectConfig) -> None:
         raise CollectError(str(e)) from None
     if cfg.data is not None and not Path(cfg.data).is_dir():
         raise CollectError(f"--data {cfg.data} is not a directory")
-
-
-def _node_tag(cfg: CollectConfig) -> int | None:
-    """The node rank that tags per-node output names, on a multi-node run only (every node's
-    profiler writes into the one shared run directory)."""
-    return cfg.node_rank if cfg.nnodes > 1 else None
 
 
 UNKNOWN_CC = "compute capability unknown (no NVML, nvidia-smi or CUDA device via torch)"
@@ -515,7 +369,7 @@ def plan(
     run_dir = Path(cfg.out) / run_id
     steps = []
     for bs in cfg.batch_sizes:
-        argv, env = _step_argv(cfg, bs, run_dir, dev, run_id, ncu_metrics)
+        argv, env = step_argv(cfg, bs, run_dir, dev, run_id, ncu_metrics)
         steps.append(Step(bs, argv, env, run_dir / f"workload_bs{bs}.log"))
     want_sampler = cfg.sampler == "on" or (cfg.sampler == "auto" and dev == "cuda")
     sampler_argv = None
@@ -560,96 +414,6 @@ def _config_dict(cfg: CollectConfig, warmup: int, device: str) -> dict[str, Any]
     return d
 
 
-class Terminated(BaseException):
-    """SIGTERM reached the collector (e.g. a Slurm time limit): handled like Ctrl-C, so the
-    child is stopped and the manifest says "interrupted" before the process ends."""
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated()
-
-
-def _catch_sigterm() -> tuple[bool, Any]:
-    """Turn SIGTERM into `Terminated` while a run is in progress; returns (installed, previous
-    handler). Not installed outside the main thread, where Python cannot install handlers."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return False, None
-    return True, signal.signal(signal.SIGTERM, _raise_terminated)
-
-
-def _run_child(argv: list[str], env: dict[str, str], log: Path) -> int:
-    """Run one command with its output in `log`; on KeyboardInterrupt stop it, then re-raise."""
-    with open(log, "ab") as f:
-        f.write(f"$ {shlex.join(argv)}\n".encode())
-        f.flush()
-        proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=f, stderr=subprocess.STDOUT)
-        try:
-            # Poll rather than block in waitpid(): once polars/pyarrow have started their thread
-            # pools, SIGINT may land on one of those threads, which does not interrupt the main
-            # thread's waitpid(); Python then raises KeyboardInterrupt only when the child exits.
-            while True:
-                try:
-                    return proc.wait(timeout=0.2)
-                except subprocess.TimeoutExpired:
-                    continue
-        except BaseException:
-            _terminate(proc)
-            raise
-
-
-def _terminate(proc: subprocess.Popen[Any], timeout: float = 10.0) -> int | None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    return proc.returncode
-
-
-def _outputs(run_dir: Path) -> list[Path]:
-    store = run_dir / "store"
-    return sorted(
-        p
-        for p in run_dir.rglob("*")
-        if p.is_file() and store not in p.parents and not p.name.startswith((".", "manifest"))
-    )
-
-
-def _is_data(p: Path) -> bool:
-    return not (p.name.startswith(_NOT_DATA) or p.name.endswith(_NOT_DATA_SUFFIXES))
-
-
-def ingest_outputs(run_dir: Path, store_dir: Path) -> tuple[list[str], list[dict[str, str]]]:
-    """Ingest every output a reader recognizes, one file at a time (a bad file does not keep
-    the others out). Returns (ingested paths, [{path, reason}] of the others)."""
-    from ..readers import detect_format
-    from ..store import ingest
-
-    ingested: list[str] = []
-    skipped: list[dict[str, str]] = []
-    for p in _outputs(run_dir):
-        rel = str(p.relative_to(run_dir))
-        if not _is_data(p):
-            continue
-        try:
-            fmt = detect_format(p)
-        except UnknownFormat as e:
-            skipped.append({"path": rel, "reason": e.message})
-            continue
-        try:
-            ingest([p], store_dir, format=fmt)
-        except TraceanalyzeError as e:
-            warnings.warn(f"{rel}: not ingested: {e.message}", stacklevel=2)
-            skipped.append({"path": rel, "reason": f"{fmt}: {e.message}"})
-            continue
-        ingested.append(rel)
-    return ingested, skipped
-
-
 def collect(
     cfg: CollectConfig,
     argv: Sequence[str],
@@ -673,52 +437,19 @@ def collect(
         raise CollectError(f"run directory {run_dir} already exists and is not empty")
     run_dir.mkdir(parents=True, exist_ok=True)
     mpath = run_dir / manifest_name(cfg)
-    profiler_version = P.tool_version(pl.profiler_path) if pl.profiler_path else None
-    if cfg.profiler == "torch":
-        profiler_version = "torch.profiler (kineto), torch " + (_torch_version() or "?")
-    manifest = build_manifest(
-        run_id=pl.run_id,
-        argv=list(argv),
-        config=_config_dict(cfg, pl.warmup, pl.device),
-        profiler_version=profiler_version,
-    )
-    manifest["commands"] = [s.shell() for s in pl.steps]
-    manifest["sampler_command"] = None if pl.sampler_argv is None else shlex.join(pl.sampler_argv)
-    manifest["notes"] = list(pl.notes)
+    manifest = _start_manifest(cfg, argv, pl)
     write_manifest(mpath, manifest)
 
     sampler: subprocess.Popen[Any] | None = None
     status, error, exit_code = "running", None, None
-    old_term = _catch_sigterm()
+    old_term = catch_sigterm()
     try:
         if pl.sampler_argv is not None:
-            slog = open(run_dir / "sampler.log", "ab")  # noqa: SIM115 (closed below)
-            sampler = subprocess.Popen(pl.sampler_argv, stdout=slog, stderr=subprocess.STDOUT)
-            slog.close()
-        for step in pl.steps:
-            say(f"batch size {step.batch_size}: {step.shell()}")
-            rc = _run_child(step.argv, step.env, step.log)
-            if rc != 0:
-                status, exit_code = "failed", rc
-                error = f"batch size {step.batch_size}: command exited with status {rc}"
-                break
-            if cfg.profiler == "nsys":
-                # nsys < 2021.4 wrote `.qdrep`, newer `.nsys-rep`; `nsys export` takes both.
-                # Only this node's reports: the other nodes export theirs.
-                stem = P.nsys_report_stem(step.batch_size, _node_tag(cfg))
-                reps = [*run_dir.glob(f"{stem}*.nsys-rep"), *run_dir.glob(f"{stem}*.qdrep")]
-                for rep in sorted(reps):
-                    exp = P.nsys_export_argv(str(rep))
-                    manifest["commands"].append(shlex.join(exp))
-                    rc = _run_child(exp, {}, step.log)
-                    if rc != 0:
-                        status, exit_code = "failed", rc
-                        error = f"nsys export of {rep.name} exited with status {rc}"
-                        break
-                if status == "failed":
-                    break
-        else:
-            status, exit_code = "completed", 0
+            sampler = start_sampler(pl.sampler_argv, run_dir)
+        nsys = cfg.profiler == "nsys"
+        status, error, exit_code = run_commands(
+            pl.steps, nsys, node_tag(cfg), run_dir, manifest, say
+        )
     except KeyboardInterrupt:
         status, error = "interrupted", "KeyboardInterrupt"
         raise
@@ -729,41 +460,22 @@ def collect(
         status, error = "failed", f"{type(e).__name__}: {e}"
         raise
     finally:
-        if old_term[0]:
-            # None: the previous handler was not set from Python; SIG_DFL is what it was.
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if old_term[1] is None else old_term[1])
+        restore_sigterm(old_term)
         if sampler is not None:
-            rc_s = _terminate(sampler)
-            manifest["sampler_exit_code"] = rc_s
-            if rc_s not in (0, None):
-                say(f"NVML sampler exited with status {rc_s}; see {run_dir / 'sampler.log'}")
+            stop_sampler(sampler, manifest, run_dir, say)
         if status == "running":  # pragma: no cover - only via an exception path above
             status = "failed"
         manifest.update(status=status, error=error, exit_code=exit_code, end_utc=utc_now())
-        manifest["outputs"] = [str(p.relative_to(run_dir)) for p in _outputs(run_dir)]
+        manifest["outputs"] = [str(p.relative_to(run_dir)) for p in outputs(run_dir)]
         write_manifest(mpath, manifest)
 
     if status != "completed":
-        last = _last_line(pl.steps, run_dir)
+        last = last_line(pl.steps, run_dir)
         raise CollectError(
             f"{error}{'; last output: ' + last if last else ''}; "
             f"manifest and partial outputs in {run_dir}"
         )
-
-    table = None
-    store_dir: Path | None = None
-    if cfg.node_rank == 0:
-        from .throughput import write_throughput
-
-        logs = sorted(run_dir.glob("iterations_bs*_rank*.csv"))
-        table = write_throughput(logs, pl.warmup, run_dir)
-        if cfg.ingest:
-            store_dir = run_dir / "store"
-            say("ingesting outputs into the store")
-            ingested, skipped = ingest_outputs(run_dir, store_dir)
-            manifest["ingested"], manifest["not_ingested"] = ingested, skipped
-        manifest["outputs"] = [str(p.relative_to(run_dir)) for p in _outputs(run_dir)]
-        write_manifest(mpath, manifest)
+    table, store_dir = _finish(cfg, pl, manifest, mpath, say)
     return CollectResult(
         run_dir=run_dir,
         manifest=mpath,
@@ -776,21 +488,48 @@ def collect(
     )
 
 
-def _last_line(steps: list[Step], run_dir: Path) -> str | None:
-    for s in reversed(steps):
-        if s.log.exists():
-            lines = [ln for ln in s.log.read_text(errors="replace").splitlines() if ln.strip()]
-            if lines:
-                return lines[-1].strip()[:200]
-    return None
+def _start_manifest(cfg: CollectConfig, argv: Sequence[str], pl: Plan) -> dict[str, Any]:
+    """The manifest written before anything runs: config, versions, the planned commands."""
+    profiler_version = P.tool_version(pl.profiler_path) if pl.profiler_path else None
+    if cfg.profiler == "torch":
+        profiler_version = "torch.profiler (kineto), torch " + (torch_version() or "?")
+    manifest = build_manifest(
+        run_id=pl.run_id,
+        argv=list(argv),
+        config=_config_dict(cfg, pl.warmup, pl.device),
+        profiler_version=profiler_version,
+    )
+    manifest["commands"] = [s.shell() for s in pl.steps]
+    manifest["sampler_command"] = None if pl.sampler_argv is None else shlex.join(pl.sampler_argv)
+    manifest["notes"] = list(pl.notes)
+    return manifest
 
 
-def _torch_version() -> str | None:
-    try:
-        import torch
-    except ImportError:
-        return None
-    return str(torch.__version__)
+def _finish(
+    cfg: CollectConfig,
+    pl: Plan,
+    manifest: dict[str, Any],
+    mpath: Path,
+    say: Callable[[str], None],
+) -> tuple[Any, Path | None]:
+    """On node 0 of a completed run: the throughput table and, with `cfg.ingest`, the store;
+    the manifest rewritten. (throughput table or None, store directory or None)."""
+    if cfg.node_rank != 0:
+        return None, None
+    from .throughput import write_throughput
+
+    run_dir = pl.run_dir
+    store_dir: Path | None = None
+    logs = sorted(run_dir.glob("iterations_bs*_rank*.csv"))
+    table = write_throughput(logs, pl.warmup, run_dir)
+    if cfg.ingest:
+        store_dir = run_dir / "store"
+        say("ingesting outputs into the store")
+        ingested, skipped = ingest_outputs(run_dir, store_dir)
+        manifest["ingested"], manifest["not_ingested"] = ingested, skipped
+    manifest["outputs"] = [str(p.relative_to(run_dir)) for p in outputs(run_dir)]
+    write_manifest(mpath, manifest)
+    return table, store_dir
 
 
 __all__ = [

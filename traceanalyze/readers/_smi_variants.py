@@ -39,12 +39,12 @@ import pyarrow.csv as pacsv
 from ..errors import MalformedInput, TraceanalyzeError
 from ..tables import Tables
 from ._common import PathLike, warn
+from ._smi_time import check_timezone, local_timezone, local_to_epoch_ns
 
 
 def build_tables(**frames: pl.DataFrame | None) -> Tables:
-    from .smi_csv import build_tables as b
-
-    return b(**frames)
+    """`Tables.build` with absent (None) frames left out (as `smi_csv.build_tables`)."""
+    return Tables.build(**{k: v for k, v in frames.items() if v is not None})
 
 
 # --- timestamped sampler CSVs -----------------------------------------------------------------
@@ -104,8 +104,21 @@ def _unit_of(col: str) -> str | None:
 
 
 def read_generic(raw: bytes, path: PathLike, *, tz: str | None) -> Tables:
-    from .smi_csv import check_timezone, local_timezone, local_to_epoch_ns
+    df = _generic_frame(raw, path)
+    ts, zone = _generic_timestamps(df, path, tz)
+    gs, metrics = _generic_columns(df, ts)
+    return build_tables(
+        sources=pl.DataFrame(
+            {"tool": ["nvml-sampler"], "time_origin_epoch_ns": [0], "timezone": [zone]},
+            schema={"tool": pl.String, "time_origin_epoch_ns": pl.Int64, "timezone": pl.String},
+        ),
+        gpu_samples=gs,
+        gpu_metrics=pl.concat(metrics) if metrics else None,
+    )
 
+
+def _generic_frame(raw: bytes, path: PathLike) -> pl.DataFrame:
+    """The CSV as a frame, stamps as text; a bad row or a repeated column is MalformedInput."""
     try:
         tbl = pacsv.read_csv(
             pa.py_buffer(raw),
@@ -131,6 +144,13 @@ def read_generic(raw: bytes, path: PathLike, *, tz: str | None) -> Tables:
         )
     df = pl.from_arrow(tbl)
     assert isinstance(df, pl.DataFrame)
+    return df
+
+
+def _generic_timestamps(
+    df: pl.DataFrame, path: PathLike, tz: str | None
+) -> tuple[pl.Series, str | None]:
+    """(epoch ns per row, the zone used for zone-less stamps or None)."""
     tcol = df.columns[0]
     zone: str | None = None
     if tcol == "timestamp_ns":
@@ -155,6 +175,11 @@ def read_generic(raw: bytes, path: PathLike, *, tz: str | None) -> Tables:
             line=i + 2,
             column=tcol,
         )
+    return ts, zone
+
+
+def _generic_columns(df: pl.DataFrame, ts: pl.Series) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
+    """(gpu_samples from the known columns, one gpu_metrics frame per other numeric column)."""
     samples: dict[str, pl.Series] = {"timestamp_ns": ts.alias("timestamp_ns")}
     metrics = []
     for c in df.columns[1:]:
@@ -176,14 +201,7 @@ def read_generic(raw: bytes, path: PathLike, *, tz: str | None) -> Tables:
         gs = gs.with_columns(pl.col("device_id").cast(pl.Int64, strict=False))
         if metrics:
             metrics = [m.with_columns(gs["device_id"]) for m in metrics]
-    return build_tables(
-        sources=pl.DataFrame(
-            {"tool": ["nvml-sampler"], "time_origin_epoch_ns": [0], "timezone": [zone]},
-            schema={"tool": pl.String, "time_origin_epoch_ns": pl.Int64, "timezone": pl.String},
-        ),
-        gpu_samples=gs,
-        gpu_metrics=pl.concat(metrics) if metrics else None,
-    )
+    return gs, metrics
 
 
 # --- dumpGpuPower -----------------------------------------------------------------------------
@@ -241,6 +259,36 @@ DCGMI_FIELDS: dict[str, str] = {
 
 
 def read_dcgmi(raw: bytes, path: PathLike, *, interval_ms: Any) -> Tables:
+    step_ns = _dcgmi_step_ns(interval_ms, path)
+    text = raw.decode("utf-8", "replace")
+    # split on "\n" only (not str.splitlines, which also breaks at \x0b, \x1c, U+2028, …), so
+    # list index + 1 is the line number an editor shows.
+    lines = text.split("\n")
+    header, tags, units = _dcgmi_header(lines)
+    gpu = _dcgmi_gpu_rows(_dcgmi_rows(lines, header, tags, path), path)
+    per_gpu = gpu.group_by("id").len()["len"].max()
+    if isinstance(per_gpu, int) and not (per_gpu - 1) * step_ns < 2.0**63:
+        raise TraceanalyzeError(
+            f"interval_ms={interval_ms} places samples past int64 nanoseconds", path=path
+        )
+    gpu = gpu.with_columns(
+        (pl.int_range(pl.len()).over("id") * step_ns).round(0).cast(pl.Int64).alias("timestamp_ns"),
+    )
+    samples, metrics = _dcgmi_values(gpu, tags, units, path)
+    devices = gpu.select("device_id").unique(maintain_order=True)
+    return build_tables(
+        sources=pl.DataFrame(
+            {"tool": ["dcgmi"], "requested_interval_ns": [round(interval_ms * 1e6)]},
+            schema_overrides={"requested_interval_ns": pl.Int64},
+        ),
+        gpu_samples=samples,
+        gpu_metrics=metrics,
+        devices=devices,
+    )
+
+
+def _dcgmi_step_ns(interval_ms: Any, path: PathLike) -> float:
+    """The sampling interval in ns; an error without one or with one out of range."""
     if interval_ms is None:
         raise TraceanalyzeError(
             "dcgmi dmon text has no timestamps; pass the sampling interval used at capture "
@@ -252,10 +300,11 @@ def read_dcgmi(raw: bytes, path: PathLike, *, interval_ms: Any) -> Tables:
         raise TraceanalyzeError(
             f"interval_ms must be positive and below ~292 years, got {interval_ms}", path=path
         )
-    text = raw.decode("utf-8", "replace")
-    # split on "\n" only (not str.splitlines, which also breaks at \x0b, \x1c, U+2028, …), so
-    # list index + 1 is the line number an editor shows.
-    lines = text.split("\n")
+    return step_ns
+
+
+def _dcgmi_header(lines: list[str]) -> tuple[str, list[str], dict[str, str | None]]:
+    """(the first `#Entity` line, its field tags, each tag's unit label from the `ID` line)."""
     header_i = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("#Entity"))
     header = lines[header_i]
     tags = header.split()[1:]
@@ -269,6 +318,11 @@ def read_dcgmi(raw: bytes, path: PathLike, *, interval_ms: Any) -> Tables:
             k = max((j for j, s in enumerate(starts) if s <= end), default=None)
             if k is not None:
                 units[tags[k]] = m.group()
+    return header, tags, units
+
+
+def _dcgmi_rows(lines: list[str], header: str, tags: list[str], path: PathLike) -> pl.DataFrame:
+    """The data rows as text cells (line, entity, id, one column per tag)."""
     s = pl.Series("line", lines, dtype=pl.String).str.strip_chars()
     # Data rows: not headers, units lines or blank; repeated headers must be identical.
     is_head = s.str.starts_with("#Entity")
@@ -292,7 +346,7 @@ def read_dcgmi(raw: bytes, path: PathLike, *, interval_ms: Any) -> Tables:
             path=path,
             line=int(line_no[i]),
         )
-    df = pl.DataFrame(
+    return pl.DataFrame(
         {
             "line": line_no,
             "entity": parts.list.get(0),
@@ -300,6 +354,10 @@ def read_dcgmi(raw: bytes, path: PathLike, *, interval_ms: Any) -> Tables:
             **{t: parts.list.get(i + 2) for i, t in enumerate(tags)},
         }
     )
+
+
+def _dcgmi_gpu_rows(df: pl.DataFrame, path: PathLike) -> pl.DataFrame:
+    """The `GPU <n>` rows with an integer `device_id` (other entities skipped, warned)."""
     gpu = df.filter(pl.col("entity") == "GPU")
     if gpu.height < df.height:
         warn(f"{path}: skipped {df.height - gpu.height} dcgmi row(s) of non-GPU entities")
@@ -311,19 +369,19 @@ def read_dcgmi(raw: bytes, path: PathLike, *, interval_ms: Any) -> Tables:
             path=path,
             line=int(bad_rows["line"][0]),
         )
-    per_gpu = gpu.group_by("id").len()["len"].max()
-    if isinstance(per_gpu, int) and not (per_gpu - 1) * step_ns < 2.0**63:
-        raise TraceanalyzeError(
-            f"interval_ms={interval_ms} places samples past int64 nanoseconds", path=path
-        )
-    gpu = gpu.with_columns(
-        (pl.int_range(pl.len()).over("id") * step_ns).round(0).cast(pl.Int64).alias("timestamp_ns"),
-    )
+    return gpu
 
-    def num(t: str) -> pl.Expr:
-        v = pl.col(t)
-        return pl.when(v == "N/A").then(None).otherwise(v).cast(pl.Float64, strict=False)
 
+def _dcgmi_num(t: str) -> pl.Expr:
+    v = pl.col(t)
+    return pl.when(v == "N/A").then(None).otherwise(v).cast(pl.Float64, strict=False)
+
+
+def _dcgmi_values(
+    gpu: pl.DataFrame, tags: list[str], units: dict[str, str | None], path: PathLike
+) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """(gpu_samples from the known tags, gpu_metrics from the others or None)."""
+    num = _dcgmi_num
     for t in tags:
         bad_rows = gpu.filter(num(t).is_null() & (pl.col(t) != "N/A"))
         if bad_rows.height:
@@ -351,13 +409,4 @@ def read_dcgmi(raw: bytes, path: PathLike, *, interval_ms: Any) -> Tables:
             )
             .drop_nulls("value")
         )
-    devices = gpu.select("device_id").unique(maintain_order=True)
-    return build_tables(
-        sources=pl.DataFrame(
-            {"tool": ["dcgmi"], "requested_interval_ns": [round(interval_ms * 1e6)]},
-            schema_overrides={"requested_interval_ns": pl.Int64},
-        ),
-        gpu_samples=samples,
-        gpu_metrics=metrics,
-        devices=devices,
-    )
+    return samples, metrics

@@ -277,37 +277,59 @@ def read_ranges(
     one could not write its file) or WorkerFailed (anything else). The first failure kills the
     other workers; every worker is reaped before this returns or raises.
     """
-    import pyarrow as pa
-    import pyarrow.ipc
-
-    prefix = worker_command()
     remote = list(enumerate(ranges))[1:] if local_read is not None else list(enumerate(ranges))
-    procs: list[subprocess.Popen[bytes]] = []
-    errs: list[Any] = []
-    lock = threading.Lock()
-
-    def kill_all() -> None:
-        with lock:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-
-    def watch(p: subprocess.Popen[bytes]) -> None:
-        if p.wait() != 0:
-            kill_all()  # no point waiting for the others: the caller gets no result
-
-    scratch = _scratch_dir(scratch_bytes)
-    outs: list[int] = []  # the workers' output files, unnamed: descriptors only
-    env = {**os.environ, PARENT_ENV: str(os.getpid())}
+    pool = _Pool()
     try:
-        for _, (lo, hi) in remote:
-            err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in `finally`)
-            errs.append(err)
+        pool.start(path, sql, alias, [r for _, r in remote], batch_rows, scratch_bytes)
+        threads = pool.watch()
+        first_table = None
+        if local_read is not None:
+            lo, hi = ranges[0]
+            try:
+                first_table = local_read(worker_sql(sql, alias, lo, hi))
+            except BaseException:
+                pool.kill_all()
+                raise
+        for t in threads:
+            t.join()
+        _raise_first_failure(pool.procs, pool.errs, remote)
+        tables = [] if local_read is None else [first_table]
+        return tables + _map_outputs([r for _, r in remote], pool.outs)
+    finally:
+        pool.close()
+
+
+class _Pool:
+    """The worker processes of one `read_ranges` call, their stderr files and their unnamed
+    output files; `close` kills and reaps whatever was started, whenever it is called."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.errs: list[Any] = []
+        self.outs: list[int] = []  # the workers' output files, unnamed: descriptors only
+        self._lock = threading.Lock()
+
+    def start(
+        self,
+        path: str | os.PathLike[str],
+        sql: str,
+        alias: str,
+        ranges: Sequence[tuple[int, int]],
+        batch_rows: int,
+        scratch_bytes: int,
+    ) -> None:
+        """One worker per range; Unavailable when a file or a process cannot be made."""
+        prefix = worker_command()
+        scratch = _scratch_dir(scratch_bytes)
+        env = {**os.environ, PARENT_ENV: str(os.getpid())}
+        for lo, hi in ranges:
+            err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in `close`)
+            self.errs.append(err)
             try:
                 out = _unnamed_file(scratch)
             except OSError as e:
                 raise Unavailable(f"cannot create a worker's output file: {e}") from None
-            outs.append(out)
+            self.outs.append(out)
             args = [*prefix, str(path), sql, alias, str(lo), str(hi), str(batch_rows), f"fd:{out}"]
             try:
                 p = subprocess.Popen(
@@ -320,39 +342,52 @@ def read_ranges(
                 )
             except OSError as e:  # EAGAIN (process limit), ENOMEM, …
                 raise Unavailable(f"cannot start a worker: {e}") from None
-            with lock:
-                procs.append(p)
-        threads = [threading.Thread(target=watch, args=(p,), daemon=True) for p in procs]
+            with self._lock:
+                self.procs.append(p)
+
+    def watch(self) -> list[threading.Thread]:
+        """A started thread per worker that kills the others as soon as one fails: no point
+        waiting for them, the caller gets no result."""
+
+        def watch_one(p: subprocess.Popen[bytes]) -> None:
+            if p.wait() != 0:
+                self.kill_all()
+
+        threads = [threading.Thread(target=watch_one, args=(p,), daemon=True) for p in self.procs]
         for t in threads:
             t.start()
-        first_table = None
-        if local_read is not None:
-            lo, hi = ranges[0]
-            try:
-                first_table = local_read(worker_sql(sql, alias, lo, hi))
-            except BaseException:
-                kill_all()
-                raise
-        for t in threads:
-            t.join()
-        _raise_first_failure(procs, errs, remote)
-        tables = [] if local_read is None else [first_table]
-        for (_, (lo, hi)), out in zip(remote, outs, strict=True):
-            try:
-                # The mapping keeps the pages after the descriptor is closed; zero-copy.
-                mapped = mmap.mmap(out, 0, access=mmap.ACCESS_READ)
-                tables.append(pyarrow.ipc.open_file(pa.py_buffer(mapped)).read_all())
-            except (pa.ArrowException, OSError, ValueError) as e:
-                raise WorkerFailed(f"worker for rowids {lo}..{hi}: bad output: {e}") from None
-        return tables
-    finally:
-        kill_all()
-        for p in procs:
+        return threads
+
+    def kill_all(self) -> None:
+        with self._lock:
+            for p in self.procs:
+                if p.poll() is None:
+                    p.kill()
+
+    def close(self) -> None:
+        self.kill_all()
+        for p in self.procs:
             p.wait()
-        for f in errs:
+        for f in self.errs:
             f.close()
-        for fd in outs:
+        for fd in self.outs:
             os.close(fd)
+
+
+def _map_outputs(ranges: Sequence[tuple[int, int]], outs: Sequence[int]) -> list[Any]:
+    """The workers' Arrow files as pyarrow Tables over memory-mapped pages (zero-copy)."""
+    import pyarrow as pa
+    import pyarrow.ipc
+
+    tables = []
+    for (lo, hi), out in zip(ranges, outs, strict=True):
+        try:
+            # The mapping keeps the pages after the descriptor is closed; zero-copy.
+            mapped = mmap.mmap(out, 0, access=mmap.ACCESS_READ)
+            tables.append(pyarrow.ipc.open_file(pa.py_buffer(mapped)).read_all())
+        except (pa.ArrowException, OSError, ValueError) as e:
+            raise WorkerFailed(f"worker for rowids {lo}..{hi}: bad output: {e}") from None
+    return tables
 
 
 def _raise_first_failure(

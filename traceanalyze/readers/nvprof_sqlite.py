@@ -88,6 +88,9 @@ from ._common import (
     table_columns,
     warn,
 )
+from ._cupti import COPY_KINDS, MEMORY_KINDS
+from ._short_names import short_name as _short_name
+from ._sqlite import q, query_frame
 
 TOOL = "nvprof"
 
@@ -95,29 +98,6 @@ _K = "CUPTI_ACTIVITY_KIND_"
 KERNEL_TABLES = (f"{_K}CONCURRENT_KERNEL", f"{_K}KERNEL")
 _STRINGS = "StringTable"
 
-# CUpti_ActivityMemcpyKind (cupti_activity.h)
-COPY_KINDS: dict[int, str] = {
-    1: "HtoD",
-    2: "DtoH",
-    3: "HtoA",
-    4: "AtoH",
-    5: "AtoA",
-    6: "AtoD",
-    7: "DtoA",
-    8: "DtoD",
-    9: "HtoH",
-    10: "PtoP",
-}
-# CUpti_ActivityMemoryKind (cupti_activity.h); 0 = UNKNOWN is a missing value, not a kind.
-MEMORY_KINDS: dict[int, str] = {
-    1: "Pageable",
-    2: "Pinned",
-    3: "Device",
-    4: "Array",
-    5: "Managed",
-    6: "Device Static",
-    7: "Managed Static",
-}
 # CUpti_ActivityFlag marker bits
 _MARKER_INSTANTANEOUS, _MARKER_START, _MARKER_END = 1, 2, 4
 # CUpti_ActivityObjectKind
@@ -195,10 +175,6 @@ def _read(con: sqlite3.Connection, path: PathLike) -> Tables:
 # --- SQL helpers ------------------------------------------------------------------------------
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _select(
     con: sqlite3.Connection,
     path: PathLike,
@@ -212,29 +188,9 @@ def _select(
     refuse_generated(con, table, [c for c in want.values() if c is not None], path=path)
     require_columns(have, required, path=path, table=table)
     return [
-        f"{alias}.{_q(col)} AS {out}" if col is not None and col in have else f"NULL AS {out}"
+        f"{alias}.{q(col)} AS {out}" if col is not None and col in have else f"NULL AS {out}"
         for out, col in want.items()
     ]
-
-
-def _frame(
-    con: sqlite3.Connection,
-    path: PathLike,
-    table: str,
-    sql: str,
-    schema: dict[str, pl.DataType],
-) -> pl.DataFrame:
-    """Run a query and build a frame typed by `schema` (which lists the SELECT's columns).
-
-    SQLite columns are dynamically typed: text or a BLOB in an INT column is bad input."""
-    rows = con.execute(sql).fetchall()
-    try:
-        return pl.DataFrame(rows, schema=schema, orient="row")
-    except pl.exceptions.ComputeError as e:
-        msg = str(e).split("\n", 1)[0]
-        raise MalformedInput(
-            f"a column holds values of the wrong type: {msg}", path=path, table=table
-        ) from None
 
 
 def _with_strings(
@@ -245,13 +201,13 @@ def _with_strings(
     Only the ids that `ids_sql` selects are fetched (never the whole table, whose id 1 is the
     command line), and each distinct string is decoded once, not once per row."""
     sql = f"SELECT _id_, value FROM {_STRINGS} WHERE _id_ <> 0 AND _id_ IN ({ids_sql})"
-    strings = _frame(con, path, _STRINGS, sql, {ref: _I(), out: pl.String()})
+    strings = query_frame(con, path, _STRINGS, sql, {ref: _I(), out: pl.String()})
     return df.join(strings, on=ref, how="left", maintain_order="left")
 
 
 def _string_join(alias: str, column: str, out: str) -> tuple[str, str]:
     """(select expr, join clause) resolving a StringTable id; id 0 ('-- null --') is null."""
-    s, ref = f"s_{out}", f"{alias}.{_q(column)}"
+    s, ref = f"s_{out}", f"{alias}.{q(column)}"
     return f"{s}.value AS {out}", f"LEFT JOIN {_STRINGS} {s} ON {s}._id_ = {ref} AND {ref} <> 0"
 
 
@@ -298,12 +254,12 @@ def _kernels(
         if table not in tables:
             continue
         cols = _select(con, path, table, _KERNEL_COLS, ["start", "end", "name"])
-        parts.append(f"SELECT {', '.join(cols)} FROM {_q(table)} t")
+        parts.append(f"SELECT {', '.join(cols)} FROM {q(table)} t")
         used.append(table)
     schema: dict[str, pl.DataType] = {c: _I() for c in _KERNEL_COLS}
-    df = _frame(con, path, " + ".join(used), " UNION ALL ".join(parts), schema)
+    df = query_frame(con, path, " + ".join(used), " UNION ALL ".join(parts), schema)
     check_times(df, path=path, table=" + ".join(used))
-    ids = " UNION ".join(f"SELECT name FROM {_q(t)}" for t in used)
+    ids = " UNION ".join(f"SELECT name FROM {q(t)}" for t in used)
     df = _with_strings(con, path, df, "name_id", "raw_name", ids)
     _warn_dangling(df, "raw_name", "name_id", "kernels", path)
 
@@ -332,116 +288,6 @@ def _kernels(
     )
 
 
-# Operator spellings after the `operator` keyword, longest first so `<<=` wins over `<<` and `<`.
-_OPERATORS = sorted(
-    (
-        "()", "[]", "<=>", "<<=", ">>=", "->*", "<<", ">>", "<=", ">=", "==", "!=", "&&", "||",
-        "++", "--", "->", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "+", "-", "*", "/",
-        "%", "^", "&", "|", "~", "!", "=", "<", ">", ",",
-    ),
-    key=len,
-    reverse=True,
-)  # fmt: skip
-_OPEN, _CLOSE = "<([{", ">)]}"
-
-
-def _is_ident(ch: str) -> bool:
-    return ch.isalnum() or ch == "_"
-
-
-def _matching(s: str, i: int) -> int:
-    """Index just past the bracket group that opens at `s[i]` (any of <([{ nesting)."""
-    depth = 0
-    for j in range(i, len(s)):
-        if s[j] in _OPEN:
-            depth += 1
-        elif s[j] in _CLOSE:
-            depth -= 1
-            if depth == 0:
-                return j + 1
-    return len(s)
-
-
-def _operator_end(s: str, i: int) -> int:
-    """`s[i:]` follows the keyword `operator`: the index where the operator's name ends."""
-    j = i
-    while j < len(s) and s[j] == " ":
-        j += 1
-    for word in ("new", "delete"):
-        if s.startswith(word, j) and not (j + len(word) < len(s) and _is_ident(s[j + len(word)])):
-            j += len(word)
-            return j + 2 if s.startswith("[]", j) else j
-    if s.startswith('""', j):  # user-defined literal: operator"" _x
-        j += 2
-        while j < len(s) and (s[j] == " " or _is_ident(s[j])):
-            j += 1
-        return j
-    for op in _OPERATORS:
-        if s.startswith(op, j):
-            return j + len(op)
-    # conversion operator (`operator unsigned int`, `operator std::vector<int> const&`): the
-    # type runs to the parameter list, the first '(' outside its template arguments
-    while j < len(s) and s[j] != "(":
-        j = _matching(s, j) if s[j] == "<" else j + 1
-    return len(s[:j].rstrip())
-
-
-def _short_name(name: str) -> str:
-    """Base function name of a demangled C++ name: no return type, namespaces or classes,
-    template arguments or parameters. `void at::native::k<float>(float*)` → `k`,
-    `void foo::operator()<int>(int)` → `operator()`, `std::ostream& operator<<(…)` →
-    `operator<<`, `X::~X()` → `~X`, `f(int)::{lambda()#1}::operator()() const` → `operator()`.
-    Plain C names come back unchanged. One left-to-right scan over the top level (brackets
-    skipped as groups), applied once per distinct name."""
-    s = name.replace("(anonymous namespace)", "{anonymous}")
-    comp = 0  # where the current unqualified name starts
-    op_end: int | None = None  # end of its name when it is an operator (its text has <, (, …)
-    i = 0
-    while i < len(s):
-        ch = s[i]
-        if (
-            s.startswith("operator", i)
-            and (i == 0 or not _is_ident(s[i - 1]))
-            and not (i + 8 < len(s) and _is_ident(s[i + 8]))
-        ):
-            comp, op_end = i, _operator_end(s, i + 8)
-            i = op_end
-            # its template arguments, which the demangler sets off by a space after `<`, `<<`
-            k = len(s) - len(s[i:].lstrip(" "))
-            if s.startswith("<", k):
-                i = _matching(s, k)
-        elif ch == "(":
-            # The parameter list, unless a local entity's scope follows (`f(int)::{lambda…}`,
-            # `g() const::X`): then the name continues after the `::`.
-            j = _matching(s, i)
-            k = j
-            while True:
-                k += len(s[k:]) - len(s[k:].lstrip(" "))
-                quals = next(
-                    (q for q in ("const", "volatile", "&&", "&") if s.startswith(q, k)), ""
-                )
-                if not quals:
-                    break
-                k += len(quals)
-            if not s.startswith("::", k):
-                break
-            comp, op_end, i = k + 2, None, k + 2
-        elif ch in _OPEN:
-            i = _matching(s, i)
-        elif s.startswith("::", i):
-            comp, op_end, i = i + 2, None, i + 2
-        elif ch == " ":  # what came before was a return type (or a qualifier)
-            comp, op_end, i = i + 1, None, i + 1
-        else:
-            i += 1
-    if op_end is not None:
-        return s[comp:op_end].strip()
-    base = s[comp:i]
-    cut = base.find("<")  # the function's own template arguments
-    base = (base if cut < 0 else base[:cut]).strip()
-    return base or name
-
-
 def _memcpy(
     con: sqlite3.Connection, path: PathLike, tables: set[str], pid: int | None
 ) -> pl.DataFrame | None:
@@ -466,12 +312,12 @@ def _memcpy(
         if table in tables:
             cols = _select(con, path, table, want, ["start", "end", "bytes"])
             memset = 1 if table.endswith("MEMSET") else 0
-            parts.append(f"SELECT {', '.join(cols)}, {memset} AS is_memset FROM {_q(table)} t")
+            parts.append(f"SELECT {', '.join(cols)}, {memset} AS is_memset FROM {q(table)} t")
     if not parts:
         return None
     schema: dict[str, pl.DataType] = {c: _I() for c in copy_cols}
     schema["is_memset"] = _I()
-    df = _frame(con, path, f"{_K}MEMCPY/MEMSET", " UNION ALL ".join(parts), schema)
+    df = query_frame(con, path, f"{_K}MEMCPY/MEMSET", " UNION ALL ".join(parts), schema)
     check_times(df, path=path, table=f"{_K}MEMCPY/MEMSET")
     unknown = df.filter(
         (pl.col("is_memset") == 0) & ~pl.col("copy_kind").is_in(list(COPY_KINDS))
@@ -536,7 +382,7 @@ def _api_calls(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.
         if table not in tables:
             continue
         cols = _select(con, path, table, want, ["cbid", "start", "end"])
-        df = _frame(con, path, table, f"SELECT {', '.join(cols)} FROM {_q(table)} t", schema)
+        df = query_frame(con, path, table, f"SELECT {', '.join(cols)} FROM {q(table)} t", schema)
         check_times(df, path=path, table=table)
         if df.height == 0:
             continue
@@ -583,14 +429,14 @@ def _markers(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.Da
     cols = _select(con, path, table, want, ["flags", "timestamp", "id", "name"])
     schema: dict[str, pl.DataType] = {c: _I() for c in want}
     schema["object_id"] = pl.Binary()
-    df = _frame(con, path, table, f"SELECT {', '.join(cols)} FROM {_q(table)} t", schema)
+    df = query_frame(con, path, table, f"SELECT {', '.join(cols)} FROM {q(table)} t", schema)
     check_times(df, path=path, table=table, start="timestamp", end=None, columns=("timestamp", ""))
     # end rows carry name 0; only start/mark rows' strings are fetched
-    ids = f"SELECT name FROM {_q(table)} WHERE (flags & {_MARKER_END}) = 0"
+    ids = f"SELECT name FROM {q(table)} WHERE (flags & {_MARKER_END}) = 0"
     df = _with_strings(con, path, df, "name_id", "name", ids)
     _warn_dangling(df, "name", "name_id", "markers", path)
     if "domain" in table_columns(con, table):
-        ids = f"SELECT DISTINCT domain FROM {_q(table)}"
+        ids = f"SELECT DISTINCT domain FROM {q(table)}"
         df = _with_strings(con, path, df, "domain_id", "domain", ids)
     else:
         df = df.with_columns(pl.lit(None, dtype=pl.String).alias("domain"))
@@ -648,8 +494,8 @@ def _devices(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.Da
     schema: dict[str, pl.DataType] = {c: _I() for c in want}
     schema["uuid_blob"] = pl.Binary()
     schema["name"] = pl.String()
-    df = _frame(
-        con, path, table, f"SELECT {', '.join(cols)}, {sel} FROM {_q(table)} t {join}", schema
+    df = query_frame(
+        con, path, table, f"SELECT {', '.join(cols)}, {sel} FROM {q(table)} t {join}", schema
     )
     hexed = pl.col("uuid_blob").bin.encode("hex")
     uuid = pl.concat_str(
@@ -692,7 +538,7 @@ def _gpu_samples(
     cols = _select(con, path, table, want, ["timestamp", "environmentKind", "data"])
     schema: dict[str, pl.DataType] = {c: _I() for c in want}
     schema["data"] = pl.Binary()
-    df = _frame(con, path, table, f"SELECT {', '.join(cols)} FROM {_q(table)} t", schema)
+    df = query_frame(con, path, table, f"SELECT {', '.join(cols)} FROM {q(table)} t", schema)
     if df.height == 0:
         return None
     known = [_ENV_SPEED, _ENV_TEMPERATURE, _ENV_POWER, _ENV_COOLING]

@@ -1,0 +1,207 @@
+"""The running half of `collect.run.collect`: child processes, SIGTERM, the NVML sampler, the
+commands of a plan (and nsys's exports), and the run directory's outputs."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import TraceanalyzeError, UnknownFormat
+from . import profilers as P
+
+# Outputs that are ours, not a profiler's: never offered to the readers.
+_NOT_DATA = ("manifest", "throughput.csv", "throughput.png")
+_NOT_DATA_SUFFIXES = (".log", ".png", ".nsys-rep", ".qdrep", ".tmp", ".qdstrm")
+
+
+@dataclass
+class Step:
+    batch_size: int
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+    post: list[list[str]] = field(default_factory=list)  # filled after the step ran (nsys)
+
+    def shell(self) -> str:
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return (prefix + " " if prefix else "") + shlex.join(self.argv)
+
+
+class Terminated(BaseException):
+    """SIGTERM reached the collector (e.g. a Slurm time limit): handled like Ctrl-C, so the
+    child is stopped and the manifest says "interrupted" before the process ends."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def catch_sigterm() -> tuple[bool, Any]:
+    """Turn SIGTERM into `Terminated` while a run is in progress; returns (installed, previous
+    handler). Not installed outside the main thread, where Python cannot install handlers."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return False, None
+    return True, signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def run_child(argv: list[str], env: dict[str, str], log: Path) -> int:
+    """Run one command with its output in `log`; on KeyboardInterrupt stop it, then re-raise."""
+    with open(log, "ab") as f:
+        f.write(f"$ {shlex.join(argv)}\n".encode())
+        f.flush()
+        proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=f, stderr=subprocess.STDOUT)
+        try:
+            # Poll rather than block in waitpid(): once polars/pyarrow have started their thread
+            # pools, SIGINT may land on one of those threads, which does not interrupt the main
+            # thread's waitpid(); Python then raises KeyboardInterrupt only when the child exits.
+            while True:
+                try:
+                    return proc.wait(timeout=0.2)
+                except subprocess.TimeoutExpired:
+                    continue
+        except BaseException:
+            terminate(proc)
+            raise
+
+
+def terminate(proc: subprocess.Popen[Any], timeout: float = 10.0) -> int | None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def outputs(run_dir: Path) -> list[Path]:
+    store = run_dir / "store"
+    return sorted(
+        p
+        for p in run_dir.rglob("*")
+        if p.is_file() and store not in p.parents and not p.name.startswith((".", "manifest"))
+    )
+
+
+def _is_data(p: Path) -> bool:
+    return not (p.name.startswith(_NOT_DATA) or p.name.endswith(_NOT_DATA_SUFFIXES))
+
+
+def ingest_outputs(run_dir: Path, store_dir: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """Ingest every output a reader recognizes, one file at a time (a bad file does not keep
+    the others out). Returns (ingested paths, [{path, reason}] of the others)."""
+    from ..readers import detect_format
+    from ..store import ingest
+
+    ingested: list[str] = []
+    skipped: list[dict[str, str]] = []
+    for p in outputs(run_dir):
+        rel = str(p.relative_to(run_dir))
+        if not _is_data(p):
+            continue
+        try:
+            fmt = detect_format(p)
+        except UnknownFormat as e:
+            skipped.append({"path": rel, "reason": e.message})
+            continue
+        try:
+            ingest([p], store_dir, format=fmt)
+        except TraceanalyzeError as e:
+            warnings.warn(f"{rel}: not ingested: {e.message}", stacklevel=2)
+            skipped.append({"path": rel, "reason": f"{fmt}: {e.message}"})
+            continue
+        ingested.append(rel)
+    return ingested, skipped
+
+
+def restore_sigterm(old: tuple[bool, Any]) -> None:
+    """Undo `catch_sigterm`."""
+    if old[0]:
+        # None: the previous handler was not set from Python; SIG_DFL is what it was.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if old[1] is None else old[1])
+
+
+def start_sampler(argv: list[str], run_dir: Path) -> subprocess.Popen[Any]:
+    """The NVML sampler, its output in `sampler.log`."""
+    slog = open(run_dir / "sampler.log", "ab")  # noqa: SIM115 (closed below)
+    sampler = subprocess.Popen(argv, stdout=slog, stderr=subprocess.STDOUT)
+    slog.close()
+    return sampler
+
+
+def stop_sampler(
+    sampler: subprocess.Popen[Any],
+    manifest: dict[str, Any],
+    run_dir: Path,
+    say: Callable[[str], None],
+) -> None:
+    rc_s = terminate(sampler)
+    manifest["sampler_exit_code"] = rc_s
+    if rc_s not in (0, None):
+        say(f"NVML sampler exited with status {rc_s}; see {run_dir / 'sampler.log'}")
+
+
+def run_commands(
+    steps: list[Step],
+    nsys: bool,
+    node: int | None,
+    run_dir: Path,
+    manifest: dict[str, Any],
+    say: Callable[[str], None],
+) -> tuple[str, str | None, int | None]:
+    """Run each step (and, for nsys, export its reports) until one fails: (status "completed"
+    or "failed", error, exit code). Export commands are appended to manifest["commands"]."""
+    for step in steps:
+        say(f"batch size {step.batch_size}: {step.shell()}")
+        rc = run_child(step.argv, step.env, step.log)
+        if rc != 0:
+            return "failed", f"batch size {step.batch_size}: command exited with status {rc}", rc
+        if nsys:
+            failed = _export_nsys(step, node, run_dir, manifest)
+            if failed is not None:
+                return "failed", failed[1], failed[0]
+    return "completed", None, 0
+
+
+def _export_nsys(
+    step: Step, node: int | None, run_dir: Path, manifest: dict[str, Any]
+) -> tuple[int, str] | None:
+    """`nsys export` of this step's reports; (exit code, error) of the first that fails."""
+    # nsys < 2021.4 wrote `.qdrep`, newer `.nsys-rep`; `nsys export` takes both.
+    # Only this node's reports: the other nodes export theirs.
+    stem = P.nsys_report_stem(step.batch_size, node)
+    reps = [*run_dir.glob(f"{stem}*.nsys-rep"), *run_dir.glob(f"{stem}*.qdrep")]
+    for rep in sorted(reps):
+        exp = P.nsys_export_argv(str(rep))
+        manifest["commands"].append(shlex.join(exp))
+        rc = run_child(exp, {}, step.log)
+        if rc != 0:
+            return rc, f"nsys export of {rep.name} exited with status {rc}"
+    return None
+
+
+def last_line(steps: list[Step], run_dir: Path) -> str | None:
+    for s in reversed(steps):
+        if s.log.exists():
+            lines = [ln for ln in s.log.read_text(errors="replace").splitlines() if ln.strip()]
+            if lines:
+                return lines[-1].strip()[:200]
+    return None
+
+
+def torch_version() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return str(torch.__version__)

@@ -1,0 +1,330 @@
+"""SQLite fetching shared by the two SQLite readers (nsys_sqlite, nvprof_sqlite).
+
+The connection itself (read-only URI, authorizer, limits) is `_common.connect_readonly`; this
+module turns SELECTs on it into typed polars frames:
+
+* `fetch`: named columns of one table, absent optional columns as nulls. All-integer selections
+  go through ADBC when an engine (`Fast`) is given: split over worker processes by rowid range
+  when the table is big (`_sqlite_parallel`, plain subprocesses running only a checked read-only
+  SELECT), else on the in-process ADBC connection; otherwise Python's sqlite3 in `fetchmany`
+  batches turned into numpy matrices, with polars' strict row constructor deciding (and naming)
+  bad cells. All paths give identical frames (tests/test_nsys_sqlite.py).
+* `query_frame`: one query's rows into a frame of a given schema (the nvprof reader's queries,
+  which join and UNION tables in SQL).
+
+The worker side of the parallel reads stays in `_sqlite_parallel.py`: each worker runs that file
+as a script (`python -P`) that imports only the standard library, pyarrow and the ADBC driver,
+so it cannot live in a module that imports polars.
+
+`adbc-driver-sqlite` is a required dependency (pyproject.toml) and `engine="auto"` uses it; the
+sqlite3 path is kept as the documented degraded mode (`engine="sqlite3"`, or the package
+missing from a hand-made environment) and the strict decider for cells ADBC refuses.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from ..errors import MalformedInput, TraceanalyzeError
+from . import _sqlite_parallel
+from ._common import PathLike, refuse_generated, require_columns, table_columns
+
+BATCH = 1 << 16
+# Tables with at least this many rows (by rowid span) are split over worker processes.
+PARALLEL_MIN_ROWS = 500_000
+# Rows this process reads beyond a worker's share: what one core decodes (~0.8 M rows/s through
+# ADBC) while a worker starts (~0.2 s), so that both finish together (measured on 2 cores).
+LOCAL_HEAD_START = 160_000
+
+
+def q(name: str) -> str:
+    """An SQL identifier, quoted."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+class AdbcConnection:
+    """A read-only ADBC SQLite connection through `adbc_driver_manager`'s low-level API.
+
+    Not the DB-API module (`adbc_driver_sqlite.dbapi`): it imports pandas and pyarrow.dataset,
+    ~0.35 s and ~90 MB for nothing this reader uses.
+    """
+
+    def __init__(self, uri: str) -> None:
+        import adbc_driver_manager
+        import adbc_driver_sqlite
+
+        self._db = adbc_driver_sqlite.connect(uri)
+        try:
+            self._con = adbc_driver_manager.AdbcConnection(self._db)
+        except BaseException:
+            self._db.close()
+            raise
+
+    def read(self, sql: str, batch_rows: int) -> Any:
+        """The whole result of `sql` as a pyarrow Table."""
+        import adbc_driver_manager
+        import pyarrow as pa
+
+        with adbc_driver_manager.AdbcStatement(self._con) as stmt:
+            stmt.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
+            stmt.set_sql_query(sql)
+            handle, _ = stmt.execute_query()
+            return pa.RecordBatchReader._import_from_c(handle.address).read_all()
+
+    def close(self) -> None:
+        self._con.close()
+        self._db.close()
+
+
+def adbc_connect(path: PathLike, engine: str) -> AdbcConnection | None:
+    """A read-only ADBC SQLite connection, or None for the stdlib engine.
+
+    `adbc-driver-sqlite` (required, but its absence degrades to sqlite3: see the module
+    docstring) reads rows into Arrow arrays in C, several times faster than Python's
+    row-at-a-time sqlite3 API. Opened with the same `mode=ro` URI: writes through it fail
+    with 'attempt to write a readonly database'.
+    """
+    if engine == "sqlite3":
+        return None
+    try:
+        import adbc_driver_sqlite  # noqa: F401
+    except ImportError:
+        if engine == "adbc":
+            raise TraceanalyzeError(
+                "engine='adbc' needs the adbc-driver-sqlite package", path=path
+            ) from None
+        return None
+    return AdbcConnection(Path(path).resolve().as_uri() + "?mode=ro")
+
+
+def _fetch_adbc(
+    fast: AdbcConnection, sql: str, names: list[str], batch_rows: int
+) -> pl.DataFrame | None:
+    """Integer columns via ADBC; None when the driver or the cells disagree (mixed types, …), so
+    the caller's strict stdlib path decides what is wrong with the table."""
+    import adbc_driver_manager
+    import pyarrow as pa
+
+    try:
+        # Big record batches: the driver's default (1,024 rows) leaves thousands of chunks.
+        df = pl.from_arrow(fast.read(sql, batch_rows * 4))
+        if not isinstance(df, pl.DataFrame):
+            return None
+        df.columns = names
+        ok = all(dt == pl.Int64 or dt == pl.Null for dt in df.dtypes)
+        return df.cast(pl.Int64) if ok else None
+    except (adbc_driver_manager.Error, pa.ArrowException, OSError, pl.exceptions.PolarsError):
+        # A type change after the driver's inference batch arrives through the C stream
+        # interface as OSError ('[SQLite] Type mismatch in column …').
+        return None
+
+
+@dataclass
+class Fast:
+    """The ADBC engine: the file, its in-process read-only connection, how many worker
+    processes a big table may be split over (1: never), and the reader's batch and size
+    thresholds (taken from the reader module when it is called, so tests can shrink them)."""
+
+    path: Path
+    con: AdbcConnection
+    workers: int
+    batch_rows: int = BATCH
+    parallel_min_rows: int = PARALLEL_MIN_ROWS
+    local_head_start: int = LOCAL_HEAD_START
+
+
+def open_fast(
+    path: PathLike,
+    engine: str,
+    workers: int | None,
+    *,
+    batch_rows: int = BATCH,
+    parallel_min_rows: int = PARALLEL_MIN_ROWS,
+    local_head_start: int = LOCAL_HEAD_START,
+) -> Fast | None:
+    """The ADBC engine for `engine` ("auto", "adbc" or "sqlite3"), or None for sqlite3 alone.
+    `workers` None is `_sqlite_parallel.default_workers()`; the caller closes `fast.con`."""
+    adbc_con = adbc_connect(path, engine)
+    if adbc_con is None:
+        return None
+    n = _sqlite_parallel.default_workers() if workers is None else max(1, workers)
+    return Fast(Path(path), adbc_con, n, batch_rows, parallel_min_rows, local_head_start)
+
+
+def fetch(
+    con: sqlite3.Connection,
+    table: str,
+    wanted: Mapping[str, str],
+    schema: Mapping[str, pl.DataType],
+    *,
+    required: Sequence[str] = (),
+    where: str = "",
+    fast: Fast | None = None,
+) -> pl.DataFrame:
+    """Columns of `table` by name: {output name: source column}; absent columns become null,
+    a missing `required` column raises MissingColumn, a generated one MalformedInput.
+
+    All-integer selections go through ADBC when `fast` is given (Arrow arrays built in C): split
+    over worker processes by rowid range when the table is big (`_fetch_parallel`), else on
+    `fast`'s in-process connection; otherwise in batches of tuples → one numpy int64 matrix; a
+    batch with NULLs or non-integer cells falls back to polars' strict row constructor, which
+    raises MalformedInput on bad cells.
+    """
+    have = set(table_columns(con, table))
+    refuse_generated(con, table, wanted.values(), path=None)
+    require_columns(have, required, path=None, table=table)
+    present = {out: src for out, src in wanted.items() if src in have}
+    out_schema = {out: schema[out] for out in present}
+    if not present:
+        n = con.execute(f"SELECT count(*) FROM {q(table)} {where}").fetchone()[0]
+        return pl.DataFrame({o: pl.Series(o, [None] * n, dtype=schema[o]) for o in wanted})
+    sql = f"SELECT {', '.join(q(s) for s in present.values())} FROM {q(table)} {where}"
+    all_int = all(dt == pl.Int64 for dt in out_schema.values())
+    if fast is not None and all_int and not where:
+        got = _fetch_parallel(con, fast, table, sql, list(present))
+        if got is not None:
+            return _add_missing(got, wanted, present, schema)
+    if fast is not None and all_int:
+        got = _fetch_adbc(fast.con, sql, list(present), fast.batch_rows)
+        if got is not None:
+            return _add_missing(got, wanted, present, schema)
+    cur = con.execute(sql)
+    parts: list[pl.DataFrame] = []
+    names = list(present)
+    batch = fast.batch_rows if fast is not None else BATCH
+    while rows := cur.fetchmany(batch):
+        parts.append(_rows_to_frame(rows, names, out_schema, all_int, table))
+    frame = (
+        pl.concat(parts, how="vertical", rechunk=True) if parts else pl.DataFrame(schema=out_schema)
+    )
+    return _add_missing(frame, wanted, present, schema)
+
+
+def _add_missing(
+    frame: pl.DataFrame,
+    wanted: Mapping[str, str],
+    present: Mapping[str, str],
+    schema: Mapping[str, pl.DataType],
+) -> pl.DataFrame:
+    missing = [pl.lit(None, dtype=schema[o]).alias(o) for o in wanted if o not in present]
+    return frame.with_columns(missing) if missing else frame
+
+
+def _fetch_parallel(
+    con: sqlite3.Connection, fast: Fast, table: str, sql: str, names: list[str]
+) -> pl.DataFrame | None:
+    """`sql` (all `table`'s rows, integer columns) read by `fast.workers` processes, one rowid
+    range each (this process reads the first), concatenated in rowid order: the same frame as
+    the serial read, whose full scan also returns rows in rowid order. None when the table is
+    small (a worker costs ~0.15 s to start), has no rowid (WITHOUT ROWID), the driver refused the
+    cells, or workers are unavailable here (no room for their files, no process could start): the
+    caller's serial paths then decide, exactly as without workers. MalformedInput when a worker
+    failed otherwise.
+    """
+    if fast.workers < 2:
+        return None
+    alias = _sqlite_parallel.rowid_alias(table_columns(con, table))
+    if alias is None:
+        return None
+    try:
+        # Two statements: SQLite answers a lone min()/max() of the rowid from the b-tree's ends,
+        # but `SELECT min(rowid), max(rowid)` scans the whole table.
+        lo = con.execute(f"SELECT min({alias}) FROM {q(table)}").fetchone()[0]
+        hi = con.execute(f"SELECT max({alias}) FROM {q(table)}").fetchone()[0]
+    except sqlite3.OperationalError:  # WITHOUT ROWID table: no such column
+        return None
+    # The rowid span bounds the row count from above without a scan; nsys writes dense rowids.
+    if lo is None or hi - lo + 1 < fast.parallel_min_rows:
+        return None
+    ranges = _sqlite_parallel.split_ranges(lo, hi, fast.workers, head_start=fast.local_head_start)
+
+    def local_read(range_sql: str) -> Any:
+        import adbc_driver_manager
+        import pyarrow as pa
+
+        try:
+            return fast.con.read(range_sql, fast.batch_rows)
+        except (adbc_driver_manager.Error, pa.ArrowException, OSError) as e:
+            raise _sqlite_parallel.DriverRefused(str(e)) from None
+
+    try:
+        # This process reads the first range itself (ADBC releases the GIL) while workers read
+        # the others.
+        parts = _sqlite_parallel.read_ranges(
+            fast.path,
+            sql,
+            alias,
+            ranges,
+            batch_rows=fast.batch_rows,
+            local_read=local_read,
+            scratch_bytes=(hi - ranges[0][1]) * len(names) * 8,
+        )
+    except (_sqlite_parallel.DriverRefused, _sqlite_parallel.Unavailable):
+        return None
+    except _sqlite_parallel.WorkerFailed as e:
+        raise MalformedInput(f"parallel read failed: {e}", table=table) from None
+    frames = []
+    for part in parts:
+        df = pl.from_arrow(part, rechunk=False)
+        if not isinstance(df, pl.DataFrame) or df.width != len(names):
+            return None
+        df.columns = names
+        # A range whose inference batch is all NULL gets Null columns (formats.md: nullable ids).
+        if not all(dt == pl.Int64 or dt == pl.Null for dt in df.dtypes):
+            return None
+        frames.append(df.cast(pl.Int64))
+    return pl.concat(frames, how="vertical", rechunk=False)
+
+
+def _rows_to_frame(
+    rows: list[tuple[object, ...]],
+    names: list[str],
+    schema: Mapping[str, pl.DataType],
+    all_int: bool,
+    table: str,
+) -> pl.DataFrame:
+    if all_int:
+        # Without a dtype, numpy infers int64 only when every cell is an integer; a NULL, REAL or
+        # TEXT cell gives object/float/str, and the strict constructor below takes the batch.
+        mat = np.array(rows)
+        if mat.dtype == np.int64 and mat.ndim == 2:
+            return pl.DataFrame({n: mat[:, i] for i, n in enumerate(names)})
+    # Let polars infer each column's type from every cell, then check it: a schema-typed
+    # constructor would silently truncate a REAL 2.5 in an integer column to 2.
+    try:
+        df = pl.DataFrame(rows, schema=names, orient="row", infer_schema_length=None)
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError) as e:
+        raise MalformedInput(f"cells of mixed types: {e}", table=table) from None
+    for n in names:
+        got, want = df.schema[n], schema[n]
+        widening = want == pl.Float64 and got == pl.Int64  # GPU_METRICS values are INTEGER
+        if got != want and got != pl.Null and want != pl.String and not widening:
+            raise MalformedInput(f"{got} cells where {want} is expected", table=table, column=n)
+    return df.cast(pl.Schema(schema))
+
+
+def query_frame(
+    con: sqlite3.Connection,
+    path: PathLike,
+    table: str,
+    sql: str,
+    schema: dict[str, pl.DataType],
+) -> pl.DataFrame:
+    """Run a query and build a frame typed by `schema` (which lists the SELECT's columns).
+
+    SQLite columns are dynamically typed: text or a BLOB in an INT column is bad input."""
+    rows = con.execute(sql).fetchall()
+    try:
+        return pl.DataFrame(rows, schema=schema, orient="row")
+    except pl.exceptions.ComputeError as e:
+        msg = str(e).split("\n", 1)[0]
+        raise MalformedInput(
+            f"a column holds values of the wrong type: {msg}", path=path, table=table
+        ) from None
