@@ -1,0 +1,390 @@
+"""Kineto JSON: decoded events into frames (kernels, memcpy, api_calls, ops, markers), devices
+and iterations."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import polars as pl
+
+from ..errors import MalformedInput
+from ._common import PathLike, warn
+from ._kineto_types import (
+    _INSTANT,
+    _MEMSET,
+    _NO_ARGS,
+    _OPS,
+    _ROLE,
+    _ROLE_CODE,
+    _ROLE_NAMES,
+    _STEP,
+    _AnyEvent,
+    _Device,
+)
+
+# --- events -> frames ---------------------------------------------------------------------------
+
+
+def _us_to_ns(col: str) -> pl.Expr:
+    """Decimal µs text ('1712195495505583.123', '4.928', '7') -> ns as Decimal(38, 0), exactly.
+
+    Polars parses the text straight into a 3-digit fixed-point decimal (never through float64);
+    finer digits round half to even. Non-numeric values become null (`_check_times` names
+    them). The result stays a 38-digit decimal so that adding the base time and the duration
+    cannot wrap around; `_ns_int` casts to int64 last.
+    """
+    return pl.col(col).cast(pl.Decimal(38, 3), strict=False) * 1000
+
+
+def _ns_int(expr: pl.Expr) -> pl.Expr:
+    """Decimal ns -> int64; null where it does not fit (`_check_times` reports those)."""
+    return expr.cast(pl.Int64, strict=False)
+
+
+def _check_times(df: pl.DataFrame, table: str, path: PathLike) -> None:
+    """Every event has a `ts` that is a number of µs fitting int64 ns, and its `dur` (when it
+    has one) too; a complete event without `dur` is kept with a null end and a warning.
+
+    Chrome trace events always carry `ts`, and Kineto always writes `dur` on complete events:
+    anything else is a damaged or hand-edited trace, named here rather than turned into nulls.
+    """
+    bad = df.filter(
+        pl.col("ts").is_null()
+        | pl.col("start_ns").is_null()
+        | (pl.col("dur").is_not_null() & pl.col("end_ns").is_null())
+    )
+    if bad.height:
+        e = bad.row(0, named=True)
+        if e["ts"] is None:
+            why = "has no ts"
+        elif e["start_ns"] is None:
+            why = f"has ts {e['ts']!r}, not a time in µs that fits int64 ns"
+        else:
+            why = f"has dur {e['dur']!r}, not a duration in µs that fits int64 ns"
+        more = f" ({bad.height} such events)" if bad.height > 1 else ""
+        raise MalformedInput(f"event {e['name']!r} {why}{more}", path=path, table=table)
+    no_dur = df["dur"].null_count()
+    if "ph" in df.columns:  # instant events have no duration by definition
+        no_dur = df.filter(pl.col("ph") == "X")["dur"].null_count()
+    if no_dur:
+        warn(f"{path}: {table}: {no_dur} complete event(s) without dur: end and duration null")
+
+
+def _text(values: list[Any], name: str) -> pl.Series:
+    """ts/dur as text: str from `float_hook`, int for integer literals (older traces)."""
+    try:
+        return pl.Series(name, values, dtype=pl.String)
+    except TypeError:
+        return pl.Series(name, values, dtype=pl.String, strict=False)
+
+
+def _col(events: Any, attr: str) -> list[Any]:
+    return list(map(operator.attrgetter(attr), events))
+
+
+def _ints(events: Any, attr: str, name: str | None = None) -> pl.Series:
+    """Int64 column; strings ('Spans', '0x0', 'stream 7') and other non-integers become null."""
+    return pl.Series(name or attr, _col(events, attr), dtype=pl.Int64, strict=False)
+
+
+def _or(a: pl.Series, b: Callable[[], pl.Series]) -> pl.Series:
+    """`a`, its nulls filled from `b()`; `b` is built only when `a` has nulls (a free check)."""
+    return a.fill_null(b()) if a.null_count() else a
+
+
+def _strs(events: Any, attr: str, name: str | None = None) -> pl.Series:
+    return pl.Series(name or attr, _col(events, attr), dtype=pl.String, strict=False)
+
+
+def _split(events: list[Any]) -> dict[str, list[Any]]:
+    """Events of one batch grouped by the table they feed (in file order)."""
+    if events and isinstance(events[0], _AnyEvent):
+        return _split_untagged(events)
+    cats = _col(events, "cat")
+    try:
+        rmap = {c: _ROLE_CODE.get(c.lower()) for c in set(cats) if isinstance(c, str)}
+    except TypeError:  # an unhashable category (a list…): not Kineto, take the slow path
+        return _split_untagged(events)
+    # Skipped phases have cat None and map to None. C-level map to small codes, then columnar
+    # grouping and a C-level gather per table.
+    codes = pl.Series("role", list(map(rmap.get, cats)), dtype=pl.Int8)
+    out: dict[str, list[Any]] = {}
+    for code in codes.drop_nulls().unique().to_list():
+        idx = (codes == code).arg_true().to_list()
+        sub = [events[idx[0]]] if len(idx) == 1 else list(operator.itemgetter(*idx)(events))
+        out[_ROLE_NAMES[code]] = sub
+    return out
+
+
+def _split_untagged(events: list[Any]) -> dict[str, list[Any]]:
+    """`_split` for events decoded without the phase tag (a phase outside the Chrome spec)."""
+    out: dict[str, list[Any]] = {}
+    for e in events:
+        c = e.cat if isinstance(e.cat, str) else None
+        if e.ph == "X":
+            role = _ROLE.get(c.lower()) if c is not None else None
+        elif e.ph in ("i", "I"):
+            role = "markers"
+        else:
+            role = None
+        if role is not None:
+            out.setdefault(role, []).append(e)
+    return out
+
+
+def _args(sub: list[Any]) -> list[Any]:
+    args = _col(sub, "args")
+    if isinstance(sub[0], _AnyEvent) and None in args:  # tagged events never hold None
+        args = [a if a is not None else _NO_ARGS for a in args]
+    return args
+
+
+def _times(sub: list[Any]) -> list[pl.Series]:
+    # converted to ns once per table, after the batches are concatenated (read_kineto_json)
+    return [_text(_col(sub, "ts"), "ts"), _text(_col(sub, "dur"), "dur")]
+
+
+def _gpu_ids(sub: list[Any], args: list[Any]) -> list[pl.Series]:
+    # formats.md §5: GPU events use pid = device and tid = stream; args say it too when present
+    # (old traces write tid "stream 7", a string, so args come first).
+    return [
+        _or(_ints(args, "device"), lambda: _ints(sub, "pid")).alias("device_id"),
+        _ints(args, "context", "context_id"),
+        _or(_ints(args, "stream"), lambda: _ints(sub, "tid")).alias("stream_id"),
+        _ints(args, "correlation", "correlation_id"),
+    ]
+
+
+def _kernels(sub: list[Any]) -> pl.DataFrame:
+    args = _args(sub)
+    dims = []
+    for g in ("grid", "block"):
+        xyz = [v if type(v) is list and len(v) == 3 else _NO_DIM for v in _col(args, g)]
+        for i, x in enumerate("xyz"):
+            col = list(map(operator.itemgetter(i), xyz))
+            dims.append(pl.Series(f"{g}_{x}", col, dtype=pl.Int64, strict=False))
+    return pl.DataFrame(
+        [
+            *_gpu_ids(sub, args),
+            _strs(sub, "name"),
+            *_times(sub),
+            *dims,
+            _ints(args, "registers", "registers_per_thread"),
+            _ints(args, "smem", "total_smem_bytes"),
+        ]
+    )
+
+
+_NO_DIM = (None, None, None)
+
+
+def _memcpy(sub: list[Any]) -> pl.DataFrame:
+    args = _args(sub)
+    return pl.DataFrame(
+        [
+            _strs(sub, "cat"),
+            _strs(sub, "name"),
+            *_gpu_ids(sub, args),
+            _ints(args, "bytes", "size_bytes"),
+            *_times(sub),
+        ]
+    )
+
+
+def _finish_memcpy(df: pl.DataFrame) -> pl.DataFrame:
+    # "Memcpy HtoD (Pageable -> Device)", "Memset (Device)". Plain string kernels, not regexes:
+    # polars' regex engine costs ~4 MB of RSS the first time a process uses it.
+    is_set = pl.col("cat").str.to_lowercase().is_in(_MEMSET)
+    cp = pl.col("name").str.strip_prefix("Memcpy ").str.split_exact(" (", 1)
+    ends = cp.struct.field("field_1").str.strip_suffix(")").str.split_exact(" -> ", 1)
+    st = pl.col("name").str.strip_prefix("Memset (").str.strip_suffix(")")
+    return df.select(
+        "device_id",
+        "context_id",
+        "stream_id",
+        "correlation_id",
+        pl.when(is_set).then(pl.lit("memset")).otherwise(cp.struct.field("field_0")).alias("kind"),
+        pl.when(is_set).then(None).otherwise(ends.struct.field("field_0")).alias("src_kind"),
+        pl.when(is_set)
+        .then(pl.when(pl.col("name").str.starts_with("Memset (")).then(st))
+        .otherwise(ends.struct.field("field_1"))
+        .alias("dst_kind"),
+        "size_bytes",
+        *_TIMES,
+    )
+
+
+def _api_calls(sub: list[Any]) -> pl.DataFrame:
+    args = _args(sub)
+    return pl.DataFrame(
+        [
+            _ints(sub, "pid", "process_id"),
+            _ints(sub, "tid", "thread_id"),
+            _ints(args, "correlation", "correlation_id"),
+            _strs(sub, "cat", "api"),
+            _strs(sub, "name"),
+            # ROCm writes the HIP API id as `cid`
+            _or(_ints(args, "cbid"), lambda: _ints(args, "cid")).alias("callback_id"),
+            *_times(sub),
+        ]
+    )
+
+
+def _finish_api_calls(df: pl.DataFrame) -> pl.DataFrame:
+    # names are plain (cudaLaunchKernel, cuLaunchKernel, hipMemcpyWithStream): no nsys-style
+    # `_v7000` suffix to strip
+    driver = pl.col("api").str.to_lowercase() == "cuda_driver"
+    api = pl.when(driver).then(pl.lit("driver")).otherwise(pl.lit("runtime"))
+    return df.with_columns(api.alias("api"))
+
+
+def _ops(sub: list[Any]) -> pl.DataFrame:
+    args = _args(sub)
+    return pl.DataFrame(
+        [
+            _ints(sub, "pid", "process_id"),
+            _ints(sub, "tid", "thread_id"),
+            _strs(sub, "name"),
+            _strs(sub, "cat", "category"),
+            _or(_ints(args, "external_id"), lambda: _ints(args, "external_id_old")),
+            *_times(sub),
+        ]
+    )
+
+
+def _markers(sub: list[Any]) -> pl.DataFrame:
+    args = _args(sub)
+    return pl.DataFrame(
+        [
+            _strs(sub, "ph"),
+            _strs(sub, "cat", "category"),
+            _ints(sub, "pid"),
+            _ints(sub, "tid"),
+            _ints(args, "device"),
+            _ints(args, "stream"),
+            _strs(sub, "name"),
+            *_times(sub),
+        ]
+    )
+
+
+def _finish_markers(df: pl.DataFrame) -> pl.DataFrame:
+    on_gpu = pl.col("category").str.to_lowercase() == "gpu_user_annotation"
+    instant = pl.col("ph") != "X"
+    df = df.with_columns(pl.col("category").replace(_INSTANT, None))
+    return df.select(
+        pl.when(on_gpu).then(None).otherwise(pl.col("pid")).alias("process_id"),
+        pl.when(on_gpu).then(None).otherwise(pl.col("tid")).alias("thread_id"),
+        pl.when(on_gpu).then(pl.coalesce("device", "pid")).alias("device_id"),
+        pl.when(on_gpu).then(pl.coalesce("stream", "tid")).alias("stream_id"),
+        "name",
+        "category",
+        "start_ns",
+        pl.when(~instant).then(pl.col("end_ns")).alias("end_ns"),
+        pl.when(~instant).then(pl.col("duration_ns")).alias("duration_ns"),
+    )
+
+
+def _finish_kernels(df: pl.DataFrame) -> pl.DataFrame:
+    # launch index in start order (the frame is sorted by then)
+    return df.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("kernel_id"))
+
+
+_TIMES = ("start_ns", "end_ns", "duration_ns")
+# Per batch: raw columns only (no lazy queries: each costs ~0.3 ms of fixed overhead). Derived
+# columns (regexes, mappings) are computed once per table after the batches are concatenated.
+_BUILDERS: dict[str, Callable[[list[Any]], pl.DataFrame]] = {
+    "kernels": _kernels,
+    "memcpy": _memcpy,
+    "api_calls": _api_calls,
+    "ops": _ops,
+    "markers": _markers,
+}
+_FINISH: dict[str, Callable[[pl.DataFrame], pl.DataFrame]] = {
+    "kernels": _finish_kernels,
+    "memcpy": _finish_memcpy,
+    "api_calls": _finish_api_calls,
+    "markers": _finish_markers,
+}
+
+
+def _iterations(
+    ops: pl.DataFrame | None, markers: pl.DataFrame | None, rank: int | None
+) -> pl.DataFrame | None:
+    """`ProfilerStep#N` host ranges (user_annotation; a cpu_op in older PyTorch)."""
+    host = [
+        f.filter(pl.col("category").str.to_lowercase().is_in(("user_annotation", *_OPS)))
+        for f in (markers, ops)
+        if f is not None
+    ]
+    if not host:
+        return None
+    steps = pl.concat([f.select("name", *_TIMES) for f in host]).filter(
+        pl.col("end_ns").is_not_null()
+    )
+    number = pl.col("name").str.strip_prefix(_STEP).cast(pl.Int64, strict=False)
+    steps = steps.with_columns(
+        iteration=pl.when(pl.col("name").str.starts_with(_STEP)).then(number)
+    )
+    steps = steps.filter(pl.col("iteration").is_not_null()).sort("start_ns", maintain_order=True)
+    # A step recorded both as an annotation and as a cpu_op: keep one.
+    steps = steps.unique("iteration", keep="first", maintain_order=True)
+    return steps.sort("iteration").select(
+        pl.lit(rank, dtype=pl.Int64).alias("rank"), "iteration", *_TIMES
+    )
+
+
+def _devices(props: list[_Device] | None) -> pl.DataFrame | None:
+    if not props:
+        return None
+    rows = [
+        (p.id, p.name, p.totalGlobalMem, p.computeMajor, p.computeMinor, p.numSms) for p in props
+    ]
+    ids, names, mem, major, minor, sms = zip(*rows, strict=True)
+    df = pl.DataFrame(
+        [
+            pl.Series("device_id", ids, dtype=pl.Int64, strict=False),
+            pl.Series("name", names, dtype=pl.String, strict=False),
+            pl.Series("memory_bytes", mem, dtype=pl.Int64, strict=False),
+            pl.Series("major", major, dtype=pl.Int64, strict=False),
+            pl.Series("minor", minor, dtype=pl.Int64, strict=False),
+            pl.Series("sm_count", sms, dtype=pl.Int64, strict=False),
+        ]
+    )
+    name = pl.col("name").str.to_lowercase()
+    vendor = (
+        pl.when(name.str.contains_any(["amd ", "radeon", "instinct"]))
+        .then(pl.lit("AMD"))
+        .when(name.str.contains_any(["nvidia", "tesla", "quadro", "geforce"]))
+        .then(pl.lit("NVIDIA"))
+        .otherwise(None)
+    )
+    return df.select(
+        "device_id",
+        "name",
+        pl.format("{}.{}", "major", "minor").alias("compute_capability"),
+        "sm_count",
+        "memory_bytes",
+        vendor.alias("vendor"),
+    )
+
+
+def _range_rows(ranges: list[Any]) -> pl.DataFrame:
+    rows = [
+        (i, e.pid, e.name, k, v)
+        for i, e in enumerate(ranges)
+        if isinstance(e.args, dict)
+        for k, v in e.args.items()
+    ]
+    kid, pid, name, metric, value = zip(*rows, strict=True) if rows else ((),) * 5
+    return pl.DataFrame(
+        [
+            pl.Series("kernel_id", kid, dtype=pl.Int64),
+            pl.Series("device_id", pid, dtype=pl.Int64, strict=False),
+            pl.Series("name", name, dtype=pl.String, strict=False),
+            pl.Series("metric_name", metric, dtype=pl.String),
+            pl.Series("value", value, dtype=pl.Float64, strict=False),
+        ]
+    )

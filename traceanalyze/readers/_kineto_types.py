@@ -1,0 +1,183 @@
+"""Kineto JSON: the msgspec types and decoders for events (only the fields the reader keeps), and
+the categories it sorts them by."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import Struct, field
+
+# --- decoder types ----------------------------------------------------------------------------
+# `Any` for values whose type varies between producers (ROCm writes stream "0x0", Triton ops
+# write grid as a string): conversion to columns casts non-conforming values to null instead of
+# failing the whole file. gc=False: these objects never form cycles, and the collector would
+# otherwise walk ~10^5 of them.
+
+
+class _Args(Struct, frozen=True, gc=False):
+    external_id: Any = field(default=None, name="External id")
+    external_id_old: Any = field(default=None, name="external id")
+    device: Any = None
+    context: Any = None
+    stream: Any = None
+    correlation: Any = None
+    registers: Any = field(default=None, name="registers per thread")
+    smem: Any = field(default=None, name="shared memory")
+    grid: Any = None
+    block: Any = None
+    bytes: Any = None
+    cbid: Any = None
+    cid: Any = None
+
+
+_NO_ARGS = _Args()
+
+_EVENT_FIELDS: dict[str, Any] = {
+    "cat": None,
+    "name": None,
+    "pid": None,
+    "tid": None,
+    "ts": None,
+    "dur": None,
+    "args": _NO_ARGS,
+}
+
+# Events the tables use: complete (`X`) and instant (`i`, legacy `I`) events.
+_KEPT_PHASES = ("X", "i", "I")
+_INSTANT = "\x00instant"
+# Every other Chrome trace phase decodes to an empty object (its fields are skipped, not built),
+# which matters for the ~30% of events that are flows. An unknown phase makes the tagged decode
+# fail; the file is then decoded with the untagged `_AnyEvent`.
+_SKIPPED_PHASES = (
+    "B", "E", "C", "b", "n", "e", "s", "t", "f", "P", "N", "O", "D", "M", "V", "v", "R", "c",
+    "(", ")",
+)  # fmt: skip
+
+
+def _event_struct(ph: str) -> type[Struct]:
+    cls = msgspec.defstruct(
+        f"_Event_{ph}",
+        [
+            # instants usually have no category: a sentinel default routes them to markers
+            ("cat", Any, None if ph == "X" else _INSTANT),
+            ("name", Any, None),
+            ("pid", Any, None),
+            ("tid", Any, None),
+            ("ts", Any, None),
+            ("dur", Any, None),
+            # "args": null fails this type; such a batch is decoded with `_AnyEvent` instead
+            ("args", _Args, _NO_ARGS),
+        ],
+        tag_field="ph",
+        tag=ph,
+        gc=False,
+    )
+    cls.ph = ph  # type: ignore[attr-defined]  # the tag is not stored per instance
+    return cls
+
+
+def _skipped_struct(ph: str) -> type[Struct]:
+    cls = msgspec.defstruct(f"_Skip_{ph}", [], tag_field="ph", tag=ph, gc=False)
+    cls.ph = ph  # type: ignore[attr-defined]
+    for k, v in _EVENT_FIELDS.items():  # class attributes, so attrgetter sees the same columns
+        setattr(cls, k, v)
+    return cls
+
+
+class _AnyEvent(Struct, gc=False):
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: _Args | None = None
+
+
+class _Device(Struct, gc=False):
+    id: Any = None
+    name: Any = None
+    totalGlobalMem: Any = None  # noqa: N815 - the trace's key
+    computeMajor: Any = None  # noqa: N815
+    computeMinor: Any = None  # noqa: N815
+    numSms: Any = None  # noqa: N815
+
+
+class _Dist(Struct, gc=False):
+    rank: Any = None
+    world_size: Any = None
+
+
+_TAGGED = tuple(
+    [_event_struct(p) for p in _KEPT_PHASES] + [_skipped_struct(p) for p in _SKIPPED_PHASES]
+)
+
+
+def _doc_type(event_type: Any) -> type[Struct]:
+    return msgspec.defstruct(
+        "_Doc",
+        [
+            ("traceEvents", list[event_type]),
+            ("deviceProperties", list[_Device] | None, None),
+            ("distributedInfo", _Dist | None, None),
+            ("baseTimeNanoseconds", Any, None),
+        ],
+    )
+
+
+# float_hook=str: untyped JSON floats arrive as their exact decimal text (see the docstring).
+_TAGGED_UNION: Any = _TAGGED[0]
+for _cls in _TAGGED[1:]:
+    _TAGGED_UNION = _TAGGED_UNION | _cls
+_DECODER = msgspec.json.Decoder(_doc_type(_TAGGED_UNION), float_hook=str)
+_DECODER_ANY = msgspec.json.Decoder(_doc_type(_AnyEvent), float_hook=str)
+
+
+class _RangeEvent(Struct, gc=False):
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    args: Any = None
+
+
+class _RangeDoc(Struct, gc=False):
+    traceEvents: list[_RangeEvent]  # noqa: N815
+
+
+_RANGE_DECODER = msgspec.json.Decoder(list[_RangeEvent])
+_RANGE_DOC_DECODER = msgspec.json.Decoder(_RangeDoc)
+_BATCH_DECODER = msgspec.json.Decoder(list[_TAGGED_UNION], float_hook=str)
+_BATCH_DECODER_ANY = msgspec.json.Decoder(list[_AnyEvent], float_hook=str)
+
+_MEMSET = ("gpu_memset", "memset")
+_OPS = ("cpu_op", "python_function", "operator")
+_RANGE = "cuda_profiler_range"
+
+_STEP = "ProfilerStep#"  # `ProfilerStep#<N>` host ranges
+
+# Lower-cased category -> table. Old (PyTorch <= 1.9) capitalised names (`Kernel`, `Runtime`,
+# `Memcpy`, `Memset`) are the same after lower-casing; `operator` is the pre-1.9 `cpu_op`.
+_ROLE: dict[str, str] = {
+    "kernel": "kernels",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memcpy",
+    "memset": "memcpy",
+    "cuda_runtime": "api_calls",
+    "runtime": "api_calls",
+    "cuda_driver": "api_calls",
+    "cpu_op": "ops",
+    "python_function": "ops",
+    "operator": "ops",
+    "user_annotation": "markers",
+    "gpu_user_annotation": "markers",
+    "cpu_instant_event": "markers",
+    _INSTANT.lower(): "markers",
+    _RANGE: "range",
+}
+
+
+_ROLE_NAMES = sorted(set(_ROLE.values()))
+_ROLE_CODE = {cat: _ROLE_NAMES.index(role) for cat, role in _ROLE.items()}
