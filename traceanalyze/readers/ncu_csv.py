@@ -63,28 +63,22 @@ Output:
 
 In the raw page, the metric columns are those whose header contains `__` (every ncu metric name is
 `<unit>__<counter>…`); the others are identity columns.
+
+Finding the header, units row and data rows is in `_ncu_locate`; loading `.ncu-rep` in
+`_ncu_report`.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import polars as pl
 
 from ..errors import MalformedInput, MissingColumn, UnknownUnit
 from ..tables import Tables
-from ._common import (
-    TIME_TO_NS,
-    PathLike,
-    head_bytes,
-    lazy_import,
-    read_content,
-    reader_entry,
-    warn,
-)
+from ._common import TIME_TO_NS, PathLike, head_bytes, lazy_import, reader_entry, warn
+from ._ncu_locate import _HEADER_START, BOM, _Body, _locate, _read_bytes
+from ._ncu_report import _load_report, _report_long
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -93,7 +87,6 @@ else:  # imported on first use, so format detection stays light
     pa = lazy_import("pyarrow")
     pacsv = lazy_import("pyarrow.csv")
 
-BOM = b"\xef\xbb\xbf"
 REP_MAGIC_SUFFIX = ".ncu-rep"
 
 # --- units ------------------------------------------------------------------------------------
@@ -169,12 +162,6 @@ def ncu_unit(unit: str | None) -> tuple[str | None, float] | None:
     return "/".join(names), factor
 
 
-# --- detection --------------------------------------------------------------------------------
-
-_HEADER_START = re.compile(rb'(?:^|\n)(?:"ID"|ID),"?Process ID"?,')
-_HEADER_AT = re.compile(rb'(?:"ID"|ID),"?Process ID"?,')
-
-
 def sniff(path: PathLike) -> bool:
     """An ncu header line (`"ID","Process ID",…`) in the first 64 KiB, or an `.ncu-rep` name."""
     if str(path).endswith(REP_MAGIC_SUFFIX):
@@ -185,153 +172,6 @@ def sniff(path: PathLike) -> bool:
     if head.startswith(BOM):
         head = head[3:]
     return _HEADER_START.search(head) is not None
-
-
-# --- locating the table -----------------------------------------------------------------------
-
-
-@dataclass
-class _Body:
-    header: list[str]
-    header_line: int
-    units: list[str] | None
-    units_line: int | None
-    # The data rows only, one per line: a zero-copy view into the file's bytes on the fast path.
-    data: bytes | memoryview
-    # Original line number of each data row, or None when rows are consecutive from first_line.
-    lines: list[int] | None
-    first_line: int
-
-    def line_of(self, row: int) -> int:
-        return self.lines[row] if self.lines is not None else self.first_line + row
-
-
-def _read_bytes(path: PathLike) -> tuple[bytes, int]:
-    """The file's bytes (gunzipped) and the offset after a UTF-8 BOM (not sliced: no copy)."""
-    raw = read_content(path)  # gzip streamed, within InputLimits (bombs, giant fields refused)
-    return raw, 3 if raw.startswith(BOM) else 0
-
-
-def _split_header(line: bytes, path: PathLike, lineno: int) -> list[str]:
-    import csv
-
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError:
-        raise MalformedInput("not UTF-8 text", path=path, line=lineno) from None
-    try:
-        return next(csv.reader([text.rstrip("\r\n")]), [])
-    except csv.Error as e:  # e.g. a lone CR inside an unquoted cell
-        raise MalformedInput(f"bad CSV header ({e})", path=path, line=lineno) from None
-
-
-def _envelope_note(path: PathLike, line: bytes) -> None:
-    if line.startswith((b"==WARNING==", b"==ERROR==")):
-        warn(f"{path}: ncu: {line.decode('utf-8', 'replace').strip()}")
-
-
-_NOT_A_ROW = re.compile(rb'\n(?!")')
-_WS = frozenset(b"\r\n\t ")
-
-
-def _locate(raw: bytes, path: PathLike, offset: int = 0) -> _Body:
-    """Find the header and the data rows. Big files are never copied on the fast path."""
-    # `^` does not match at a search's start position, so the first line is tried on its own.
-    m = _HEADER_AT.match(raw, offset) or _HEADER_START.search(raw, offset)
-    if m is None:
-        raise MalformedInput(
-            'no Nsight Compute CSV header found (a row whose first cell is "ID", followed by '
-            '"Process ID")',
-            path=path,
-        )
-    start = m.start() + 1 if raw[m.start() : m.start() + 1] == b"\n" else m.start()
-    for pre in raw[offset:start].splitlines():
-        _envelope_note(path, pre)
-    header_line = raw.count(b"\n", offset, start) + 1
-    eol = raw.find(b"\n", start)
-    eol = len(raw) if eol < 0 else eol + 1
-    header_bytes = raw[start:eol]
-    hdr = header_bytes.rstrip(b"\r\n")
-    header = _split_header(header_bytes, path, header_line)
-    quoted = header_bytes.startswith(b'"')
-    end = len(raw)
-    while end > eol and raw[end - 1] in _WS:
-        end -= 1
-    first_line = header_line + 1
-    # Fast path: every line after the header is a data row (ncu quotes every cell; --log-file
-    # output is pure CSV), and the header does not repeat. Regex scans in C over the bytes decide
-    # it; unquoted headers take the slow path.
-    dirty = not quoted or (
-        end > eol
-        and (
-            raw[eol : eol + 1] != b'"'
-            or _NOT_A_ROW.search(raw, eol, end) is not None
-            or raw.find(b"\n" + hdr, eol, end) >= 0
-        )
-    )
-    lines: list[int] | None = None
-    body: bytes | memoryview = memoryview(raw)[eol:end]
-    if dirty:
-        kept: list[bytes] = []
-        lines = []
-        dropped = 0
-        for i, ln in enumerate(raw[eol:end].split(b"\n")):
-            s = ln.rstrip(b"\r")
-            if not s:
-                continue
-            if s == hdr:
-                dropped += 1
-                continue
-            ok = s.startswith(b'"') if quoted else s[:1].isdigit()
-            if ok:
-                kept.append(s)
-                lines.append(first_line + i)
-            else:
-                _envelope_note(path, s)
-                dropped += 1
-        if dropped:
-            warn(f"{path}: skipped {dropped} non-data line(s) between ncu CSV rows")
-        body = b"\n".join(kept) + b"\n" if kept else b""
-    units: list[str] | None = None
-    units_line: int | None = None
-    is_long = "Metric Name" in header and "Metric Value" in header
-    long_cols = ("Metric Name", "Metric Unit", "Metric Value")
-    partial = [c for c in long_cols if c not in header]
-    if not is_long and len(partial) < len(long_cols):
-        # some of the long layout's columns but not its name/value pair: a damaged long CSV,
-        # not a raw page (which has none of them)
-        raise MissingColumn(
-            f"missing column(s) {', '.join(partial)} in the ncu CSV header",
-            path=path,
-            line=header_line,
-            column=partial[0],
-        )
-    if not is_long and len(body):
-        # Raw page: the first row after the header is the units row (empty identity cells).
-        data = bytes(body[:65536])
-        nl = data.find(b"\n")
-        nl = len(body) if nl < 0 else nl
-        units_line = lines[0] if lines is not None else first_line
-        units = _split_header(bytes(body[: nl + 1]), path, units_line)
-        if units and units[0].strip():
-            raise MalformedInput(
-                "raw-page ncu CSV without its units row (the first row after the header must "
-                "have an empty ID cell)",
-                path=path,
-                line=units_line,
-            )
-        if len(units) != len(header):  # found by benchmarks/fuzz_readers.py
-            raise MalformedInput(
-                f"units row has {len(units)} fields, header has {len(header)}",
-                path=path,
-                line=units_line,
-            )
-        body = body[nl + 1 :]
-        if lines is not None:
-            lines = lines[1:]
-        else:
-            first_line += 1
-    return _Body(header, header_line, units, units_line, body, lines, first_line)
 
 
 # --- columnar parsing -------------------------------------------------------------------------
@@ -654,73 +494,8 @@ def _read_report(path: PathLike) -> Tables:
     `kernel_id` is the launch's index over all ranges, in report order (what the CSV's `ID`
     counts); `process_id` and `device_id` come from no metric and stay null.
     """
-    try:
-        import ncu_report
-    except ImportError:
-        raise MalformedInput(
-            "reading .ncu-rep needs NVIDIA's ncu_report module (pip install ncu-report); "
-            "or export the report as CSV with `ncu --import x.ncu-rep --csv --page raw "
-            "> x.csv` and read that",
-            path=path,
-        ) from None
-    if not Path(path).is_file() or Path(path).stat().st_size == 0:
-        raise MalformedInput("empty or missing .ncu-rep file", path=path)
-    try:
-        ctx = ncu_report.load_report(str(path))
-    except Exception as e:  # the extension raises plain Exceptions for unreadable reports
-        raise MalformedInput(f"ncu_report cannot load the report ({e})", path=path) from None
-    if ctx is None:
-        raise MalformedInput("ncu_report cannot load the report", path=path)
-    kid: list[int] = []
-    kname: list[str] = []
-    names: list[str] = []
-    units: list[str] = []
-    values: list[float] = []
-    n = 0
-    # A report holds one action per profiled launch (thousands at most), and each action a few
-    # hundred metrics; the per-metric calls into the extension are the only way to read them.
-    for r in range(ctx.num_ranges()):
-        rng = ctx.range_by_idx(r)
-        for a in range(rng.num_actions()):
-            action = rng.action_by_idx(a)
-            aname = action.name()
-            for m in action.metric_names():
-                metric = action.metric_by_name(m)
-                if metric is None or not metric.has_value():
-                    continue
-                if metric.kind() == ncu_report.IMetric.ValueKind_STRING:
-                    continue
-                kid.append(n)
-                kname.append(aname)
-                names.append(m)
-                units.append(metric.unit())
-                values.append(float(metric.as_double()))
-            n += 1
-    if n == 0:
-        # ncu_report "loads" any bytes as an empty report rather than failing.
-        raise MalformedInput(
-            "ncu_report cannot load any profiled kernel from this file (not an .ncu-rep, or "
-            "an empty report)",
-            path=path,
-        )
-    long = pl.DataFrame(
-        {
-            "kernel_id": kid,
-            "name": kname,
-            "Metric Name": names,
-            "Metric Unit": units,
-            "_row": list(range(len(kid))),
-            "Metric Value": [repr(v) for v in values],
-        },
-        schema={
-            "kernel_id": pl.Int64,
-            "name": pl.String,
-            "Metric Name": pl.String,
-            "Metric Unit": pl.String,
-            "_row": pl.Int64,
-            "Metric Value": pl.String,
-        },
-    )
+    ncu_report, ctx = _load_report(path)
+    long = _report_long(ncu_report, ctx, path)
     body = _Body([], 0, None, None, b"", None, 0)
     long = _convert(long, body, path, True)
     kernels = long.unique("kernel_id", keep="first", maintain_order=True).select(
