@@ -27,7 +27,7 @@ import polars as pl
 from .. import schema
 from ..errors import MalformedInput, TraceanalyzeError, UnknownFormat, UnsupportedOption
 from ..tables import Tables
-from ._common import PathLike, gzip_damage, sqlite_damage
+from ._common import PathLike, gzip_damage
 
 # Slug -> one-line description. Order is the order `--format` lists them in.
 _SLUGS: dict[str, str] = {
@@ -84,6 +84,8 @@ def detect_format(path: PathLike) -> str:
     if len(matches) == 1:
         return matches[0]
     if not matches:
+        from ._sqlite import sqlite_damage  # every reader was just imported to sniff
+
         damage = gzip_damage(path) or sqlite_damage(path)
         if damage is not None:
             raise MalformedInput(damage, path=path)

@@ -1,7 +1,7 @@
 """SQLite fetching shared by the two SQLite readers (nsys_sqlite, nvprof_sqlite).
 
-The connection itself (read-only URI, authorizer, limits) is `_common.connect_readonly`; this
-module turns SELECTs on it into typed polars frames:
+`connect_readonly` opens the file (read-only URI, an authorizer, limits; `sqlite_damage` says
+why one cannot be opened), and this module turns SELECTs on it into typed polars frames:
 
 * `fetch`: named columns of one table, absent optional columns as nulls. All-integer selections
   go through ADBC when an engine (`Fast`) is given: split over worker processes by rowid range
@@ -23,6 +23,7 @@ missing from a hand-made environment) and the strict decider for cells ADBC refu
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,14 @@ import polars as pl
 
 from ..errors import MalformedInput, TraceanalyzeError
 from . import _sqlite_parallel
-from ._common import PathLike, refuse_generated, require_columns, table_columns
+from ._common import (
+    SQLITE_MAGIC,
+    PathLike,
+    is_sqlite,
+    refuse_generated,
+    require_columns,
+    table_columns,
+)
 
 BATCH = 1 << 16
 # Tables with at least this many rows (by rowid span) are split over worker processes.
@@ -328,3 +336,136 @@ def query_frame(
         raise MalformedInput(
             f"a column holds values of the wrong type: {msg}", path=path, table=table
         ) from None
+
+
+# --- opening an untrusted file ---------------------------------------------------------------
+
+
+def sqlite_damage(path: PathLike) -> str | None:
+    """Why a file with the SQLite magic cannot be opened and listed, or None when it can (or
+    is not SQLite). A truncated export usually fails here, on its schema pages."""
+    if not is_sqlite(path):
+        return None
+    try:
+        con = connect_readonly(path)
+    except MalformedInput as e:
+        return e.message
+    try:
+        sqlite_tables(con)
+    except sqlite3.DatabaseError as e:
+        return f"unreadable SQLite database ({e}); truncated or corrupt"
+    finally:
+        con.close()
+    return None
+
+
+def sqlite_truncation(path: PathLike) -> str | None:
+    """Why an SQLite file is shorter than its header says, or None.
+
+    SQLite reads pages past the end of a truncated file as zeros, so a file cut in a table the
+    query does not touch reads without error. The header (sqlite.org/fileformat.html §1.3) has
+    the page size (offset 16, 1 meaning 65536) and the page count (offset 28), which is valid
+    when the change counter (24) equals the version-valid-for number (92).
+    """
+    try:
+        with open(path, "rb") as f:
+            h = f.read(100)
+        size = os.path.getsize(path)
+    except OSError:
+        return None
+    if len(h) < 100 or not h.startswith(SQLITE_MAGIC):
+        return None
+    page = int.from_bytes(h[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(h[28:32], "big")
+    if h[24:28] != h[92:96] or pages == 0 or size >= page * pages:
+        return None
+    return (
+        f"unreadable SQLite database: truncated ({size:,} bytes; its header says {pages:,} "
+        f"pages of {page:,} bytes = {page * pages:,})"
+    )
+
+
+def connect_readonly(path: PathLike) -> sqlite3.Connection:
+    """Open an SQLite file read-only (URI mode=ro), tolerant of non-UTF-8 text.
+
+    Untrusted input: never opened writable, so a reader can't modify or create the file. A file
+    shorter than its header says (an incomplete copy) is refused: see `sqlite_truncation`.
+    """
+    cut = sqlite_truncation(path)
+    if cut is not None:
+        raise MalformedInput(cut, path=path)
+    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    try:
+        con = sqlite3.connect(uri, uri=True)
+        # nsys TARGET_INFO_SYSTEM_ENV holds non-UTF-8 bytes (formats.md §3.2).
+        con.text_factory = lambda b: b.decode("utf-8", "replace")
+        con.execute("PRAGMA query_only = ON")
+        guard_sqlite(con)
+        con.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.DatabaseError as e:
+        raise MalformedInput(
+            f"unreadable SQLite database ({e}); truncated or corrupt", path=path
+        ) from None
+    except UnicodeDecodeError:
+        # SQLite's message quotes the damaged schema text, which Python then fails to decode
+        raise MalformedInput(
+            "unreadable SQLite database (its schema holds bytes that are not UTF-8); corrupt",
+            path=path,
+        ) from None
+    return con
+
+
+def sqlite_tables(path_or_con: PathLike | sqlite3.Connection) -> set[str]:
+    """Table names of an SQLite file; empty when it is not one."""
+    if isinstance(path_or_con, sqlite3.Connection):
+        rows = path_or_con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+        return {r[0] for r in rows}
+    if not is_sqlite(path_or_con):
+        return set()
+    try:
+        con = connect_readonly(path_or_con)
+    except MalformedInput:
+        return set()
+    try:
+        return sqlite_tables(con)
+    finally:
+        con.close()
+
+
+# What the readers' own SQL needs on the main connection: the parallel workers' rule (only
+# SELECT and column reads, `_sqlite_parallel._authorize`) plus the PRAGMAs that list columns and
+# the few functions the readers call. Everything else (ATTACH, writes, other PRAGMAs, functions)
+# is refused when a statement is prepared.
+_SQL_FUNCTIONS = frozenset({"count", "min", "max", "instr"})
+_SQL_PRAGMAS = frozenset({"table_info", "table_xinfo"})
+# Limits (sqlite.org/limits.html) well above anything an export holds: no ATTACH at all, and a
+# string or BLOB over 256 MiB (an nsys environment block is a few KiB) is an error, not memory.
+_SQL_LIMITS = {
+    "SQLITE_LIMIT_ATTACHED": 0,
+    "SQLITE_LIMIT_LENGTH": 256 << 20,
+    "SQLITE_LIMIT_SQL_LENGTH": 1 << 20,
+    "SQLITE_LIMIT_EXPR_DEPTH": 100,
+}
+
+
+def _authorize_main(action: int, arg1: str | None, arg2: str | None, *_: object) -> int:
+    ok = (
+        action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ)
+        or (action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _SQL_FUNCTIONS)
+        or (action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _SQL_PRAGMAS)
+    )
+    return sqlite3.SQLITE_OK if ok else sqlite3.SQLITE_DENY
+
+
+def guard_sqlite(con: sqlite3.Connection) -> None:
+    """Give a reader's connection to an untrusted file the parallel workers' protection: an
+    authorizer that allows only reads (plus column listing and the readers' few functions) and
+    tight limits. A generated column is refused separately (`generated_columns`): SQLite
+    evaluates its expression on every read without asking the authorizer."""
+    con.set_authorizer(_authorize_main)
+    setlimit = getattr(con, "setlimit", None)  # Python >= 3.11
+    for name, value in _SQL_LIMITS.items():
+        category = getattr(sqlite3, name, None)
+        if setlimit is not None and category is not None:
+            setlimit(category, value)

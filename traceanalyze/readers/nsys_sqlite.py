@@ -93,10 +93,8 @@ from ._common import (
     SQLITE_MAGIC,
     PathLike,
     bad_input_errors,
-    connect_readonly,
     head_bytes,
     reader_entry,
-    sqlite_tables,
 )
 from ._nsys_tables import (
     KERNEL,
@@ -110,6 +108,7 @@ from ._nsys_tables import (
     _sources,
     _strings,
 )
+from ._sqlite import connect_readonly, sqlite_tables
 
 # Tables only an nsys export has: a file with `StringIds` and a metadata table but none of these
 # (another program's database) is not claimed, and not read as an empty export.

@@ -6,7 +6,7 @@ databases built in the tests with the same tables (formats.md §2). `Version` 11
 not tested here; columns are selected by name (PRAGMA table_info) and absent optional ones become
 null, so a missing required column raises MissingColumn naming the table.
 
-The file is a plain SQLite 3 database, opened read-only (`_common.connect_readonly`). All tables
+The file is a plain SQLite 3 database, opened read-only (`_sqlite.connect_readonly`). All tables
 `CUPTI_ACTIVITY_KIND_*` exist even when empty. Text lives in `StringTable(_id_, value)` and other
 tables store its ids; id 0 is `'-- null --'` (read as null) and id 1 is the profiled command line,
 which no output ever copies: only the ids a table references are fetched, each distinct string
@@ -78,19 +78,17 @@ from ._common import (
     PathLike,
     check_telemetry,
     check_times,
-    connect_readonly,
     demangle_column,
     is_sqlite,
     reader_entry,
     refuse_generated,
     require_columns,
-    sqlite_tables,
     table_columns,
     warn,
 )
 from ._cupti import COPY_KINDS, MEMORY_KINDS
 from ._short_names import short_name as _short_name
-from ._sqlite import q, query_frame
+from ._sqlite import connect_readonly, q, query_frame, sqlite_tables
 
 TOOL = "nvprof"
 
