@@ -142,15 +142,19 @@ def test_coreutil_weight_none_and_plot(write, tmp_path: Path) -> None:
     assert png.read_bytes().startswith(b"\x89PNG")
 
 
-def test_coreutil_not_answerable(write) -> None:
+SHORT_NO_PIPES = (
+    "no pipe-utilization metric for any of FMA, FP16, Tensor Core, SFU; "
+    "`traceanalyze collect --profiler ncu` records them"
+)
+
+
+def test_coreutil_not_answerable_is_one_short_line(write) -> None:
     p = write("x.csv", "\n".join(ln for ln in tbd_csv().splitlines() if "pipe" not in ln) + "\n")
     r = CliRunner().invoke(main, ["coreutil", str(p)])
     assert r.exit_code == 1
     assert r.stdout == ""
-    assert r.stderr.startswith(
-        f"traceanalyze: error: {p}: no pipe-utilization metric for any of "
-        "FMA, FP16, Tensor Core, SFU (looked for FMA: sm__inst_executed_pipe_fma"
-    )
+    assert r.stderr == f"traceanalyze: error: {p}: {SHORT_NO_PIPES} [-v for details]\n"
+    assert len(r.stderr.splitlines()[0]) < 160 + len(str(p))
 
 
 def test_coreutil_prints_what_it_can_then_each_bad_file(write, monkeypatch) -> None:
@@ -170,16 +174,19 @@ def test_coreutil_prints_what_it_can_then_each_bad_file(write, monkeypatch) -> N
         "batch_8.csv            8       10         0          40        1         1  cycles  pct\n"
         "batch_16.csv          16   20.056     0.031      59.929    0.509         3  cycles  pct\n"
     )
-    (line,) = r.stderr.splitlines()
-    assert line.startswith(
-        "traceanalyze: error: bad.csv: no pipe-utilization metric for any of "
-        "FMA, FP16, Tensor Core, SFU (looked for FMA: "
+    assert r.stderr == f"traceanalyze: error: bad.csv: {SHORT_NO_PIPES} [-v for details]\n"
+    # --verbose: the same line, then every unit and every candidate metric looked for.
+    r = CliRunner().invoke(main, ["coreutil", "batch_16.csv", "bad.csv", "--verbose"])
+    assert r.exit_code == 1
+    line, details = r.stderr.splitlines()
+    assert line == f"traceanalyze: error: bad.csv: {SHORT_NO_PIPES}"
+    assert details.startswith(
+        "  no pipe-utilization metric for any of FMA, FP16, Tensor Core, SFU (looked for FMA: "
     )
-    # Every unit and every candidate metric is named, not only the first.
     for unit in ("fma", "fp16", "tensor", "sfu"):
         for m in PIPE_METRICS[unit]:
-            assert m.split(".avg.")[0] in line, m
-    assert line.endswith(
+            assert m.split(".avg.")[0] in details, m
+    assert details.endswith(
         "; or nvprof's single_precision_fu_utilization, half_precision_fu_utilization, "
         "tensor_precision_fu_utilization, special_fu_utilization)"
     )
@@ -200,7 +207,7 @@ def test_coreutil_nvprof_levels_keep_their_scale(write) -> None:
     assert (lv["fma_pct"], lv["scale"], lv["weight"]) == (3.0, "level", "invocations")
     assert got["batch_16.csv"]["scale"] == "pct"
     assert (
-        f"traceanalyze: note: {p}: nvprof *_fu_utilization levels have no per-launch cycle "
+        f"traceanalyze: warning: {p}: nvprof *_fu_utilization levels have no per-launch cycle "
         "count; weighted by invocations instead of cycles"
     ) in r.stderr
 
@@ -398,7 +405,7 @@ def test_compare_two_iteration_logs_notes_missing_kernels(write) -> None:
         "median_iteration_ms,500.0,500.0,0.0,1.0",
     ]
     assert r.stdout.count("\n\n") == 0  # no kernel table after the overview
-    assert f"traceanalyze: note: kernel rows left out: no kernels in A = {a} and B = {b}" in (
+    assert f"traceanalyze: warning: kernel rows left out: no kernels in A = {a} and B = {b}" in (
         r.stderr
     )
 
@@ -563,7 +570,7 @@ def test_ambiguous_device_is_said_and_device_filter_settles_it(write) -> None:
     (v,) = json.loads(r.stdout)
     assert v["median_power_w"] is None and v["telemetry_window"] == "none"
     assert (
-        f"traceanalyze: note: {log}: no telemetry for iterations: ambiguous for unknown device"
+        f"traceanalyze: warning: {log}: no telemetry for iterations: ambiguous for unknown device"
     ) in r.stderr
     r = run("variability", str(log), str(smi), "--device", "0", "--json")
     (v,) = json.loads(r.stdout)

@@ -98,3 +98,78 @@ def test_top_ops_inclusive_times() -> None:
         ("aten::conv2d", 2, 90),
         ("aten::convolution", 1, 48),
     ]
+
+
+# --- the text rendering of per-source tables (render.py) --------------------------------------
+
+
+def test_top_ops_in_the_report_have_self_time_when_the_analysis_gives_it(monkeypatch) -> None:
+    from traceanalyze import report
+
+    o = frame(
+        "ops",
+        source_id=["a"] * 2,
+        name=["aten::conv2d", "aten::convolution"],
+        start_ns=[0, 1_000_000],
+        end_ns=[5_000_000, 4_000_000],
+    )
+    got = report._top_ops(o.lazy(), 5)
+    assert got.columns[:3] == ["source_id", "name", "call_count"]
+    assert got.filter(pl.col("name") == "aten::conv2d")["inclusive_ms"].to_list() == [5.0]
+    # An analysis that also gives self time (conv2d: 5 ms minus its child's 3 ms = 2 ms).
+    with_self = s.top_ops(o, 5).with_columns(pl.Series("self_ns", [2_000_000, 3_000_000]))
+    monkeypatch.setattr(report.s, "top_ops", lambda ops, n: with_self)
+    got = report._top_ops(o.lazy(), 5)
+    assert got.columns == ["source_id", "name", "call_count", "self_ms", "inclusive_ms", "mean_us"]
+    assert got["self_ms"].to_list() == [2.0, 3.0]
+
+
+def test_text_table_fits_the_width_cutting_text_not_numbers() -> None:
+    from traceanalyze.render import text_table
+
+    long = "void kernel<" + "float, " * 30 + ">(int)"
+    df = pl.DataFrame({"name": [long, "short"], "file": ["/a/b/c/run_rank0.csv"] * 2, "n": [1, 2]})
+    out = text_table(df, width=60)
+    lines = out.splitlines()
+    assert max(len(x) for x in lines) == 60
+    # name is cut first (the widest), at its end; n keeps every digit.
+    assert lines[2].startswith("void kernel<float, ") and "…" in lines[2]
+    assert lines[3].split()[0] == "short" and lines[3].endswith("2")
+    # Wide enough: nothing is cut.
+    assert "…" not in text_table(df.with_columns(pl.lit("x").alias("name")), width=120)
+    # A path is cut at its start: the file name stays.
+    paths = pl.DataFrame({"file": ["/very/long/directory/" * 5 + "run_rank0.csv"], "n": [1]})
+    row = text_table(paths, width=30).splitlines()[2]
+    assert row.startswith("…") and "run_rank0.csv" in row and len(row) <= 30
+
+
+def test_per_source_names_each_file_once_then_its_tables() -> None:
+    from traceanalyze.render import per_source
+
+    k = pl.DataFrame({"source_id": ["b", "a"], "file": ["b.csv", "a.csv"], "kernel_count": [2, 1]})
+    it = pl.DataFrame({"source_id": ["a"], "file": ["a.csv"], "iteration_count": [7]})
+    srcs = pl.DataFrame(
+        {"source_id": ["a", "b"], "format": ["iterlog", "ncu_csv"], "tool": [None, "ncu"]}
+    )
+    srcs = srcs.with_columns(pl.col("tool").cast(pl.String), pl.lit(None).alias("tool_version"))
+    out = per_source({"sources": srcs, "kernels": k, "iterations": it})
+    assert out.splitlines() == [
+        "== a.csv",
+        "   iterlog, source a",
+        "-- kernels",
+        "kernel_count",
+        "------------",
+        "           1",
+        "-- iterations",
+        "iteration_count",
+        "---------------",
+        "              7",
+        "",
+        "== b.csv",
+        "   ncu_csv, ncu, source b",
+        "-- kernels",
+        "kernel_count",
+        "------------",
+        "           2",
+        "",
+    ]

@@ -5,6 +5,7 @@ t = ta.read("trace.pt.trace.json.gz")          # Tables: one polars DataFrame pe
 ta.ingest(["a.csv", "b.sqlite"], "store/")      # into a hive-partitioned Parquet store
 ta.Store("store/").scan("kernels")               # polars LazyFrame over every source
 ds = ta.open(store="store/")                     # Dataset: filters, lazy tables, analyses
+ta.plot.timeline(ds.timeline(), "t.png")          # figures from analysis results
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .errors import (
     UnknownFormat,
     UnknownUnit,
     UnsupportedOption,
+    UsageProblem,
 )
 from .readers import READERS, detect_format, read
 from .store import IngestResult, Store, ingest
@@ -48,5 +50,15 @@ __all__ = [
     "ToolNotFound",
     "CollectError",
     "NotAnswerable",
+    "UsageProblem",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # `ta.plot` on first use: matplotlib loads only for those who draw.
+    if name == "plot":
+        import importlib
+
+        return importlib.import_module(".plot", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,15 +9,34 @@ from __future__ import annotations
 
 import importlib
 import sys
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from . import render, schema
+from . import schema
+from .cli_common import (
+    emit,
+    format_option,
+    guarded,
+    output_options,
+    quiet_option,
+    store_option,
+    verbose_option,
+)
 from .errors import TraceanalyzeError
+
+__all__ = [
+    "main",
+    "emit",
+    "format_option",
+    "output_options",
+    "quiet_option",
+    "reader_options",
+    "store_option",
+    "verbose_option",
+]
 
 # name -> "module:attribute" of a click.Command defined elsewhere.
 _LAZY: dict[str, str] = {
@@ -29,6 +48,7 @@ _LAZY: dict[str, str] = {
     "variability": "traceanalyze.cli_analyses:variability",
     "compare": "traceanalyze.cli_analyses:compare",
     "summary": "traceanalyze.cli_analyses:summary",
+    "health": "traceanalyze.cli_analyses:health",
 }
 
 
@@ -44,26 +64,9 @@ class _Group(click.Group):
         return super().get_command(ctx, name)
 
     def invoke(self, ctx: click.Context) -> Any:
-        # Data-quality notes (`warnings.warn` in the library) as one line each, like errors,
-        # not Python's two-line form with a source line.
-        with warnings.catch_warnings():
-            warnings.showwarning = _show_warning
-            try:
-                return super().invoke(ctx)
-            except TraceanalyzeError as e:
-                click.echo(f"traceanalyze: error: {e}", err=True)
-                ctx.exit(1)
-
-
-def _show_warning(
-    message: Warning | str,
-    category: type[Warning],
-    filename: str,
-    lineno: int,
-    file: Any = None,
-    line: str | None = None,
-) -> None:
-    click.echo(f"traceanalyze: warning: {message}", err=True)
+        # One error and warning path for every command (cli_common.guarded).
+        with guarded(ctx):
+            return super().invoke(ctx)
 
 
 @click.group(cls=_Group)
@@ -72,35 +75,7 @@ def main() -> None:
     """Normalize GPU profiler outputs into Parquet tables and analyze them."""
 
 
-# --- shared option decorators ----------------------------------------------------------------
-
-
-def store_option(required: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    return click.option(
-        "--store",
-        "store_dir",
-        type=click.Path(file_okay=False, path_type=Path),
-        required=required,
-        help="Store directory (hive-partitioned Parquet).",
-    )
-
-
-def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    from .readers import READERS
-
-    return click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(list(READERS)),
-        default=None,
-        help="Input format (reader slug); detected when omitted.",
-    )(f)
-
-
-def output_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    f = click.option("--csv", "out_csv", is_flag=True, help="Print CSV instead of a table.")(f)
-    f = click.option("--json", "out_json", is_flag=True, help="Print JSON instead of a table.")(f)
-    return f
+# --- shared option decorators (defined in cli_common; re-exported for older imports) --------
 
 
 def reader_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -139,24 +114,6 @@ def reader_options(f: Callable[..., Any]) -> Callable[..., Any]:
         "'Europe/Berlin', 'UTC', or an offset '+01:00'; default the machine's. [smi_csv]",
     )(w)
     return w
-
-
-def quiet_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--quiet", "-q", is_flag=True, help="No progress or chatter.")(f)
-
-
-def emit(df: Any, out_json: bool, out_csv: bool, title: str | None = None) -> None:
-    """Print one frame as a table, JSON or CSV."""
-    if out_json and out_csv:
-        raise click.UsageError("--json and --csv are exclusive")
-    if out_json:
-        click.echo(render.to_json(df))
-    elif out_csv:
-        click.echo(render.to_csv(df), nl=False)
-    else:
-        if title:
-            click.echo(title)
-        click.echo(render.text_table(df))
 
 
 # --- commands --------------------------------------------------------------------------------

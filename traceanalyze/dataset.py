@@ -9,6 +9,17 @@ Filters narrow every table the same way: `source` (ids), `device` (device ids; h
 no device, such as iterations and markers, stay), `start`/`end` (ns in the source's clock; rows
 whose interval overlaps the window stay). `scan_all` ignores the source filter: telemetry for the
 selected sources may come from another source of the same run (aligned through epoch origins).
+
+One method per analysis, each returning polars frames or a small frozen result of frames
+(`traceanalyze.results`) with the numbers the CLI prints; times in ms:
+
+    ds.summary(top=10)          -> Summary       ds.health()           -> Health
+    ds.busy(start_ms, end_ms)   -> DataFrame     ds.attribute(per=...) -> DataFrame
+    ds.coreutil(weight=...)     -> CoreUtil      ds.variability()      -> Variability
+    ds.timeline(...)            -> Timeline      ds.compare(other)     -> Comparison
+    ds.compare_sources(a, b)    -> Comparison
+
+Plots take those results: `traceanalyze.plot.timeline(ds.timeline(), "t.png")`.
 """
 
 from __future__ import annotations
@@ -17,12 +28,15 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from .analyses.naming import source_paths
-from .errors import TraceanalyzeError
+from .errors import TraceanalyzeError, UsageProblem
+
+if TYPE_CHECKING:
+    from .results import Comparison, CoreUtil, Health, Summary, Timeline, Variability
 
 Scan = Callable[[str], pl.LazyFrame]
 PathLike = str | os.PathLike[str]
@@ -41,8 +55,8 @@ class Dataset:
     """Tables of files or of a store, with source/device/time filters; lazy throughout."""
 
     _scan: Scan
-    sources: tuple[str, ...] = ()
-    devices: tuple[int, ...] = ()
+    source_filter: tuple[str, ...] = ()
+    device_filter: tuple[int, ...] = ()
     start_ns: int | None = None
     end_ns: int | None = None
     origin: str = ""  # what the data came from, for messages
@@ -90,9 +104,9 @@ class Dataset:
             missing = sorted(set(want) - have)
             if missing:
                 raise TraceanalyzeError(f"no such source(s): {', '.join(missing)}")
-            ds = replace(ds, sources=want)
+            ds = replace(ds, source_filter=want)
         if device is not None:
-            ds = replace(ds, devices=tuple(int(d) for d in _ids(device)))
+            ds = replace(ds, device_filter=tuple(int(d) for d in _ids(device)))
         if start is not None:
             ds = replace(ds, start_ns=int(start))
         if end is not None:
@@ -104,16 +118,16 @@ class Dataset:
     def scan(self, table: str) -> pl.LazyFrame:
         """One table, every filter applied."""
         lf = self.scan_all(table)
-        if self.sources:
-            lf = lf.filter(pl.col("source_id").is_in(list(self.sources)))
+        if self.source_filter:
+            lf = lf.filter(pl.col("source_id").is_in(list(self.source_filter)))
         return lf
 
     def scan_all(self, table: str) -> pl.LazyFrame:
         """One table, device and time filters only (every source)."""
         lf = self._scan(table)
         names = lf.collect_schema().names()
-        if self.devices and "device_id" in names:
-            keep = pl.col("device_id").is_in(list(self.devices))
+        if self.device_filter and "device_id" in names:
+            keep = pl.col("device_id").is_in(list(self.device_filter))
             if table in ("iterations", "markers"):
                 # Host-side steps and annotations (no device) frame every device's work.
                 keep = keep | pl.col("device_id").is_null()
@@ -148,25 +162,106 @@ class Dataset:
         """source_id -> file path, over every source (messages may name any of them)."""
         return source_paths(self._scan("sources"))
 
+    @property
+    def is_store(self) -> bool:
+        return self._store is not None
+
     def one_source(self, what: str) -> str:
-        """The one selected source id; NotAnswerable-style error listing them when several."""
+        """The one selected source id; a `UsageProblem` listing them when several (or none)."""
         from .analyses.naming import source_name
 
         ids = self.source_ids()
         if len(ids) != 1:
             names = self.names()
             listed = ", ".join(f"{i} ({source_name(names, i)})" if i in names else i for i in ids)
-            raise TraceanalyzeError(
-                f"{what} works on one source; pick one with --source ({listed or 'none'})"
+            raise UsageProblem(
+                f"{what} works on one source; choose one (--source, or Dataset.where(source=…)): "
+                f"{listed or 'none selected'}"
             )
         return ids[0]
 
+    # --- analyses (traceanalyze.report, traceanalyze.report_views) --------------------------
+
+    def summary(self, top: int = 10) -> Summary:
+        """Per source: kernels, top kernels, top operators, copies, telemetry, iterations and
+        measurement health; `top` rows of the top tables per source."""
+        from . import report
+
+        return report.summary(self, top)
+
+    def health(self) -> Health:
+        """Measurement health per source: sampling interval and gaps, same-stream kernel
+        overlaps, untimed and negative events, missing and duplicate iterations."""
+        from . import report
+
+        return report.health(self)
+
+    def busy(self, start_ms: float | None = None, end_ms: float | None = None) -> pl.DataFrame:
+        """Share of time at least one kernel (and one copy) ran, per source, device, activity.
+
+        `start_ms`/`end_ms`: a window in ms after the source's first kernel or copy (one source).
+        Columns: source_id, file, device_id, activity, interval_count, window_ms, busy_ms,
+        busy_pct."""
+        from . import report
+
+        return report.busy(self, start_ms, end_ms)
+
+    def coreutil(self, weight: str = "cycles", by_kernel: bool = False) -> CoreUtil:
+        """FMA/FP16/Tensor/SFU pipe utilization per file (ncu % of peak, or nvprof levels 0–10),
+        weighted by `weight` ("cycles", "duration", "none"); batch size from `batch_<n>` in the
+        file name. Files that cannot answer are in `unanswered`, never an exception."""
+        from . import report
+
+        return report.coreutil(self, weight, by_kernel)
+
+    def timeline(
+        self,
+        start_ms: float | None = None,
+        end_ms: float | None = None,
+        iteration: int | None = None,
+        samples_from: str | None = None,
+        max_bars: int = 1500,
+    ) -> Timeline:
+        """The data behind the timeline of one source: lanes, iterations, telemetry, window.
+
+        Window: `start_ms`/`end_ms` after the trace's first event, or `iteration`'s span, default
+        everything. Telemetry: the source's own, `samples_from`'s, or a paired source's."""
+        from . import report_views
+
+        return report_views.timeline(self, start_ms, end_ms, iteration, samples_from, max_bars)
+
+    def attribute(self, per: str = "iteration", samples_from: str | None = None) -> pl.DataFrame:
+        """Time-weighted SM clock, power, temperature and energy per iteration or kernel
+        (`per`), with `file` and `samples_file` (where the telemetry came from)."""
+        from . import report
+
+        return report.attribute(self, per, samples_from)
+
+    def variability(self, warmup: int | None = None, top: int = 3) -> Variability:
+        """Per GPU: steady iteration time, top kernels, telemetry, robust z and outliers."""
+        from . import report
+
+        return report.variability(self, warmup, top)
+
+    def compare(self, other: Dataset) -> Comparison:
+        """This dataset (A) against `other` (B): overview and kernels matched by name and
+        launch geometry; deltas B − A, ratios B / A."""
+        from . import report_views
+
+        return report_views.compare(self, other, f"A = {self.origin}", f"B = {other.origin}")
+
+    def compare_sources(self, a: str, b: str) -> Comparison:
+        """Two source ids of this dataset, A and B (the same id may be both)."""
+        from . import report_views
+
+        return report_views.compare_sources(self, a, b)
+
     def __repr__(self) -> str:
         f = []
-        if self.sources:
-            f.append(f"source={list(self.sources)}")
-        if self.devices:
-            f.append(f"device={list(self.devices)}")
+        if self.source_filter:
+            f.append(f"source={list(self.source_filter)}")
+        if self.device_filter:
+            f.append(f"device={list(self.device_filter)}")
         if self.start_ns is not None:
             f.append(f"start={self.start_ns}")
         if self.end_ns is not None:
@@ -197,4 +292,31 @@ def open(
     return Dataset.from_files([Path(p) for p in paths], format=format, **options)
 
 
-__all__ = ["Dataset", "open"]
+def open_side(
+    path: str | os.PathLike[str],
+    label: str,
+    *,
+    format: str | None = None,
+    sources: tuple[str, ...] = (),
+) -> Dataset:
+    """A file or a store directory as one side of a comparison, narrowed to those of `sources`
+    it holds (all when none given; an error when it holds none of them)."""
+    p = Path(path)
+    if p.is_dir():
+        ds = Dataset.from_store(p)
+    elif p.is_file():
+        ds = Dataset.from_files([p], format=format)
+    else:
+        raise TraceanalyzeError("no such file or store", path=path)
+    ds = replace(ds, origin=os.fspath(path))  # what the user typed names the side
+    if not sources:
+        return ds
+    keep = [i for i in ds.all_source_ids() if i in sources]
+    if not keep:
+        raise TraceanalyzeError(
+            f"none of the sources {', '.join(sources)} is in {label}", path=path
+        )
+    return ds.where(source=keep)
+
+
+__all__ = ["Dataset", "open", "open_side"]

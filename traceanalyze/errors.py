@@ -20,8 +20,12 @@ class TraceanalyzeError(Exception):
         line: int | None = None,
         table: str | None = None,
         column: str | None = None,
+        details: str | None = None,
     ) -> None:
         self.message = message
+        # Everything a reader may need beyond the one-line message (every metric name looked
+        # for, …): the CLI prints it under --verbose only.
+        self.details = details
         self.path = os.fspath(path) if path is not None else None
         self.line = line
         self.table = table
@@ -74,6 +78,11 @@ class ToolNotFound(TraceanalyzeError):
 
 class CollectError(TraceanalyzeError):
     """A collection run could not start or failed."""
+
+
+class UsageProblem(TraceanalyzeError):
+    """The request does not fit the data (one source needed and several selected, an empty time
+    window): the CLI treats it as misuse, exit code 2."""
 
 
 class NotAnswerable(TraceanalyzeError):

@@ -25,18 +25,50 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def text_table(df: pl.DataFrame, *, max_width: int = 80) -> str:
-    """A plain aligned table: numbers right-aligned, long strings cut with '…'."""
+# What the text output is made to fit: a 120-column terminal.
+WIDTH = 120
+MIN_TEXT = 16  # a text column is never cut narrower than this
+PATH_COLUMNS = frozenset({"file", "samples_file", "path"})
+
+
+def _fit(widths: list[int], cols: list[str], numeric: list[bool], width: int) -> list[int]:
+    """Narrow the widest text columns (never below MIN_TEXT or their header) until a row fits
+    in `width` characters; numbers are never cut."""
+    over = sum(widths) + 2 * (len(widths) - 1) - width
+    text = sorted((i for i, n in enumerate(numeric) if not n), key=lambda i: -widths[i])
+    out = list(widths)
+    while over > 0:
+        room = [i for i in text if out[i] > max(MIN_TEXT, len(cols[i]))]
+        if not room:
+            break
+        i = max(room, key=lambda j: out[j])
+        # Cut the widest down to the next widest (or as far as needed), one step at a time.
+        others = [out[j] for j in room if j != i]
+        floor = max(MIN_TEXT, len(cols[i]), max(others) if others else 0)
+        cut = min(over, max(out[i] - floor, 1))
+        out[i] -= cut
+        over -= cut
+    return out
+
+
+def text_table(df: pl.DataFrame, *, max_width: int = 80, width: int | None = WIDTH) -> str:
+    """A plain aligned table: numbers right-aligned, long strings cut with '…' (at `max_width`
+    characters, and further so that a row fits in `width` columns when it can)."""
     if df.width == 0:
         return "(no columns)"
     cols = df.columns
     rows = [[_cell(v) for v in r] for r in df.iter_rows()]
     numeric = [df.schema[c].is_numeric() for c in cols]
+    widths = [max([len(c)] + [min(len(r[i]), max_width) for r in rows]) for i, c in enumerate(cols)]
+    if width is not None:
+        widths = _fit(widths, cols, numeric, width)
+    # A path is cut at its start: the file's own name is what tells rows apart.
+    tail = [c in PATH_COLUMNS for c in cols]
     for r in rows:
         for i, v in enumerate(r):
-            if len(v) > max_width:
-                r[i] = v[: max_width - 1] + "…"
-    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
+            if len(v) > widths[i]:
+                n = widths[i] - 1
+                r[i] = "…" + v[len(v) - n :] if tail[i] else v[:n] + "…"
 
     def fmt(vals: list[str]) -> str:
         return "  ".join(
@@ -49,6 +81,37 @@ def text_table(df: pl.DataFrame, *, max_width: int = 80) -> str:
     if not rows:
         out.append("(no rows)")
     return "\n".join(out)
+
+
+def per_source(tables: Mapping[str, pl.DataFrame], *, width: int = WIDTH) -> str:
+    """Several per-source tables as text, grouped by source: the file once as a header, then
+    that source's tables without their `source_id` and `file` columns. A `sources` table, when
+    given, adds the format and tool to each header."""
+    info = tables.get("sources")
+    files: dict[str, str] = {}
+    for name, df in tables.items():
+        if name != "sources" and "source_id" in df.columns and "file" in df.columns:
+            files.update(dict(zip(df["source_id"].to_list(), df["file"].to_list(), strict=True)))
+    meta: dict[str, str] = {}
+    if info is not None:
+        for r in info.iter_rows(named=True):
+            sid = r["source_id"]
+            files.setdefault(sid, r.get("path") or sid)
+            tool = " ".join(str(x) for x in (r.get("tool"), r.get("tool_version")) if x)
+            meta[sid] = ", ".join(x for x in (r.get("format"), tool) if x)
+    out: list[str] = []
+    for sid in sorted(files):
+        name = files[sid] if len(files[sid]) <= width - 3 else "…" + files[sid][4 - width :]
+        out.append(f"== {name}")
+        out.append("   " + ", ".join(x for x in (meta.get(sid), f"source {sid}") if x))
+        for name, df in tables.items():
+            if name == "sources" or "source_id" not in df.columns:
+                continue
+            sub = df.filter(pl.col("source_id") == sid).drop("source_id", "file", strict=False)
+            if sub.height:
+                out += [f"-- {name.replace('_', ' ')}", text_table(sub, width=width)]
+        out.append("")
+    return "\n".join(out) + ("\n" if out else "")
 
 
 def to_records(df: pl.DataFrame) -> list[dict[str, Any]]:

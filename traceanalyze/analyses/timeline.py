@@ -34,6 +34,13 @@ def _c(df: Frame) -> pl.DataFrame:
     return df.collect() if isinstance(df, pl.LazyFrame) else df
 
 
+def _name(df: Frame, column: str = "name") -> pl.Expr:
+    """The interval's name when the frame has one (hand-built frames may not)."""
+    if column in df.lazy().collect_schema().names():
+        return pl.col(column).cast(pl.String).alias("name")
+    return pl.lit(None, dtype=pl.String).alias("name")
+
+
 def iteration_window(iterations: Frame, markers: Frame | None, n: int) -> tuple[int, int]:
     """`(start_ns, end_ns)` of iteration `n` (first device that has it)."""
     it = _c(
@@ -59,6 +66,41 @@ def iteration_window(iterations: Frame, markers: Frame | None, n: int) -> tuple[
     raise NotAnswerable(f"iteration {n} has no start/end times (iterations or ProfilerStep#{n})")
 
 
+def _intervals(
+    kernels: Frame, memcpy: Frame | None, ops: Frame | None, markers: Frame | None
+) -> pl.DataFrame:
+    """Every interval to draw: device, stream (a host thread for ops and markers), times, name,
+    activity; those without both times left out."""
+    frames = [
+        _c(
+            kernels.lazy().select("device_id", "stream_id", "start_ns", "end_ns", _name(kernels))
+        ).with_columns(pl.lit("kernels").alias("activity"))
+    ]
+    if memcpy is not None:
+        frames.append(
+            _c(
+                memcpy.lazy().select(
+                    "device_id", "stream_id", "start_ns", "end_ns", _name(memcpy, "kind")
+                )
+            ).with_columns(pl.lit("copies").alias("activity"))
+        )
+    # Host rows: no device, the thread as the lane; an instant marker ends where it starts.
+    for host, label in ((ops, "cpu ops"), (markers, "markers")):
+        if host is not None:
+            frames.append(
+                _c(
+                    host.lazy().select(
+                        pl.lit(None, dtype=pl.Int64).alias("device_id"),
+                        pl.col("thread_id").alias("stream_id"),
+                        "start_ns",
+                        pl.coalesce("end_ns", "start_ns").alias("end_ns"),
+                        _name(host),
+                    )
+                ).with_columns(pl.lit(label).alias("activity"))
+            )
+    return pl.concat(frames).drop_nulls(["start_ns", "end_ns"])
+
+
 def lanes(
     kernels: Frame,
     memcpy: Frame | None,
@@ -72,7 +114,8 @@ def lanes(
     """Lanes of intervals overlapping `[start_ns, end_ns]` (default: everything), clipped to it.
 
     Columns: device_id, stream_id, activity, lane, start_ns, end_ns, busy_ratio (1 for a raw
-    interval, the bin's busy fraction when binned), binned, interval_count (per lane).
+    interval, the bin's busy fraction when binned), binned, interval_count (per lane), name (the
+    kernel, operator or marker name, a copy's kind; null in a binned lane or when not given).
 
     `ops` (host framework operators) adds one "cpu ops" lane per thread, with the thread id in
     `stream_id` and a null `device_id`: a CPU-only run (no kernels) still has a timeline, and on a
@@ -80,31 +123,7 @@ def lanes(
     `markers` (NVTX ranges, PyTorch annotations) add one "markers" lane per thread the same way;
     an instant marker (no end) is a zero-length interval, `start_ns == end_ns`.
     """
-    frames = [
-        _c(kernels.lazy().select("device_id", "stream_id", "start_ns", "end_ns")).with_columns(
-            pl.lit("kernels").alias("activity")
-        )
-    ]
-    if memcpy is not None:
-        frames.append(
-            _c(memcpy.lazy().select("device_id", "stream_id", "start_ns", "end_ns")).with_columns(
-                pl.lit("copies").alias("activity")
-            )
-        )
-    # Host rows: no device, the thread as the lane; an instant marker ends where it starts.
-    for host, label in ((ops, "cpu ops"), (markers, "markers")):
-        if host is not None:
-            frames.append(
-                _c(
-                    host.lazy().select(
-                        pl.lit(None, dtype=pl.Int64).alias("device_id"),
-                        pl.col("thread_id").alias("stream_id"),
-                        "start_ns",
-                        pl.coalesce("end_ns", "start_ns").alias("end_ns"),
-                    )
-                ).with_columns(pl.lit(label).alias("activity"))
-            )
-    rows = pl.concat(frames).drop_nulls(["start_ns", "end_ns"])
+    rows = _intervals(kernels, memcpy, ops, markers)
     if rows.height == 0:
         raise NotAnswerable("no kernels, copies, CPU ops or markers with start and end times")
     t0 = int(rows["start_ns"].min()) if start_ns is None else start_ns  # type: ignore[arg-type]
@@ -118,49 +137,54 @@ def lanes(
     if rows.height == 0:
         raise NotAnswerable("no kernels, copies, CPU ops or markers in the window")
     keys = ["device_id", "stream_id", "activity"]
-    out: list[pl.DataFrame] = []
-    for key, sub in rows.sort(keys, nulls_last=True).group_by(keys, maintain_order=True):
-        dev, stream, act = key
-        if act == "cpu ops":
-            lane = f"CPU thread {stream} ops"
-        elif act == "markers":
-            lane = "markers (no thread)" if stream is None else f"CPU thread {stream} markers"
-        else:
-            lane = f"GPU {dev} s{stream} {act}"
-        n = sub.height
-        if n <= max_bars:
-            out.append(
-                sub.select(
-                    "device_id",
-                    "stream_id",
-                    "activity",
-                    pl.lit(lane).alias("lane"),
-                    "start_ns",
-                    "end_ns",
-                    pl.lit(1.0).alias("busy_ratio"),
-                    pl.lit(False).alias("binned"),
-                    pl.lit(n, dtype=pl.Int64).alias("interval_count"),
-                )
-            )
-            continue
-        frac = binned_busy(sub["start_ns"].to_numpy(), sub["end_ns"].to_numpy(), t0, t1, max_bars)
-        edges = np.linspace(t0, t1, max_bars + 1).astype(np.int64)
-        out.append(
-            pl.DataFrame(
-                {
-                    "device_id": pl.Series([dev] * max_bars, dtype=pl.Int64),
-                    "stream_id": pl.Series([stream] * max_bars, dtype=pl.Int64),
-                    "activity": [act] * max_bars,
-                    "lane": [lane] * max_bars,
-                    "start_ns": edges[:-1],
-                    "end_ns": edges[1:],
-                    "busy_ratio": frac,
-                    "binned": [True] * max_bars,
-                    "interval_count": pl.Series([n] * max_bars, dtype=pl.Int64),
-                }
-            )
-        )
+    out = [
+        _lane(sub, key, t0, t1, max_bars)
+        for key, sub in rows.sort(keys, nulls_last=True).group_by(keys, maintain_order=True)
+    ]
     return pl.concat(out)
+
+
+def _lane(
+    sub: pl.DataFrame, key: tuple[object, ...], t0: int, t1: int, max_bars: int
+) -> pl.DataFrame:
+    """One lane's rows: its intervals, or `max_bars` bins of busy fraction when it has more."""
+    dev, stream, act = key
+    if act == "cpu ops":
+        lane = f"CPU thread {stream} ops"
+    elif act == "markers":
+        lane = "markers (no thread)" if stream is None else f"CPU thread {stream} markers"
+    else:
+        lane = f"GPU {dev} s{stream} {act}"
+    n = sub.height
+    if n <= max_bars:
+        return sub.select(
+            "device_id",
+            "stream_id",
+            "activity",
+            pl.lit(lane).alias("lane"),
+            "start_ns",
+            "end_ns",
+            pl.lit(1.0).alias("busy_ratio"),
+            pl.lit(False).alias("binned"),
+            pl.lit(n, dtype=pl.Int64).alias("interval_count"),
+            "name",
+        )
+    frac = binned_busy(sub["start_ns"].to_numpy(), sub["end_ns"].to_numpy(), t0, t1, max_bars)
+    edges = np.linspace(t0, t1, max_bars + 1).astype(np.int64)
+    return pl.DataFrame(
+        {
+            "device_id": pl.Series([dev] * max_bars, dtype=pl.Int64),
+            "stream_id": pl.Series([stream] * max_bars, dtype=pl.Int64),
+            "activity": [act] * max_bars,
+            "lane": [lane] * max_bars,
+            "start_ns": edges[:-1],
+            "end_ns": edges[1:],
+            "busy_ratio": frac,
+            "binned": [True] * max_bars,
+            "interval_count": pl.Series([n] * max_bars, dtype=pl.Int64),
+            "name": pl.Series([None] * max_bars, dtype=pl.String),
+        }
+    )
 
 
 def _bounds(df: Frame, start: pl.Expr, end: pl.Expr) -> pl.LazyFrame:

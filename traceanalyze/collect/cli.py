@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..cli import quiet_option
+from ..cli_common import quiet_option
 from .profilers import PROFILERS
 from .resnet50 import PRECISIONS
 from .run import CollectConfig, Terminated, parse_batch_sizes, plan

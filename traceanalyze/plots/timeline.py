@@ -4,19 +4,71 @@ Top panel: one lane per (device, stream, activity) from `analyses.timeline.lanes
 as `broken_barh` bars (markers translucent, as they nest; instant markers as ticks), binned lanes
 as a density strip (bar alpha = busy fraction per bin) with "binned" in the lane label and the
 title; a raw interval narrower than a pixel is drawn one pixel wide (as trace viewers do), so
-that none vanishes; iteration starts and ends as dashed lines, the iteration number above.
+that none vanishes; iteration starts and ends as dashed lines, the iteration number above when
+its span is wide enough for it. Markers wide enough for their name are labelled inside (nested
+ones when the label clears the ones already placed). The kernels with the most time in the window
+(`top_kernels`) get a colour each and a legend naming them; other kernels are grey.
 Below, on the same time axis (ms from the window start): SM clock, power and temperature as step
 functions (sample-and-hold, like the attribution), clipped at the window's edges.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import polars as pl
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 
-COLORS = {"kernels": "tab:blue", "copies": "tab:orange", "markers": "tab:purple"}
+COLORS = {
+    "kernels": "tab:blue",
+    "copies": "tab:orange",
+    "markers": "tab:purple",
+    "cpu ops": "slategray",
+}
+# One colour per named top kernel; copies (orange) and markers (purple) keep theirs.
+KERNEL_COLORS = (
+    "tab:blue",
+    "tab:red",
+    "tab:green",
+    "tab:brown",
+    "tab:pink",
+    "tab:olive",
+    "tab:cyan",
+    "gold",
+)
+OTHER_KERNELS = "silver"
+LABEL_PT = 6.5  # font size of marker and iteration labels
+LEGEND_NAME = 60  # characters of a kernel name in the legend
+
+
+def _text_in(n_chars: int, pt: float = LABEL_PT) -> float:
+    """About how wide `n_chars` characters of text are, in inches (0.6 em per character)."""
+    return n_chars * 0.6 * pt / 72 + 0.04
+
+
+_QUALIFIER = re.compile(r"\b[A-Za-z_]\w*::")
+
+
+def kernel_label(name: str, n: int = LEGEND_NAME) -> str:
+    """A C++ kernel name as a short label: no `void`, no argument list, no namespaces
+    (`void at::native::k<4, at::native::F<float>>(int, …)` -> `k<4, F<float>>`), cut to `n`."""
+    s = name.removeprefix("void ").strip()
+    depth = 0
+    for i, ch in enumerate(s):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0 and i > 0:
+            s = s[:i]
+            break
+    s = _QUALIFIER.sub("", s) or name
+    return s if len(s) <= n else s[: n - 1] + "…"
+
 
 TRACKS = (
     ("sm_clock_mhz", "SM clock (MHz)"),
@@ -35,6 +87,7 @@ def timeline_figure(
     title: str = "",
     width_in: float = 14.0,
     iterations: pl.DataFrame | None = None,
+    top_kernels: pl.DataFrame | None = None,
 ) -> Figure:
     """Draw `lanes` (see `analyses.timeline.lanes`) and the telemetry `samples` in one window.
 
@@ -43,7 +96,8 @@ def timeline_figure(
     lanes; `boundaries_ns` adds plain lines. `samples` may hold one sample on each side of the
     window (`window_samples`): steps are drawn from them and clipped at the window's edges; one
     line per value of a `label` column when `samples` has one (the CLI names another source's
-    samples by file), else one per device.
+    samples by file), else one per device. `top_kernels` (`name, total_ms`, most time first)
+    colours those kernels and names them in a legend.
     """
     tracks = [
         (c, label)
@@ -52,18 +106,57 @@ def timeline_figure(
     ]
     lane_names = lanes["lane"].unique(maintain_order=True).to_list()
     h_top = max(2.0, 0.35 * len(lane_names) + 1.0)
-    fig = Figure(figsize=(width_in, h_top + 1.6 * len(tracks)))
+    kcolor = _kernel_colors(top_kernels)
+    # The kernel legend goes below everything, across the figure: it never narrows the lanes.
+    h_legend = 0.35 + 0.16 * -(-(len(kcolor) + 1) // 2) if kcolor else 0.0
+    fig = Figure(figsize=(width_in, h_top + 1.6 * len(tracks) + h_legend))
     ratios = [h_top] + [1.6] * len(tracks)
     axes = fig.subplots(1 + len(tracks), 1, sharex=True, height_ratios=ratios, squeeze=False)[:, 0]
-    ax = axes[0]
-
-    def ms(v: np.ndarray | pl.Series) -> np.ndarray:
-        return (np.asarray(v, dtype=np.float64) - t0_ns) / 1e6
-
-    # A raw interval narrower than a pixel would vanish (or fade to nothing when antialiased):
-    # draw it one pixel wide, as trace viewers do, so that every interval is seen.
     span_ms = (t1_ns - t0_ns) / 1e6
-    min_w = span_ms / (width_in * 100)
+    win = _Window(t0_ns, t1_ns, span_ms / (width_in * 100), width_in * 0.72 / span_ms)
+    any_binned = _draw_lanes(axes[0], lanes, lane_names, win, kcolor)
+    lines = set(boundaries_ns or [])
+    if iterations is not None and iterations.height:
+        lines |= _draw_iterations(axes[0], iterations, win)
+    for b in sorted(x for x in lines if t0_ns <= x <= t1_ns):
+        for a in axes:
+            a.axvline((b - t0_ns) / 1e6, color="gray", lw=0.6, ls="--")
+    note = "lanes with more intervals than pixels are binned: shade = busy fraction per bin"
+    axes[0].set_title(title + (f"\n{note}" if any_binned else ""), fontsize=9, pad=14)
+    for a, (col, label) in zip(axes[1:], tracks, strict=True):
+        assert samples is not None
+        _draw_track(a, samples, col, label, win)
+    axes[-1].set_xlabel("time since window start (ms)")
+    # A small margin, so that what sits exactly on the window's edges (an instant marker at
+    # its start, an iteration's end) is not hidden under the axis frame.
+    pad = span_ms * 0.004
+    axes[-1].set_xlim(-pad, span_ms + pad)
+    if kcolor:
+        raw = lanes.filter((pl.col("activity") == "kernels") & ~pl.col("binned")).height > 0
+        _kernel_legend(fig, top_kernels, kcolor, raw)
+        fig.tight_layout(rect=(0.0, h_legend / fig.get_figheight(), 1.0, 1.0))
+    else:
+        fig.tight_layout()
+    return fig
+
+
+@dataclass(frozen=True)
+class _Window:
+    t0_ns: int
+    t1_ns: int
+    # A raw interval narrower than a pixel would vanish (or fade to nothing when antialiased):
+    # it is drawn `min_w` (one pixel, in ms) wide, as trace viewers do.
+    min_w: float
+    in_per_ms: float  # inches per ms: the lanes take about 72 % of the figure's width
+
+    def ms(self, v: np.ndarray | pl.Series) -> np.ndarray:
+        return (np.asarray(v, dtype=np.float64) - self.t0_ns) / 1e6
+
+
+def _draw_lanes(
+    ax: Any, lanes: pl.DataFrame, lane_names: list[str], win: _Window, kcolor: dict[str, str]
+) -> bool:
+    """One row per lane; returns whether any lane is binned."""
     any_binned = False
     labels = []
     for i, name in enumerate(lane_names):
@@ -72,71 +165,130 @@ def timeline_figure(
         any_binned |= binned
         act = sub["activity"][0]
         color = COLORS.get(act, "tab:green")
-        x = ms(sub["start_ns"])
-        w = ms(sub["end_ns"]) - x
+        x = win.ms(sub["start_ns"])
+        w = win.ms(sub["end_ns"]) - x
         if act == "markers" and not binned:
             # Ranges nest (a step contains forward and backward): translucent, so depth shows.
             inst = w == 0
-            wide = np.maximum(w, min_w)
-            ax.broken_barh(
-                list(zip(x[~inst], wide[~inst], strict=True)),
-                (i - 0.4, 0.8),
-                facecolors=color,
-                alpha=0.35,
-            )
+            wide = np.maximum(w, win.min_w)
+            bars = list(zip(x[~inst], wide[~inst], strict=True))
+            ax.broken_barh(bars, (i - 0.4, 0.8), facecolors=color, alpha=0.35)
             if inst.any():  # instant markers: a tick, a zero-width bar would be invisible
                 ax.plot(x[inst], np.full(int(inst.sum()), i), "|", color=color, ms=12, mew=1.5)
+            _label_markers(ax, i, x, w, sub["name"].to_list(), win.in_per_ms)
         elif binned:
             rgba = np.array([to_rgba(color)] * sub.height)
             rgba[:, 3] = sub["busy_ratio"].to_numpy()
             ax.broken_barh(list(zip(x, w, strict=True)), (i - 0.4, 0.8), facecolors=rgba)
         else:
-            wide = np.maximum(w, min_w)
-            ax.broken_barh(list(zip(x, wide, strict=True)), (i - 0.4, 0.8), facecolors=color)
+            wide = np.maximum(w, win.min_w)
+            colors: str | list[str] = color
+            if act == "kernels" and kcolor:
+                colors = [kcolor.get(str(n), OTHER_KERNELS) for n in sub["name"].to_list()]
+            ax.broken_barh(list(zip(x, wide, strict=True)), (i - 0.4, 0.8), facecolors=colors)
         n = int(sub["interval_count"][0])
         labels.append(f"{name} ({n:,}{', binned' if binned else ''})")
     ax.set_yticks(range(len(lane_names)), labels, fontsize=7)
     ax.set_ylim(len(lane_names) - 0.5, -0.5)
     ax.set_ylabel("lane")
-    lines = set(boundaries_ns or [])
-    if iterations is not None and iterations.height:
-        span = iterations.filter((pl.col("start_ns") <= t1_ns) & (pl.col("end_ns") >= t0_ns))
-        for n, a_ns, b_ns in span.select("iteration", "start_ns", "end_ns").iter_rows():
-            lines |= {int(a_ns), int(b_ns)}
-            mid = (max(a_ns, t0_ns) + min(b_ns, t1_ns)) / 2
-            ax.text(
-                (mid - t0_ns) / 1e6,
-                -0.55,
-                f"iter {n}",
-                ha="center",
-                va="bottom",
-                fontsize=7,
-                color="dimgray",
-                clip_on=False,
-            )
-    for b in sorted(x for x in lines if t0_ns <= x <= t1_ns):
-        for a in axes:
-            a.axvline((b - t0_ns) / 1e6, color="gray", lw=0.6, ls="--")
-    note = (
-        " — lanes with more intervals than pixels are binned: shade = busy fraction per bin"
-        if any_binned
-        else ""
+    return any_binned
+
+
+def _draw_iterations(ax: Any, iterations: pl.DataFrame, win: _Window) -> set[int]:
+    """The number of every iteration wide enough for it above the lanes; returns the
+    boundaries to draw as dashed lines."""
+    t0_ns, t1_ns = win.t0_ns, win.t1_ns
+    lines: set[int] = set()
+    span = iterations.filter((pl.col("start_ns") <= t1_ns) & (pl.col("end_ns") >= t0_ns))
+    for n, a_ns, b_ns in span.select("iteration", "start_ns", "end_ns").iter_rows():
+        lines |= {int(a_ns), int(b_ns)}
+        mid = (max(a_ns, t0_ns) + min(b_ns, t1_ns)) / 2
+        shown_ms = (min(b_ns, t1_ns) - max(a_ns, t0_ns)) / 1e6
+        if shown_ms * win.in_per_ms < _text_in(len(f"iter {n}"), 7):
+            continue  # too narrow for its number: the dashed lines still show it
+        ax.text(
+            (mid - t0_ns) / 1e6,
+            -0.55,
+            f"iter {n}",
+            ha="center",
+            va="bottom",
+            fontsize=7,
+            color="dimgray",
+            clip_on=False,
+        )
+    return lines
+
+
+def _draw_track(a: Any, samples: pl.DataFrame, col: str, label: str, win: _Window) -> None:
+    by = "label" if "label" in samples.columns else "device_id"
+    for (key,), sub in (
+        samples.drop_nulls(col).sort("timestamp_ns").group_by([by], maintain_order=True)
+    ):
+        name = str(key) if by == "label" else f"GPU {key}"
+        a.step(win.ms(sub["timestamp_ns"]), sub[col].to_numpy(), where="post", label=name)
+    a.set_ylabel(label)
+    a.legend(fontsize=6, loc="upper right")
+
+
+def _kernel_colors(top: pl.DataFrame | None) -> dict[str, str]:
+    if top is None or top.height == 0:
+        return {}
+    names = [str(n) for n in top["name"].to_list()[: len(KERNEL_COLORS)]]
+    return dict(zip(names, KERNEL_COLORS, strict=False))
+
+
+def _kernel_legend(
+    fig: Figure, top: pl.DataFrame | None, kcolor: dict[str, str], coloured: bool
+) -> None:
+    from matplotlib.patches import Patch
+
+    assert top is not None
+    ms = dict(zip(top["name"].cast(pl.String).to_list(), top["total_ms"].to_list(), strict=True))
+
+    # Binned kernel lanes are one colour (a density): name the kernels, but colour nothing.
+    def patch(c: str, label: str) -> Patch:
+        return Patch(color=c, label=label) if coloured else Patch(fill=False, lw=0, label=label)
+
+    handles = [patch(c, f"{kernel_label(n)} ({ms.get(n, 0.0):,.2f} ms)") for n, c in kcolor.items()]
+    if coloured:
+        handles.append(Patch(color=OTHER_KERNELS, label="other kernels"))
+    title = "kernels with the most time in the window"
+    fig.legend(
+        handles=handles,
+        title=title if coloured else f"{title} (kernel lanes binned: zoom in for colours)",
+        title_fontsize=7,
+        fontsize=6.5,
+        loc="lower center",
+        ncols=2,
+        frameon=False,
     )
-    ax.set_title(title + ("\n" + note.strip(" —") if note else ""), fontsize=9, pad=14)
-    for a, (col, label) in zip(axes[1:], tracks, strict=True):
-        assert samples is not None
-        by = "label" if "label" in samples.columns else "device_id"
-        for (key,), sub in (
-            samples.drop_nulls(col).sort("timestamp_ns").group_by([by], maintain_order=True)
-        ):
-            name = str(key) if by == "label" else f"GPU {key}"
-            a.step(ms(sub["timestamp_ns"]), sub[col].to_numpy(), where="post", label=name)
-        a.set_ylabel(label)
-        a.legend(fontsize=6, loc="upper right")
-    axes[-1].set_xlabel("time since window start (ms)")
-    # A small margin, so that what sits exactly on the window's edges (an instant marker at
-    # its start, an iteration's end) is not hidden under the axis frame.
-    pad = span_ms * 0.004
-    axes[-1].set_xlim(-pad, span_ms + pad)
-    fig.tight_layout()
-    return fig
+
+
+def _label_markers(
+    ax: Any, row: int, x: np.ndarray, w: np.ndarray, names: list[Any], in_per_ms: float
+) -> None:
+    """A marker's name inside its bar when the bar is wide enough for it and the text clears
+    the labels already placed in the lane (widest markers first: the outer range wins)."""
+    placed: list[tuple[float, float]] = []
+    order = np.argsort(-w, kind="stable")
+    for j in order[:400]:
+        name = names[j]
+        if name is None or w[j] <= 0:
+            continue
+        text_ms = _text_in(len(str(name))) / in_per_ms
+        if text_ms > w[j]:
+            continue
+        a, b = float(x[j]), float(x[j]) + text_ms
+        if any(a < q and p < b for p, q in placed):
+            continue
+        placed.append((a, b))
+        ax.text(
+            a + 0.15 * text_ms / max(len(str(name)), 1),
+            row,
+            str(name),
+            va="center",
+            ha="left",
+            fontsize=LABEL_PT,
+            color="black",
+            clip_on=True,
+        )

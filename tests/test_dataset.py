@@ -1,0 +1,211 @@
+"""Dataset: filters, one method per analysis, and every analysis command printing exactly what
+the library returns (on real traces from ../shared/traces)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from conftest import shared
+from test_cli_analyses import iterlog, make_store, nvml_log
+
+import traceanalyze as ta
+from traceanalyze import cli_analyses, render
+from traceanalyze.cli import main
+from traceanalyze.errors import TraceanalyzeError, UsageProblem
+
+RESNET = "kineto_json/hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz"
+H100X2 = "nsys_sqlite/nsysai_h100x2_torchrun_train_1window_nsys2026.2.sqlite"
+NVPROF_METRICS = "nvprof_csv/magus_matrixMul_gtx1080ti_metrics_all.csv"
+NCU = "ncu_csv/roofline_ncu2026.2_rtx5070_gemm_tiled_long.csv"
+
+
+def cli(*args: str, code: int = 0) -> Any:
+    r = CliRunner().invoke(main, list(args))
+    assert r.exit_code == code, r.output
+    return r
+
+
+def as_json(obj: Any) -> Any:
+    """What the library's result looks like after a JSON round trip (the CLI's --json)."""
+    return json.loads(render.to_json(obj))
+
+
+# --- --json output == the library call, for every analysis command ---------------------------
+
+# Each command and the test below that checks its output against the library.
+COVERED = {
+    "summary": "test_summary_and_health_json_equal_the_library",
+    "health": "test_summary_and_health_json_equal_the_library",
+    "busy": "test_busy_json_equals_the_library",
+    "coreutil": "test_coreutil_json_equals_the_library_and_unanswered_files_are_named",
+    "attribute": "test_attribute_json_equals_the_library",
+    "variability": "test_variability_json_equals_the_library",
+    "compare": "test_compare_json_equals_the_library",
+    "timeline": "test_timeline_perfetto_equals_the_library",
+}
+
+
+def test_summary_and_health_json_equal_the_library() -> None:
+    a, b = str(shared(RESNET)), str(shared(H100X2))
+    got = json.loads(cli("summary", a, b, "--json").stdout)
+    assert got == as_json(ta.open(a, b).summary().to_dict())
+    assert {x["file"] for x in got["top_kernels"]} == {a, b}
+    got = json.loads(cli("health", a, "--json").stdout)
+    assert got == as_json(ta.open(a).health().to_dict())
+
+
+def test_busy_json_equals_the_library() -> None:
+    p = str(shared(H100X2))
+    got = json.loads(cli("busy", p, "--json").stdout)
+    lib = ta.open(p).busy()
+    assert got == as_json(lib)
+    # Independently: device 0's kernel count from the trace itself.
+    n0 = ta.read(p).kernels.filter(pl.col("device_id") == 0).height
+    assert [x["interval_count"] for x in got if x["activity"] == "kernels"][0] == n0
+    got = json.loads(cli("busy", p, "--start", "10", "--end", "50", "--json").stdout)
+    assert got == as_json(ta.open(p).busy(start_ms=10, end_ms=50))
+    assert {x["window_ms"] for x in got} == {40.0}
+
+
+def test_coreutil_json_equals_the_library_and_unanswered_files_are_named() -> None:
+    a, b = str(shared(NVPROF_METRICS)), str(shared(NCU))
+    r = cli("coreutil", a, b, "--json", code=1)
+    res = ta.open(a, b).coreutil()
+    assert json.loads(r.stdout) == as_json(res.printed)
+    assert res.unanswered["file"].to_list() == [b]
+    assert f"traceanalyze: error: {b}: no pipe-utilization metric" in r.stderr
+    (row,) = res.table.rows(named=True)
+    assert (row["file"], row["scale"], row["fma_pct"]) == (a, "level", 3.0)
+
+
+def test_attribute_json_equals_the_library(write) -> None:
+    log, smi = iterlog(write), nvml_log(write, (0,))
+    got = json.loads(cli("attribute", str(log), str(smi), "--json").stdout)
+    assert got == as_json(ta.open(log, smi).attribute())
+
+
+def test_variability_json_equals_the_library() -> None:
+    a, b = str(shared(RESNET)), str(shared(H100X2))
+    got = json.loads(cli("variability", a, b, "--json").stdout)
+    res = ta.open(a, b).variability()
+    assert got == as_json(res.table)
+    # The resnet trace's 5 ProfilerStep iterations, minus max(1, 10 %) warm-up: 4 steady.
+    assert [(x["file"], x["steady_iteration_count"]) for x in got] == [(a, 4)]
+    assert set(res.kernel_names) == {"top1_kernel", "top2_kernel", "top3_kernel"}
+
+
+def test_compare_json_equals_the_library(tmp_path: Path) -> None:
+    a, b = str(shared(RESNET)), str(shared(H100X2))
+    got = json.loads(cli("compare", a, b, "--json").stdout)
+    assert got == as_json(ta.open(a).compare(ta.open(b)).to_dict())
+    assert (got["a"], got["b"]) == (f"A = {a}", f"B = {b}")
+    # Two sources of one store.
+    st = make_store(tmp_path / "st")
+    x, y = "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb"
+    got = json.loads(cli("compare", x, y, "--store", st, "--json").stdout)
+    assert got == as_json(ta.open(store=st).compare_sources(x, y).to_dict())
+
+
+def test_timeline_perfetto_equals_the_library(tmp_path: Path) -> None:
+    p = str(shared(RESNET))
+    out, png = tmp_path / "cli.json", tmp_path / "t.png"
+    cli("timeline", p, "--iteration", "102", "--perfetto", str(out), "-o", str(png))
+    res = ta.open(p).timeline(iteration=102)
+    res.to_perfetto(tmp_path / "lib.json")
+    assert out.read_text() == (tmp_path / "lib.json").read_text()
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_every_analysis_command_is_covered() -> None:
+    import click
+
+    commands = {
+        name
+        for name in cli_analyses.__all__
+        if isinstance(getattr(cli_analyses, name), click.Command)
+    }
+    assert commands == set(COVERED)
+    assert all(callable(globals()[t]) for t in COVERED.values())
+
+
+# --- Dataset: filters, results, errors ---------------------------------------------------------
+
+
+def test_where_filters_and_lazy_tables() -> None:
+    p = shared(H100X2)
+    ds = ta.open(p)
+    assert isinstance(ds.kernels, pl.LazyFrame)
+    assert isinstance(ds.sources, pl.LazyFrame)  # a table, like every other one
+    k = ta.read(p).kernels
+    assert ds.where(device=1).kernels.collect().height == k.filter(pl.col("device_id") == 1).height
+    with pytest.raises(TraceanalyzeError, match="no such source"):
+        ds.where(source="nope")
+
+
+def test_one_source_analyses_say_so_as_misuse(tmp_path: Path) -> None:
+    st = make_store(tmp_path / "st")
+    ds = ta.open(store=st)
+    with pytest.raises(UsageProblem, match="works on one source"):
+        ds.timeline()
+    with pytest.raises(UsageProblem, match="works on one source"):
+        ds.busy(start_ms=0, end_ms=1)
+    r = cli("busy", "--store", st, "--start", "0", code=2)
+    assert "works on one source" in r.output
+    t = ds.where(source="aaaaaaaaaaaaaaaa").timeline(iteration=1)
+    # Iteration 1 of source a is [100, 200) ms: gemm (10 ms) and relu (5 ms) in it.
+    assert (t.start_ns, t.end_ns) == (100_000_000, 200_000_000)
+    assert t.top_kernels.rows() == [("gemm", 10.0, 1), ("relu", 5.0, 1)]
+    assert set(t.lanes["name"].drop_nulls()) == {"gemm", "relu"}
+
+
+def test_summary_result_matches_hand_counts() -> None:
+    p = shared(RESNET)
+    t = ta.read(p)
+    rep = ta.open(p).summary(top=3)
+    assert rep.kernels["kernel_count"].to_list() == [t.kernels.height]
+    assert rep.top_kernels.height == 3 and rep.top_ops.height == 3
+    assert "inclusive_ms" in rep.top_ops.columns
+    # conv2d's inclusive time by hand: the sum of its durations.
+    conv = t.ops.filter(pl.col("name") == "aten::conv2d")
+    by_hand = (conv["end_ns"] - conv["start_ns"]).sum() / 1e6
+    full = ta.open(p).summary(top=50).top_ops
+    assert full.filter(pl.col("name") == "aten::conv2d")["inclusive_ms"][0] == pytest.approx(
+        by_hand
+    )
+
+
+def test_summary_text_fits_120_columns_names_each_file_once() -> None:
+    a, b = str(shared(RESNET)), str(shared(H100X2))
+    out = cli("summary", a, b).stdout
+    assert max(len(line) for line in out.splitlines()) <= 120
+    assert out.count(a) == 1 and out.count(b) == 1
+    assert out.splitlines()[0] == f"== {a}"
+    assert "…" in out  # the long C++ kernel names are cut in the text table only
+    got = json.loads(cli("summary", a, "--json").stdout)
+    assert max(len(x["name"]) for x in got["top_kernels"]) > 120
+
+
+def test_plots_take_results(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    p = shared(RESNET)
+    res = ta.open(p).timeline(iteration=102)
+    fig = ta.plot.timeline(res, tmp_path / "t.svg")
+    assert (tmp_path / "t.svg").read_text().lstrip().startswith("<?xml")
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "iter 102" in texts and "ProfilerStep#102" in texts
+    (legend,) = fig.legends
+    names = [t.get_text() for t in legend.get_texts()]
+    assert names[-1] == "other kernels" and len(names) == len(res.top_kernels) + 1
+    top = res.top_kernels["name"][0]
+    assert names[0].startswith(top.removeprefix("void ").split("<")[0].split("::")[-1])
+    st = ta.open(shared(NVPROF_METRICS)).coreutil()
+    ta.plot.coreutil(st, tmp_path / "c.png")
+    assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
+    assert not list(tmp_path.glob(".*.tmp"))

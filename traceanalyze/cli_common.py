@@ -1,0 +1,236 @@
+"""What every command shares: option decorators, the input -> `Dataset` step, output, one error
+and warning path. Imports neither `cli` nor any command module, so that command modules (and
+`collect/cli`) can import it without a cycle through `cli`'s lazy registry.
+
+Error path (`guarded`): a `TraceanalyzeError` is one line `traceanalyze: error: …` and exit 1
+(its `details` follow under `--verbose`); a `UsageProblem` (one source needed, several selected)
+and click's usage errors are misuse, exit 2. Library `warnings.warn` notes print as one line each,
+`traceanalyze: warning: …`, as they happen.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from . import render
+from .errors import TraceanalyzeError, UsageProblem
+
+if TYPE_CHECKING:
+    from .dataset import Dataset
+
+F = Callable[..., Any]
+_VERBOSE = "traceanalyze.verbose"
+
+# --- one error and warning path --------------------------------------------------------------
+
+
+@contextmanager
+def guarded(ctx: click.Context) -> Iterator[None]:
+    """Run a command: warnings as one line each, library errors as one line and an exit code."""
+    seen: set[str] = set()
+
+    def show(message: Warning | str, *args: Any, **kwargs: Any) -> None:
+        text = str(message)
+        if text not in seen:  # the same note from a loop once, not once per row
+            seen.add(text)
+            click.echo(f"traceanalyze: warning: {text}", err=True)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = show
+        try:
+            yield
+        except UsageProblem as e:  # from a command without `misuse_is_usage`
+            raise click.UsageError(str(e)) from e
+        except TraceanalyzeError as e:
+            more = bool(e.details) and not ctx.meta.get(_VERBOSE) and _has_verbose(ctx)
+            click.echo(f"traceanalyze: error: {e}{' [-v for details]' if more else ''}", err=True)
+            if e.details and ctx.meta.get(_VERBOSE):
+                for line in e.details.splitlines():
+                    click.echo(f"  {line}", err=True)
+            ctx.exit(1)
+
+
+def _has_verbose(ctx: click.Context) -> bool:
+    """Whether the command being run takes --verbose (the hint would mislead otherwise)."""
+    name = ctx.invoked_subcommand
+    group = ctx.command
+    cmd = group.get_command(ctx, name) if name and isinstance(group, click.Group) else None
+    return cmd is not None and any(p.name == "verbose" for p in cmd.params)
+
+
+def verbose_option(f: F) -> F:
+    """`--verbose`: an error's details (every name looked for, …) after its one line."""
+
+    def remember(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+        if value:
+            ctx.meta[_VERBOSE] = True  # `meta` is shared by the whole context chain
+
+    return click.option(
+        "--verbose",
+        "-v",
+        is_flag=True,
+        expose_value=False,
+        callback=remember,
+        help="On an error, print its details too.",
+    )(f)
+
+
+def error_line(message: str) -> None:
+    """One more `traceanalyze: error:` line (a command that answers in part, like coreutil)."""
+    click.echo(f"traceanalyze: error: {message}", err=True)
+
+
+def verbose() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(_VERBOSE))
+
+
+# --- options ---------------------------------------------------------------------------------
+
+
+def store_option(required: bool = True) -> Callable[[F], F]:
+    return click.option(
+        "--store",
+        "store_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        required=required,
+        help="Store directory (hive-partitioned Parquet).",
+    )
+
+
+def format_option(f: F) -> F:
+    from .readers import READERS
+
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(list(READERS)),
+        default=None,
+        help="Input format (reader slug); detected when omitted.",
+    )(f)
+
+
+def output_options(f: F) -> F:
+    """`--json` / `--csv` (exclusive), given to the command as `out_json`, `out_csv`."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, out_json: bool, out_csv: bool, **kwargs: Any) -> Any:
+        if out_json and out_csv:
+            raise click.UsageError("--json and --csv are exclusive")
+        return f(*args, out_json=out_json, out_csv=out_csv, **kwargs)
+
+    w: F = click.option("--csv", "out_csv", is_flag=True, help="Print CSV instead of a table.")(
+        wrapper
+    )
+    return click.option("--json", "out_json", is_flag=True, help="Print JSON instead of a table.")(
+        w
+    )
+
+
+def quiet_option(f: F) -> F:
+    return click.option("--quiet", "-q", is_flag=True, help="No progress or chatter.")(f)
+
+
+def filter_options(f: F) -> F:
+    """`--source` and `--device`, the same on every analysis command."""
+    f = click.option(
+        "--device", "devices", multiple=True, type=int, help="Only these device ids (repeatable)."
+    )(f)
+    return click.option(
+        "--source", "sources", multiple=True, help="Only these source ids (repeatable)."
+    )(f)
+
+
+def misuse_is_usage(f: F) -> F:
+    """A `UsageProblem` from the library becomes click's usage error inside the command, so the
+    message comes with that command's usage line (exit 2)."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return f(*args, **kwargs)
+        except UsageProblem as e:
+            raise click.UsageError(str(e)) from e
+
+    return wrapper
+
+
+def input_options(f: F) -> F:
+    """FILE... / --store / --format / --source / --device (and --verbose), given to the command
+    as `files, store_dir, fmt, sources, devices`; `load(...)` turns them into a `Dataset`."""
+    f = verbose_option(misuse_is_usage(f))
+    f = filter_options(f)
+    f = format_option(f)
+    f = store_option(required=False)(f)
+    return click.argument("files", nargs=-1, type=click.Path(exists=True, path_type=Path))(f)
+
+
+def dataset_input(f: F) -> F:
+    """`input_options`, handed to the command as one `ds: Dataset` (filters applied)."""
+
+    @functools.wraps(f)
+    def wrapper(
+        *args: Any,
+        files: tuple[Path, ...],
+        store_dir: Path | None,
+        fmt: str | None,
+        sources: tuple[str, ...],
+        devices: tuple[int, ...],
+        **kwargs: Any,
+    ) -> Any:
+        return f(*args, ds=load(files, store_dir, fmt, sources, devices), **kwargs)
+
+    return input_options(wrapper)
+
+
+def load(
+    files: tuple[Path, ...],
+    store_dir: Path | None,
+    fmt: str | None = None,
+    sources: tuple[str, ...] = (),
+    devices: tuple[int, ...] = (),
+) -> Dataset:
+    """FILE arguments or `--store`, exactly one of them (else a usage error), filtered."""
+    from .dataset import open as open_dataset
+
+    if files and store_dir is not None:
+        raise click.UsageError("give FILE arguments or --store, not both")
+    if not files and store_dir is None:
+        raise click.UsageError("give FILE arguments or --store DIR")
+    ds = open_dataset(*files, format=fmt) if files else open_dataset(store=store_dir)
+    return ds.where(source=sources or None, device=devices or None)
+
+
+def notes(f: F) -> F:
+    """Kept for commands written before `guarded`: warnings already print one way for every
+    command (`traceanalyze: warning: …`), so this adds nothing."""
+    return f
+
+
+# --- output ----------------------------------------------------------------------------------
+
+
+def emit(df: Any, out_json: bool, out_csv: bool, title: str | None = None) -> None:
+    """Print one frame as a table, JSON or CSV."""
+    if out_json and out_csv:
+        raise click.UsageError("--json and --csv are exclusive")
+    if out_json:
+        click.echo(render.to_json(df))
+    elif out_csv:
+        click.echo(render.to_csv(df), nl=False)
+    else:
+        if title:
+            click.echo(title)
+        click.echo(render.text_table(df))
+
+
+def wrote(path: Path) -> None:
+    click.echo(f"wrote {path}", err=True)

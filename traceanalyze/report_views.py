@@ -1,0 +1,174 @@
+"""The two analyses of `Dataset` that take more than one frame in: the timeline of one source
+(lanes, iterations, telemetry from wherever the run recorded it) and the comparison of two
+datasets (each side relabelled `A` / `B`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from .analyses.naming import short_name, source_name
+from .errors import NotAnswerable, TraceanalyzeError, UsageProblem
+from .results import Comparison, Timeline
+
+if TYPE_CHECKING:
+    from .dataset import Dataset
+
+LEGEND_KERNELS = 8
+
+
+def samples_for(ds: Dataset, sid: str, samples_from: str | None = None) -> pl.LazyFrame:
+    """Telemetry for source `sid`, on its clock: its own samples, `samples_from`'s, or those of
+    sources paired with its kernels/copies by `telemetry.pair_samples` (epoch origins)."""
+    from .analyses.telemetry import align_samples, pair_samples, paired_samples
+
+    srcs = ds.scan_all("sources")
+    if samples_from is not None:
+        if samples_from not in set(ds.all_source_ids()):
+            raise TraceanalyzeError(f"no such source: {samples_from}")
+        smp = ds.scan_all("gpu_samples").filter(pl.col("source_id") == samples_from)
+        return align_samples(smp, srcs, sid).lazy()
+    own = ds.scan("gpu_samples")
+    if own.select(pl.len()).collect().item():
+        return own
+    work = pl.concat(
+        [
+            ds.scan(t).select("source_id", "device_id", "start_ns", "end_ns")
+            for t in ("kernels", "memcpy")
+        ]
+    ).drop_nulls(["start_ns", "end_ns"])
+    if work.select(pl.len()).collect().item() == 0:
+        return own
+    allsmp = ds.scan_all("gpu_samples")
+    pairs = pair_samples(work, allsmp, srcs, what="kernels")
+    return paired_samples(allsmp, pairs).drop("_g").unique()
+
+
+def _window(
+    ds: Dataset,
+    first: tuple[int, int],
+    start_ms: float | None,
+    end_ms: float | None,
+    iteration: int | None,
+) -> tuple[int, int]:
+    from .analyses import timeline as tl
+
+    t_first, t_last = first
+    if iteration is not None:
+        return tl.iteration_window(ds.scan("iterations"), ds.scan("markers"), iteration)
+    t0 = t_first + round(start_ms * 1e6) if start_ms is not None else t_first
+    t1 = t_first + round(end_ms * 1e6) if end_ms is not None else t_last
+    if t1 <= t0:
+        a, b = (t0 - t_first) / 1e6, (t1 - t_first) / 1e6
+        raise UsageProblem(f"empty window: its end ({b:g} ms) must be after its start ({a:g} ms)")
+    return t0, t1
+
+
+def _label_samples(samples: pl.DataFrame, sid: str, names: dict[str, str]) -> pl.DataFrame:
+    if not samples.height or set(samples["source_id"].unique().to_list()) == {sid}:
+        return samples
+    # Telemetry from another file of the run: say which, next to the device.
+    return samples.with_columns(
+        pl.format(
+            "GPU {} · {}",
+            pl.col("device_id").cast(pl.String).fill_null("?"),
+            pl.col("source_id").replace_strict(
+                {k: short_name(v) for k, v in names.items()},
+                default=pl.col("source_id"),
+                return_dtype=pl.String,
+            ),
+        ).alias("label")
+    )
+
+
+def top_kernels_in(kernels: pl.DataFrame, n: int = LEGEND_KERNELS) -> pl.DataFrame:
+    """`name, total_ms, launch_count` of the `n` kernels with the most time in `kernels`."""
+    return (
+        kernels.drop_nulls(["start_ns", "end_ns"])
+        .group_by("name")
+        .agg(
+            ((pl.col("end_ns") - pl.col("start_ns")).sum() / 1e6).alias("total_ms"),
+            pl.len().alias("launch_count"),
+        )
+        .sort(["total_ms", "name"], descending=[True, False])
+        .head(n)
+    )
+
+
+def timeline(
+    ds: Dataset,
+    start_ms: float | None = None,
+    end_ms: float | None = None,
+    iteration: int | None = None,
+    samples_from: str | None = None,
+    max_bars: int = 1500,
+) -> Timeline:
+    from .analyses import timeline as tl
+
+    sid = ds.one_source("the timeline")
+    names = ds.names()
+    k, m, o, mk, it = (ds.scan(t) for t in ("kernels", "memcpy", "ops", "markers", "iterations"))
+    first = tl.extent(k, m, o, mk, it)
+    t0, t1 = _window(ds, first, start_ms, end_ms, iteration)
+    samples_all = samples_for(ds, sid, samples_from)
+    lanes = tl.lanes(k, m, ops=o, markers=mk, start_ns=t0, end_ns=t1, max_bars=max_bars)
+    kernels = tl.overlapping(k, t0, t1).collect()
+    file = source_name(names, sid)
+    where = file.replace("\\", "/").rsplit("/", 1)[-1]
+    return Timeline(
+        source_id=sid,
+        file=file,
+        start_ns=t0,
+        end_ns=t1,
+        first_ns=first[0],
+        title=f"{where}: {(t1 - t0) / 1e6:,.3f} ms from {(t0 - first[0]) / 1e6:,.3f} ms",
+        lanes=lanes,
+        iterations=tl.iteration_spans(it, mk),
+        samples=_label_samples(tl.window_samples(samples_all, t0, t1), sid, names),
+        top_kernels=top_kernels_in(
+            kernels.with_columns(pl.col("start_ns").clip(t0, t1), pl.col("end_ns").clip(t0, t1))
+        ),
+        kernels=kernels,
+        memcpy=tl.overlapping(m, t0, t1).collect(),
+        markers=tl.overlapping(mk, t0, t1).collect(),
+        telemetry=tl.window_samples(samples_all, t0, t1, after=False, clip=True),
+    )
+
+
+# --- compare ---------------------------------------------------------------------------------
+
+
+def compare(a: Dataset, b: Dataset, desc_a: str, desc_b: str) -> Comparison:
+    """`a` against `b`, every table of each side relabelled `A` / `B` (the same source may be
+    both sides). `desc_*` say what each side is, in messages and in the result."""
+    from .analyses.compare import compare_kernels, compare_overview
+
+    def both(table: str) -> pl.LazyFrame:
+        lab = pl.lit("A", dtype=pl.String).alias("source_id")
+        lbb = pl.lit("B", dtype=pl.String).alias("source_id")
+        return pl.concat(
+            [a.scan(table).with_columns(lab), b.scan(table).with_columns(lbb)], how="vertical"
+        )
+
+    desc = {"A": desc_a, "B": desc_b}
+    k, it, s = both("kernels"), both("iterations"), both("gpu_samples")
+    ov = compare_overview(k, it, s, "A", "B", names=desc)
+    try:
+        kc = compare_kernels(k, "A", "B", names=desc)
+    except NotAnswerable:
+        kc = pl.DataFrame()  # compare_overview has said why, as a warning
+    return Comparison(desc_a, desc_b, ov, kc)
+
+
+def compare_sources(ds: Dataset, a: str, b: str) -> Comparison:
+    """Two source ids of one dataset (the same id may be both)."""
+    missing = [x for x in dict.fromkeys((a, b)) if x not in set(ds.all_source_ids())]
+    if missing:
+        raise TraceanalyzeError(f"no such source(s): {', '.join(missing)}", path=ds.origin)
+    names = ds.names()
+    desc = [
+        f"{lab} = {x} ({names[x]})" if x in names else f"{lab} = {x}"
+        for lab, x in (("A", a), ("B", b))
+    ]
+    return compare(ds.where(source=a), ds.where(source=b), desc[0], desc[1])

@@ -1,0 +1,154 @@
+"""What `Dataset`'s analysis methods return when one frame is not enough: frozen dataclasses of
+polars frames (and a few plain values). The CLI prints them (`--json` is `to_dict()`), plots take
+them (`traceanalyze.plot`), notebooks read their fields.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+
+@dataclass(frozen=True)
+class Health:
+    """Measurement health per source (`traceanalyze.analyses.health`), each with a `file` column:
+    `sampling` (requested vs achieved interval, gaps), `kernels` (same-stream overlaps), `events`
+    (untimed and negative durations per table), `iterations` (missing and duplicate numbers)."""
+
+    sampling: pl.DataFrame
+    kernels: pl.DataFrame
+    events: pl.DataFrame
+    iterations: pl.DataFrame
+
+    def to_dict(self) -> dict[str, pl.DataFrame]:
+        return {
+            "sampling_health": self.sampling,
+            "kernel_health": self.kernels,
+            "event_health": self.events,
+            "iteration_health": self.iterations,
+        }
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Per source: identity, kernel overview, top kernels, top host operators (inclusive and,
+    where the analysis gives it, self time), copies, telemetry, iterations, health. Every frame
+    but `sources` has `source_id` and `file`; times in ms (`mean_us` in µs)."""
+
+    sources: pl.DataFrame
+    kernels: pl.DataFrame
+    top_kernels: pl.DataFrame
+    top_ops: pl.DataFrame
+    copies: pl.DataFrame
+    telemetry: pl.DataFrame
+    iterations: pl.DataFrame
+    health: Health
+
+    def to_dict(self) -> dict[str, pl.DataFrame]:
+        return {
+            "sources": self.sources,
+            "kernels": self.kernels,
+            "top_kernels": self.top_kernels,
+            "top_ops": self.top_ops,
+            "copies": self.copies,
+            "telemetry": self.telemetry,
+            "iterations": self.iterations,
+            **self.health.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class CoreUtil:
+    """Pipe utilization per file (or per file and kernel name).
+
+    `table`: `source_id, file, batch_size, [name], fma_pct, fp16_pct, tensor_pct, sfu_pct,
+    launches, weight, scale, <unit>_metric…`, sorted by batch size then file; `scale` "pct" is %
+    of peak (ncu), "level" nvprof's 0–10. `unanswered`: one row per source without an answer,
+    `source_id, file, reason` (one short line), `details` (every metric looked for), `missing`.
+    """
+
+    table: pl.DataFrame
+    unanswered: pl.DataFrame
+    by_kernel: bool = False
+
+    @property
+    def printed(self) -> pl.DataFrame:
+        """The columns the CLI prints (no ids, no metric names)."""
+        keys = ["file", "batch_size", *(["name"] if self.by_kernel else [])]
+        keys += ["fma_pct", "fp16_pct", "tensor_pct", "sfu_pct", "launches", "weight", "scale"]
+        return self.table.select(keys)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The data behind the timeline picture of one source, for the window
+    `[start_ns, end_ns]` (the source's clock; `first_ns` is the trace's first event).
+
+    `lanes`: `analyses.timeline.lanes` (one lane per device/stream/activity, with `name`).
+    `iterations`: `iteration, start_ns, end_ns` of every iteration. `samples`: telemetry for the
+    window with the held value on each side (a `label` column when it comes from another file).
+    `top_kernels`: `name, total_ms, launch_count` of the kernels with the most time in the window
+    (the legend). `kernels`, `memcpy`, `markers`: rows overlapping the window; `telemetry`: the
+    samples clipped to the window (what `to_perfetto` writes).
+    """
+
+    source_id: str
+    file: str
+    start_ns: int
+    end_ns: int
+    first_ns: int
+    title: str
+    lanes: pl.DataFrame
+    iterations: pl.DataFrame
+    samples: pl.DataFrame
+    top_kernels: pl.DataFrame
+    kernels: pl.DataFrame = field(repr=False)
+    memcpy: pl.DataFrame = field(repr=False)
+    markers: pl.DataFrame = field(repr=False)
+    telemetry: pl.DataFrame = field(repr=False)
+
+    def to_perfetto(self, path: str | os.PathLike[str]) -> None:
+        """Chrome trace JSON of the window for ui.perfetto.dev (times from the window start)."""
+        from .export.perfetto import write_chrome_trace
+
+        write_chrome_trace(
+            path,
+            kernels=self.kernels,
+            memcpy=self.memcpy,
+            markers=self.markers,
+            gpu_samples=self.telemetry,
+            origin_ns=self.start_ns,
+        )
+
+
+@dataclass(frozen=True)
+class Variability:
+    """Per GPU (`table`, one row per source and device, with `file` and `samples_file`): steady
+    iteration time, top kernels, telemetry medians, robust z and outlier flag. `steady`: the
+    steady-state iterations (`source_id, device_id, duration_ns`), for box plots.
+    `kernel_names`: the fleet's top kernels, column (`top1_kernel`) -> kernel name."""
+
+    table: pl.DataFrame
+    steady: pl.DataFrame
+    kernel_names: dict[str, str | None]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A against B: `a`, `b` say what each side is; `overview` (metric, a, b, delta = b − a,
+    ratio = b / a); `kernels` (one row per name and launch geometry; empty when a side has no
+    kernels, with a warning)."""
+
+    a: str
+    b: str
+    overview: pl.DataFrame
+    kernels: pl.DataFrame
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"a": self.a, "b": self.b, "overview": self.overview, "kernels": self.kernels}
+
+
+__all__ = ["Health", "Summary", "CoreUtil", "Timeline", "Variability", "Comparison"]
