@@ -233,3 +233,20 @@ def test_store_recipes_keep_an_all_digit_source_id_a_string(
     part = {"flavor": "hive", "schema": pa.schema([("source_id", pa.string())])}
     ddf = dd.read_parquet(files, dataset={"partitioning": part})
     assert sorted(ddf["source_id"].unique().compute().tolist()) == want
+
+
+# --- links -------------------------------------------------------------------------------------
+
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+@pytest.mark.parametrize(
+    "page",
+    [*sorted(DOCS.glob("*.md")), ROOT / "CONTRIBUTING.md"],
+    ids=lambda p: p.name,
+)
+def test_relative_links_resolve(page: Path) -> None:
+    for target in LINK.findall(page.read_text(encoding="utf-8")):
+        if "://" in target:
+            continue
+        assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
