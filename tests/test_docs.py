@@ -10,6 +10,7 @@ import importlib.util
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -174,9 +175,12 @@ def test_reading_the_store_recipes_run(gpu_store: Path, monkeypatch: pytest.Monk
         monkeypatch.setattr(ta.Store, "files", lambda s, t: _store_files(s.root, t), raising=False)
     ns: dict[str, object] = {}
     has_dask = importlib.util.find_spec("dask") is not None  # the [dask] extra
+    has_spark = importlib.util.find_spec("pyspark") is not None and shutil.which("java")
     for block in blocks:
-        # pyspark needs a JVM; Dask is optional: both are still compiled.
-        skip = block.startswith("# spark") or ("import dask" in block and not has_dask)
+        # Dask and Spark are optional (Spark needs a JVM): their blocks are still compiled.
+        skip = ("import dask" in block and not has_dask) or (
+            block.startswith("# spark") and not has_spark
+        )
         code = compile(block, "reading-the-store.md", "exec")
         if not skip:
             exec(code, ns)  # noqa: S102 - our own docs
@@ -200,6 +204,11 @@ def test_reading_the_store_recipes_run(gpu_store: Path, monkeypatch: pytest.Monk
         top_dask = ns["top_dask"]  # a pandas Series indexed by (source_id, name)
         assert [k[0] for k in top_dask.index] == want["source_id"].to_list()  # type: ignore[attr-defined]
         assert list(top_dask.to_numpy()) == pytest.approx(ms)  # type: ignore[attr-defined]
+
+    if has_spark:
+        rows = ns["top_spark"].collect()  # type: ignore[attr-defined]
+        assert [r["source_id"] for r in rows] == want["source_id"].to_list()
+        assert [r["ms"] for r in rows] == pytest.approx(ms)
 
     table = ns["table"]
     n_rows = sum(pq.read_metadata(f).num_rows for f in _store_files(Path("store"), "kernels"))
