@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench venv clean
+.PHONY: demo test lint bench docs venv clean
 
 venv: $(STAMP)
 
@@ -34,6 +34,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check traceanalyze tests benchmarks
 	$(VENV)/bin/ruff format --check traceanalyze tests benchmarks
 	$(VENV)/bin/mypy traceanalyze
+
+# Pages generated from the code (tests/test_docs.py and tests/test_schema.py fail when they drift).
+docs: $(STAMP)
+	$(PY) -m traceanalyze._clidoc docs/cli.md
+	$(PY) -m traceanalyze schema --markdown > docs/schema.md.tmp && mv docs/schema.md.tmp docs/schema.md
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench]'
