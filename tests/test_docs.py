@@ -263,9 +263,9 @@ def test_relative_links_resolve(page: Path) -> None:
 
 # --- commands shown in the docs ------------------------------------------------------------------
 
-# Options documented ahead of their merge (docs/howto-dask.md): skipped while the command lacks
-# them, checked once it has them. Delete entries once the branch is merged.
-PENDING = {"--dask": "wip-scale", "-j": "wip-scale", "--jobs": "wip-scale"}
+# Options documented ahead of their merge would be listed here (option -> branch) and skipped
+# while the command lacks them; none now.
+PENDING: dict[str, str] = {}
 
 
 def _doc_lines() -> list[tuple[str, str]]:
