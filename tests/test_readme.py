@@ -34,6 +34,7 @@ from traceanalyze.cli import main
 from .conftest import FIXTURES, ROOT, SHARED_TRACES
 
 README = ROOT / "README.md"
+RESNET = "kineto_json/hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz"
 NSYS_2GPU = "nsys_sqlite/nsysai_h100x2_torchrun_train_1window_nsys2026.2.sqlite"
 SH_BLOCK = re.compile(r"```(?:sh|bash|shell|console)\n(.*?)```", re.S)
 PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9_]*(\.\.\.)?$")
@@ -56,6 +57,11 @@ RUN_SKIP: list[tuple[str, str]] = [
     (r"--tz|--fields|--interval-ms", "smi_csv reader options need an nvidia-smi/dcgmi log"),
     (r"^traceanalyze attribute\b", "needs GPU telemetry overlapping iterations (none shipped)"),
     (r"^traceanalyze coreutil .*--weight duration", "nvprof level metrics have no duration"),
+    (r"--dask\b", "needs a Dask cluster; tests/test_dask_ingest.py runs one on loopback"),
+    (
+        r"^traceanalyze roofline\b",
+        "no shipped ncu capture has FLOP counters; tests/test_analyses_mfu.py builds one inline",
+    ),
 ]
 OUTPUT_OPTIONS = ("-o", "--plot", "--perfetto")
 
@@ -225,10 +231,17 @@ PLACEHOLDERS: dict[str, list[str]] = {
     "ITERLOG": ["iterlog"],
     "MS": ["=50"],
     "N": ["=0"],
+    "NAME": ["=NVIDIA H100 80GB HBM3"],
 }
 # (command, placeholder or glob) -> value(s), where the command needs other data
 COMMAND_VALUES: dict[tuple[str, str], list[str]] = {
     ("busy", "TRACE..."): ["shared:" + NSYS_2GPU],
+    # The CPU fixture has no GPU kernels: the GPU-side analyses run on the 2-GPU nsys trace.
+    ("launches", "TRACE..."): ["shared:" + NSYS_2GPU],
+    ("idle", "TRACE..."): ["shared:" + NSYS_2GPU],
+    ("overlap", "TRACE..."): ["shared:" + NSYS_2GPU],
+    ("annotations", "TRACE..."): ["shared:" + NSYS_2GPU],
+    ("ops", "TRACE..."): ["shared:" + RESNET],
     ("coreutil", "batch_*.csv"): ["shared:nvprof_csv/magus_matrixMul_gtx1080ti_metrics_all.csv"],
 }
 # option -> the value its placeholder takes
@@ -238,6 +251,8 @@ OPTION_VALUES: dict[str, str] = {
     "--top": "=3",
     "--warmup": "=1",
     "--iteration": "iteration",
+    "-j": "=2",
+    "--depth": "=1",
 }
 
 

@@ -38,37 +38,45 @@ __all__ = [
     "verbose_option",
 ]
 
-# name -> "module:attribute" of a click.Command defined elsewhere.
+# name -> "module:attribute" of a click.Command defined elsewhere (imported only when used).
 _LAZY: dict[str, str] = {
     "collect": "traceanalyze.collect.cli:collect",
-    "coreutil": "traceanalyze.cli_analyses:coreutil",
-    "busy": "traceanalyze.cli_analyses:busy",
-    "timeline": "traceanalyze.cli_analyses:timeline",
-    "attribute": "traceanalyze.cli_analyses:attribute",
-    "variability": "traceanalyze.cli_analyses:variability",
-    "compare": "traceanalyze.cli_analyses:compare",
-    "summary": "traceanalyze.cli_analyses:summary",
-    "launches": "traceanalyze.cli_trace:launches",
-    "idle": "traceanalyze.cli_trace:idle",
-    "overlap": "traceanalyze.cli_trace:overlap",
-    "annotations": "traceanalyze.cli_trace:annotations",
-    "health": "traceanalyze.cli_analyses:health",
-    "ops": "traceanalyze.cli_ops:ops",
-    "mfu": "traceanalyze.cli_ops:mfu",
-    "roofline": "traceanalyze.cli_ops:roofline",
 }
+# Modules whose click commands (the `click.Command`s named in their `__all__`) are analysis
+# commands: a new analysis command is found by being defined and exported there, with no line
+# to add here. Imported only when a command outside `main` and `_LAZY` is asked for, or listed.
+COMMAND_MODULES: tuple[str, ...] = (
+    "traceanalyze.cli_analyses",
+    "traceanalyze.cli_trace",
+    "traceanalyze.cli_ops",
+)
+
+
+def analysis_commands() -> dict[str, click.Command]:
+    """Every command of `COMMAND_MODULES`, by name."""
+    out: dict[str, click.Command] = {}
+    for name in COMMAND_MODULES:
+        mod = importlib.import_module(name)
+        for attr in getattr(mod, "__all__", ()):
+            obj = getattr(mod, attr)
+            if isinstance(obj, click.Command):
+                out[obj.name or attr] = obj
+    return out
 
 
 class _Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted([*super().list_commands(ctx), *_LAZY])
+        return sorted({*super().list_commands(ctx), *_LAZY, *analysis_commands()})
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in _LAZY:
             mod, attr = _LAZY[name].split(":")
             cmd: click.Command = getattr(importlib.import_module(mod), attr)
             return cmd
-        return super().get_command(ctx, name)
+        own = super().get_command(ctx, name)
+        if own is not None:
+            return own
+        return analysis_commands().get(name)
 
     def invoke(self, ctx: click.Context) -> Any:
         # One error and warning path for every command (cli_common.guarded).

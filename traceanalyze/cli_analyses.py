@@ -2,8 +2,8 @@
 
 Each is a thin wrapper: options -> one `Dataset` method (traceanalyze.dataset) -> render. Inputs
 are FILE arguments (read in memory, nothing written) or `--store DIR`, with `--source` and
-`--device` filters (`cli_common.dataset_input`). Registered lazily in `cli._LAZY`. Sources are
-named to the user by their file path, not their hash.
+`--device` filters (`cli_common.dataset_input`). Found by `cli.analysis_commands` through
+`__all__`. Sources are named to the user by their file path, not their hash.
 """
 
 from __future__ import annotations

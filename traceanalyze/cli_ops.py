@@ -1,6 +1,6 @@
 """Commands `ops` (host operators: self time, kernels they launched) and `mfu` (model FLOP
-utilization, roofline). Registered lazily in `cli._LAZY`; each is option parsing around one
-library call in `analyses.ops` / `analyses.mfu`.
+utilization, roofline). Found by `cli.analysis_commands` through `__all__`; each is option
+parsing around one library call in `analyses.ops` / `analyses.mfu`.
 """
 
 from __future__ import annotations
@@ -173,3 +173,6 @@ def roofline(
         save(roofline_figure(df, peak_flop_per_s=peak, peak_bytes_per_s=bw), output)
         wrote(output)
     emit(df, out_json, out_csv)
+
+
+__all__ = ["ops", "mfu", "roofline", "print_ops_diff"]

@@ -4,7 +4,8 @@ Each command takes FILE... (read in memory) or `--store DIR`, `--source`/`--devi
 `--json`/`--csv`; builds a `Dataset`, makes one library call (`traceanalyze.analyses.<name>`)
 and renders the frame with the file path beside each source id. A trace that cannot answer
 (no API calls, no annotations) says so: an error line and exit code 1 when no source can, a
-`traceanalyze: warning:` line per source otherwise. Registered lazily in `cli._LAZY`.
+`traceanalyze: warning:` line per source otherwise. Found by `cli.analysis_commands` through
+`__all__`.
 """
 
 # No `from __future__ import annotations`: it would shadow the `annotations` command.
@@ -177,3 +178,6 @@ def annotations(
     if top is not None and not (out_json or out_csv):
         df = df.head(top)
     emit(df, out_json, out_csv)
+
+
+__all__ = ["launches", "idle", "overlap", "annotations"]
