@@ -378,8 +378,12 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
                 add(sub if sub in known else target)
 
         def visit_Constant(self, node: ast.Constant) -> None:
+            # Registry strings: "module:attribute" (`_LAZY`) and module names imported by
+            # name (`COMMAND_MODULES`).
             if isinstance(node.value, str) and re.fullmatch(r"traceanalyze[\w.]*:\w+", node.value):
                 add(node.value.split(":")[0])
+            elif isinstance(node.value, str) and node.value in known:
+                add(node.value)
 
     Visitor().visit(tree)
     return out

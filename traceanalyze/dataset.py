@@ -53,7 +53,10 @@ def _ids(x: Any) -> tuple[Any, ...]:
 
 @dataclass(frozen=True)
 class Dataset:
-    """Tables of files or of a store, with source/device/time filters; lazy throughout."""
+    """Tables of files or of a store, with source/device/time filters; lazy throughout.
+
+    Each table is an attribute (`ds.kernels`, a LazyFrame) except `ops`, which is the operators
+    analysis (`ds.ops()`): its table is `ds.scan("ops")`."""
 
     _scan: Scan
     source_filter: tuple[str, ...] = ()
