@@ -8,12 +8,13 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-# Refreshed whenever pyproject.toml changes. The collect extra (torch, torchvision, nvidia-ml-py)
-# is installed too so the end-to-end CPU collection test runs.
-$(STAMP): pyproject.toml
+# Refreshed whenever pyproject.toml or this Makefile changes. The collect extra (torch,
+# torchvision, nvidia-ml-py) is installed so the end-to-end CPU collection test runs, and the dask
+# extra so the distributed ingest is tested against a real loopback cluster.
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,collect]'
+	$(PY) -m pip install -q -e '.[dev,collect,dask]'
 	touch $(STAMP)
 
 test: $(STAMP)
