@@ -8,14 +8,10 @@ declaration. `ingest` passes each option only to the readers that declare it.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import importlib
 import inspect
-import lzma
 import os
-import sqlite3
-import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,7 +23,7 @@ import polars as pl
 from .. import schema
 from ..errors import MalformedInput, TraceanalyzeError, UnknownFormat, UnsupportedOption
 from ..tables import Tables
-from ._common import PathLike, gzip_damage
+from ._common import PathLike, as_bad_input, bad_input_errors, gzip_damage
 
 # Slug -> one-line description. Order is the order `--format` lists them in.
 _SLUGS: dict[str, str] = {
@@ -111,31 +107,6 @@ def source_id_for(sha256: str) -> str:
     return sha256[:16]
 
 
-# Exceptions that mean "the bytes are bad", raised from inside parsers we call. Anything else is
-# a bug in traceanalyze and keeps its traceback.
-_BAD_INPUT_ERRORS: tuple[type[BaseException], ...] = (
-    UnicodeDecodeError,
-    sqlite3.DatabaseError,
-    gzip.BadGzipFile,
-    zlib.error,
-    EOFError,
-    lzma.LZMAError,
-    pl.exceptions.ComputeError,
-    pl.exceptions.NoDataError,
-    # A strict cast of a value from the file that does not fit (inf or 1e30 seconds to int64
-    # ns, a 20-digit id): the reader should have checked and named the line; this net keeps an
-    # unchecked one from surfacing as a traceback.
-    pl.exceptions.InvalidOperationError,
-    OverflowError,
-)
-try:  # orjson is a runtime dependency; its decode error subclasses ValueError
-    import orjson
-
-    _BAD_INPUT_ERRORS = (*_BAD_INPUT_ERRORS, orjson.JSONDecodeError)
-except ImportError:  # pragma: no cover
-    pass
-
-
 def options_for(format: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """The subset of `options` that the reader `format` takes."""
     accepted = READERS[format].options
@@ -190,12 +161,8 @@ def read(
         if e.path is None:  # raised below a reader's entry point, which alone knows the path
             e.path = os.fspath(path)
         raise
-    except _BAD_INPUT_ERRORS as e:
-        # polars errors run over several lines (the expression, hints): keep the first.
-        first = str(e).strip().split("\n", 1)[0]
-        raise MalformedInput(
-            f"cannot parse as {format}: {type(e).__name__}: {first}", path=path
-        ) from e
+    except bad_input_errors() as e:  # a reader not behind `reader_entry`, or its finalize step
+        raise as_bad_input(e, path=path, reader=format) from e
     return finalize(tables, path=p, format=format, sha256=sha)
 
 

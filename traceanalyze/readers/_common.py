@@ -536,7 +536,10 @@ def bad_input_errors() -> tuple[type[BaseException], ...]:
     import gzip
     import lzma
 
+    import orjson  # a runtime dependency; its decode error subclasses ValueError
+
     return (
+        orjson.JSONDecodeError,
         UnicodeDecodeError,
         sqlite3.DatabaseError,
         gzip.BadGzipFile,
@@ -546,6 +549,9 @@ def bad_input_errors() -> tuple[type[BaseException], ...]:
         RecursionError,
         pl.exceptions.ComputeError,
         pl.exceptions.NoDataError,
+        # A strict cast of a value from the file that does not fit (inf or 1e30 seconds to int64
+        # ns, a 20-digit id): the reader should have checked and named the line; this net keeps
+        # an unchecked one from surfacing as a traceback.
         pl.exceptions.InvalidOperationError,
         OverflowError,
     )
