@@ -181,26 +181,45 @@ class Store:
         """Write one source's files under `.staging/<txn>/` in the store; none visible yet.
         Whether it replaces, or yields to, a source of the same id is decided by `commit`."""
         sid = _one_source(tables)
+        staged, _ = self.stage_stream(
+            sid, lambda _work: tables.items(), replace_existing=replace_existing
+        )
+        return staged
+
+    def stage_stream(
+        self,
+        source_id: str,
+        produce: Callable[[Path], Iterable[tuple[str, pl.DataFrame]]],
+        *,
+        replace_existing: bool = False,
+    ) -> tuple[Staged, dict[str, int]]:
+        """Stage one source from a stream of `(table, frame)` chunks, written as Parquet row
+        groups as they come (`sink.TableSink`): memory is bounded by a row group per table, not
+        by the source. `produce(workdir)` makes the chunks; `workdir` is an empty directory in
+        this transaction's staging for the reader's spill files, removed with the staging.
+        Returns the Staged and the rows per table."""
+        from .sink import TableSink
+
         kill_point("stage-start")
         created_root = not self.root.exists()
         staging_root = self.root / STAGING
         txn = acquire_txn(staging_root)
-        written: list[str] = []
+        sink = TableSink(staging_root / txn, source_id, txn)
         try:
-            for name, df in tables.items():
-                if df.height == 0 and name != "sources":
-                    continue
-                part = staging_root / txn / name / f"source_id={sid}"
-                part.mkdir(parents=True)
-                dest = part / f"part-{txn}.parquet"
-                df.drop("source_id").write_parquet(dest, compression="zstd", statistics=True)
-                _fsync_path(dest)  # durable before a manifest can name it
-                written.append(name)
+            work = staging_root / txn / ".work"
+            work.mkdir(parents=True)
+            for name, df in produce(work):
+                sink.write(name, df)
                 kill_point("stage-mid")
+            written = sink.close()
+            shutil.rmtree(work, ignore_errors=True)
         except BaseException:
+            sink.abort()
             self._drop(txn, created_root)
             raise
-        return Staged(sid, txn, str(self.root), tuple(written), replace_existing, created_root)
+        counts = {t: sink.rows.get(t, 0) for t in schema.TABLE_NAMES}
+        staged = Staged(source_id, txn, str(self.root), tuple(written), replace_existing, created_root)
+        return staged, counts
 
     def discard(self, staged: Staged) -> None:
         """Drop a staged source (nothing if it was committed). The store directory is removed only
@@ -429,7 +448,7 @@ def stage_file(
     into "unchanged" (another writer committed it first). Safe to call in worker processes.
     """
     from .readers import options_for
-    from .readers import read as _read_one
+    from .readers import stream as _stream_one
 
     p = os.fspath(path)
     sha = sha256 or file_sha256(p)
@@ -439,9 +458,13 @@ def stage_file(
         return None, IngestResult(p, sid, fmt, "unchanged", {})
     if on_start is not None:
         on_start(p)
-    tables = _read_one(p, format=fmt, sha256=sha, **options_for(fmt, options or {}))
-    staged = store.stage(tables, replace_existing=force)
-    return staged, IngestResult(p, sid, fmt, "replaced" if present else "ingested", tables.counts())
+    opts = options_for(fmt, options or {})
+    staged, counts = store.stage_stream(
+        sid,
+        lambda work: _stream_one(p, format=fmt, sha256=sha, workdir=work, **opts),
+        replace_existing=force,
+    )
+    return staged, IngestResult(p, sid, fmt, "replaced" if present else "ingested", counts)
 
 
 def plan(

@@ -12,7 +12,7 @@ import hashlib
 import importlib
 import inspect
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
@@ -64,6 +64,28 @@ class Reader:
     def sniff(self, path: PathLike) -> bool:
         fn: Callable[[PathLike], bool] = self.module.sniff
         return bool(fn(path))
+
+    @property
+    def streams(self) -> bool:
+        """Whether the module has `stream_<slug>(path, *, workdir, <options>)`: chunks
+        `(table, frame)` with bounded memory, for `ingest`. Without it, ingest reads whole."""
+        return hasattr(self.module, f"stream_{self.slug}")
+
+    def stream(
+        self, path: PathLike, workdir: Path | None, **options: Any
+    ) -> Iterator[tuple[str, pl.DataFrame]]:
+        if not self.streams:
+            yield from self.read(path, **options).items()
+            return
+        fn: Callable[..., Iterator[tuple[str, pl.DataFrame]]]
+        fn = getattr(self.module, f"stream_{self.slug}")
+        if workdir is None:
+            import tempfile
+
+            with tempfile.TemporaryDirectory(prefix="traceanalyze-") as tmp:
+                yield from fn(path, workdir=Path(tmp), **options)
+        else:
+            yield from fn(path, workdir=workdir, **options)
 
 
 READERS: dict[str, Reader] = {slug: Reader(slug, desc) for slug, desc in _SLUGS.items()}
@@ -132,15 +154,8 @@ def check_options(formats: Iterable[str], options: Mapping[str, Any]) -> None:
         )
 
 
-def read(
-    path: PathLike, format: str | None = None, *, sha256: str | None = None, **options: Any
-) -> Tables:
-    """Read one file into normalized `Tables`, with its `sources` row and `source_id` filled.
-
-    `format` is a reader slug; by default it is detected. Options go to the reader (e.g. `tz=`
-    for smi_csv); one the reader does not take raises UnsupportedOption. Bad input raises a
-    `TraceanalyzeError` subclass naming the file.
-    """
+def _resolve(path: PathLike, format: str | None, options: Mapping[str, Any]) -> str:
+    """The reader slug for `path` after the checks every read does first."""
     p = Path(path)
     if not p.exists():
         raise TraceanalyzeError("no such file", path=path)
@@ -154,6 +169,19 @@ def read(
         check_options([format], options)
     except UnsupportedOption as e:
         raise UnsupportedOption(e.message, path=path) from None
+    return format
+
+
+def read(
+    path: PathLike, format: str | None = None, *, sha256: str | None = None, **options: Any
+) -> Tables:
+    """Read one file into normalized `Tables`, with its `sources` row and `source_id` filled.
+
+    `format` is a reader slug; by default it is detected. Options go to the reader (e.g. `tz=`
+    for smi_csv); one the reader does not take raises UnsupportedOption. Bad input raises a
+    `TraceanalyzeError` subclass naming the file.
+    """
+    format = _resolve(path, format, options)
     sha = sha256 or file_sha256(path)
     try:
         tables = READERS[format].read(path, **options)
@@ -163,7 +191,43 @@ def read(
         raise
     except bad_input_errors() as e:  # a reader not behind `reader_entry`, or its finalize step
         raise as_bad_input(e, path=path, reader=format) from e
-    return finalize(tables, path=p, format=format, sha256=sha)
+    return finalize(tables, path=Path(path), format=format, sha256=sha)
+
+
+def stream(
+    path: PathLike,
+    format: str | None = None,
+    *,
+    sha256: str | None = None,
+    workdir: Path | None = None,
+    **options: Any,
+) -> Iterator[tuple[str, pl.DataFrame]]:
+    """One file as `(table, frame)` chunks, each conformed to the schema with `source_id` set;
+    the `sources` row comes last. Concatenated per table they equal `read()`'s tables (row
+    order included). Readers with a `stream_<slug>` hold a bounded amount of the file at a
+    time (spilling to `workdir`, a temporary directory by default); others are read whole.
+    This is what `ingest` writes from, one Parquet row group after another."""
+    format = _resolve(path, format, options)
+    sha = sha256 or file_sha256(path)
+    sid = source_id_for(sha)
+    lit = pl.lit(sid, dtype=pl.String).alias("source_id")
+    sources: list[pl.DataFrame] = []
+    try:
+        for name, df in READERS[format].stream(path, workdir, **options):
+            if name == "sources":
+                sources.append(df)
+            elif df.height:
+                yield name, schema.conform(name, df.with_columns(lit))
+        src = pl.concat(sources, how="diagonal_relaxed") if sources else None
+        tables = Tables.build(**({} if src is None else {"sources": src}))
+        done = finalize(tables, path=Path(path), format=format, sha256=sha)
+    except TraceanalyzeError as e:
+        if e.path is None:
+            e.path = os.fspath(path)
+        raise
+    except bad_input_errors() as e:
+        raise as_bad_input(e, path=path, reader=format) from e
+    yield "sources", done.sources
 
 
 def finalize(tables: Tables, *, path: Path, format: str, sha256: str) -> Tables:
@@ -192,4 +256,5 @@ __all__ = [
     "options_for",
     "read",
     "source_id_for",
+    "stream",
 ]

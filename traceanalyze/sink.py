@@ -1,0 +1,119 @@
+"""Write a stream of table chunks as Parquet row groups, holding at most one row group per table.
+
+A streaming reader yields `(table, frame)` chunks in any interleaving; `TableSink` conforms each
+chunk to the schema, buffers it until the table's buffer reaches `ROW_GROUP_ROWS` rows or
+`ROW_GROUP_BYTES` bytes, and then writes the buffer as one row group of
+`<dir>/<table>/source_id=<id>/part-<txn>.parquet`. Memory is bounded by one buffer per table, not
+by the input. Strings are written dictionary-encoded (Parquet's RLE_DICTIONARY pages), so a
+kernel name repeated a million times is stored once per row group.
+
+Used by `Store.stage_stream` (every ingest, and `Store.stage` for whole `Tables`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from . import schema
+
+ROW_GROUP_ROWS = 1 << 17
+ROW_GROUP_BYTES = 32 << 20
+
+
+class TableSink:
+    """Per-table Parquet writers under `root`, opened on a table's first non-empty chunk."""
+
+    def __init__(self, root: Path, source_id: str, txn: str) -> None:
+        self.root = root
+        self.source_id = source_id
+        self.txn = txn
+        self.rows: dict[str, int] = {}
+        self._writers: dict[str, Any] = {}
+        self._paths: dict[str, Path] = {}
+        self._buf: dict[str, list[pl.DataFrame]] = {}
+        self._buf_rows: dict[str, int] = {}
+        self._buf_bytes: dict[str, int] = {}
+
+    def path(self, table: str) -> Path:
+        return self.root / table / f"source_id={self.source_id}" / f"part-{self.txn}.parquet"
+
+    def write(self, table: str, df: pl.DataFrame) -> None:
+        """Buffer one chunk of `table` (conformed to the schema; `source_id` is dropped: the
+        directory holds it) and write a row group when the buffer is full."""
+        df = schema.conform(table, df)
+        if "source_id" in df.columns:
+            df = df.drop("source_id")
+        self.rows[table] = self.rows.get(table, 0) + df.height
+        if df.height == 0:
+            return
+        self._buf.setdefault(table, []).append(df)
+        self._buf_rows[table] = self._buf_rows.get(table, 0) + df.height
+        self._buf_bytes[table] = self._buf_bytes.get(table, 0) + int(df.estimated_size())
+        if self._buf_rows[table] >= ROW_GROUP_ROWS or self._buf_bytes[table] >= ROW_GROUP_BYTES:
+            self._flush(table)
+
+    def _flush(self, table: str) -> None:
+        frames = self._buf.pop(table, [])
+        self._buf_rows[table] = self._buf_bytes[table] = 0
+        if not frames:
+            return
+        data = (pl.concat(frames) if len(frames) > 1 else frames[0]).to_arrow()
+        frames.clear()
+        writer = self._writers.get(table)
+        if writer is None:
+            import pyarrow.parquet as pq
+
+            dest = self.path(table)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            writer = pq.ParquetWriter(
+                dest, data.schema, compression="zstd", write_statistics=True, use_dictionary=True
+            )
+            self._writers[table] = writer
+            self._paths[table] = dest
+        elif data.schema != writer.schema_arrow:
+            data = data.cast(writer.schema_arrow)
+        writer.write_table(data, row_group_size=max(data.num_rows, 1))
+
+    def close(self, *, keep_empty: tuple[str, ...] = ("sources",)) -> list[str]:
+        """Write what is buffered, close and fsync every file; the tables written, in schema
+        order. A table in `keep_empty` gets a file (with its schema) even with no rows."""
+        for table in list(self._buf):
+            self._flush(table)
+        for table in keep_empty:
+            if table not in self._writers:
+                empty = schema.empty(table).drop("source_id")
+                dest = self.path(table)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                empty.write_parquet(dest, compression="zstd", statistics=True)
+                self._paths[table] = dest
+        for writer in self._writers.values():
+            writer.close()
+        self._writers.clear()
+        for dest in self._paths.values():
+            _fsync_path(dest)  # durable before a manifest can name it
+        return [t for t in schema.TABLE_NAMES if t in self._paths]
+
+    def abort(self) -> None:
+        """Close the writers without caring for the files (the caller removes the directory)."""
+        for writer in self._writers.values():
+            try:
+                writer.close()
+            except Exception:  # noqa: BLE001 - the files are being thrown away
+                pass
+        self._writers.clear()
+        self._buf.clear()
+
+
+def _fsync_path(p: Path) -> None:
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["ROW_GROUP_BYTES", "ROW_GROUP_ROWS", "TableSink"]
