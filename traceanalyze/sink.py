@@ -12,6 +12,7 @@ Used by `Store.stage_stream` (every ingest, and `Store.stage` for whole `Tables`
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -100,10 +101,8 @@ class TableSink:
     def abort(self) -> None:
         """Close the writers without caring for the files (the caller removes the directory)."""
         for writer in self._writers.values():
-            try:
+            with contextlib.suppress(Exception):  # the files are being thrown away
                 writer.close()
-            except Exception:  # noqa: BLE001 - the files are being thrown away
-                pass
         self._writers.clear()
         self._buf.clear()
 

@@ -218,8 +218,8 @@ class Store:
             self._drop(txn, created_root)
             raise
         counts = {t: sink.rows.get(t, 0) for t in schema.TABLE_NAMES}
-        staged = Staged(source_id, txn, str(self.root), tuple(written), replace_existing, created_root)
-        return staged, counts
+        root = str(self.root)
+        return Staged(source_id, txn, root, tuple(written), replace_existing, created_root), counts
 
     def discard(self, staged: Staged) -> None:
         """Drop a staged source (nothing if it was committed). The store directory is removed only
