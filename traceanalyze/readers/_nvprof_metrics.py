@@ -24,7 +24,7 @@ from ._nvprof_rows import (
     _read_rows,
     _to_polars,
 )
-from ._nvprof_split import _line_at, _Raw, _Section
+from ._nvprof_split import _header_line, _Raw, _Section, _units_line
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -45,13 +45,13 @@ def _summary(raw: _Raw, sec: _Section, path: PathLike, out: _Out) -> None:
     types: dict[str, pa.DataType] = {c: pa.float64() for c in need[1:7]}
     types["Calls"] = pa.int64()
     df = _to_polars(_read_rows(raw, sec, path, types))
-    assert sec.units is not None and sec.units_off is not None
+    assert sec.units is not None
     pct_unit = sec.units[sec.header.index("Time(%)")].strip()
     if pct_unit != "%":
         raise UnknownUnit(
             f"unknown unit {pct_unit!r} for Time(%) (expected '%')",
             path=path,
-            line=_line_at(raw, sec.units_off),
+            line=_units_line(raw, sec),
             column="Time(%)",
         )
     prefixes = {t: _type_prefix(t) for t in df["Type"].drop_nulls().unique().to_list()}
@@ -186,7 +186,7 @@ def _instance_metrics(raw: _Raw, sec: _Section, path: PathLike, out: _Out) -> No
         raise MalformedInput(
             "a metric column without a name in the header",
             path=path,
-            line=_line_at(raw, sec.header_off),
+            line=_header_line(raw, sec),
         )
     types: dict[str, pa.DataType] = {c: pa.int64() for c in ("Context", "Stream", "Correlation_ID")}
     types["Device"] = _device_type()

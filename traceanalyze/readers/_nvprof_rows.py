@@ -19,7 +19,15 @@ from ._common import (
     PathLike,
     lazy_import,
 )
-from ._nvprof_split import _DEVICE_ORDINAL, _line_at, _Raw, _Retry, _Section
+from ._nvprof_split import (
+    _DEVICE_ORDINAL,
+    _header_line,
+    _piece_line,
+    _Raw,
+    _Retry,
+    _Section,
+    _units_line,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -74,8 +82,8 @@ _LEVEL = r"^\s*(?:Idle|Low|Mid|High|Max)\s*\((\d+)\)\s*$"
 def _locate_bad_row(raw: _Raw, sec: _Section, path: PathLike, why: str) -> MalformedInput:
     """Slow path, only after the fast parser failed: find the first row that is wrong."""
     width = len(sec.header)
-    for start, end in sec.pieces:
-        first_line = _line_at(raw, start)
+    for k, (start, end) in enumerate(sec.pieces):
+        first_line = _piece_line(raw, sec, k)
         chunk = raw[start:end]
         try:
             text = chunk.decode("utf-8")
@@ -121,14 +129,14 @@ def _read_rows(
     names = [f"c{i}" for i in range(len(sec.header))]
     col_types = {n: types.get(h, pa.string()) for n, h in zip(names, sec.header, strict=True)}
     view = memoryview(raw)
-    for _, e in sec.pieces[-1:]:
+    for s, e in sec.pieces[-1:]:
         # pyarrow takes a quote left open at the end of the input as a complete value: a file
         # cut inside a quoted kernel name would pass. nvprof ends every line with a newline.
         last = raw.rfind(b"\n", 0, e) + 1
         if last < e and raw[last:e].count(b'"') % 2:
-            raise MalformedInput(
-                "file ends inside a quoted field (truncated)", path=path, line=_line_at(raw, last)
-            )
+            line = _piece_line(raw, sec, len(sec.pieces) - 1) + raw[s:last].count(b"\n")
+            why = "file ends inside a quoted field (truncated)"
+            raise MalformedInput(why, path=path, line=line)
     if not sec.pieces:
         tbl = pa.table({n: pa.nulls(0, type=t) for n, t in col_types.items()})
         return tbl.rename_columns(sec.header)
@@ -209,12 +217,12 @@ def _line_of_row(sec: _Section, raw: _Raw, row: int) -> int:
     Counts newlines, so it assumes no newline inside quoted fields (nvprof writes none).
     """
     before = 0
-    for s, e in sec.pieces:
+    for k, (s, e) in enumerate(sec.pieces):
         rows = raw[s:e].count(b"\n") + (0 if raw[e - 1 : e] == b"\n" else 1)
         if row < before + rows:
-            return _line_at(raw, s) + row - before
+            return _piece_line(raw, sec, k) + row - before
         before += rows
-    return _line_at(raw, sec.header_off)
+    return _header_line(raw, sec)
 
 
 def _first_bad(df: pl.DataFrame, ok: pl.Expr) -> int | None:
@@ -230,7 +238,7 @@ def _factor(
     raw: _Raw, sec: _Section, col: str, table: dict[str, float], path: PathLike, has_values: bool
 ) -> float | None:
     """Factor for a column from the units row; None when the column is empty."""
-    assert sec.units is not None and sec.units_off is not None
+    assert sec.units is not None
     unit = sec.units[sec.header.index(col)].strip()
     if not unit and not has_values:
         return None
@@ -240,7 +248,7 @@ def _factor(
         raise UnknownUnit(
             f"unknown unit {unit!r} in the units row (known: {', '.join(table)})",
             path=path,
-            line=_line_at(raw, sec.units_off),
+            line=_units_line(raw, sec),
             column=col,
         ) from None
 
@@ -321,6 +329,8 @@ class _Out:
     kernel_metrics: list[pl.DataFrame] = field(default_factory=list)
     devices: set[str] = field(default_factory=set)
     kernels_seen: int = 0
+    # Rows of unsupported bracketed kinds in the current section, by Name (one note per section).
+    skipped: dict[str, int] = field(default_factory=dict)
 
 
 def _missing(sec: _Section, raw: _Raw, path: PathLike, need: list[str], what: str) -> None:
@@ -329,7 +339,7 @@ def _missing(sec: _Section, raw: _Raw, path: PathLike, need: list[str], what: st
         raise MissingColumn(
             f"{what} without column(s) {', '.join(missing)}",
             path=path,
-            line=_line_at(raw, sec.header_off),
+            line=_header_line(raw, sec),
             column=missing[0],
         )
 

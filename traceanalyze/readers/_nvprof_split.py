@@ -91,6 +91,13 @@ class _Section:
     range_name: str | None = None
     # Body taken as "everything after the units row" without looking for '==' lines in it.
     optimistic: bool = False
+    # Line numbers, when the header, units row and pieces are not all in `raw` (the streaming
+    # reader parses a section block by block): then they are not counted from `raw`'s start.
+    header_line: int | None = None
+    units_line: int | None = None
+    piece_lines: list[int] | None = None
+    # The "columns ignored" note is given once per section, not once per block.
+    warned: bool = False
 
 
 class _Retry(Exception):
@@ -100,6 +107,24 @@ class _Retry(Exception):
 def _line_at(raw: _Raw, off: int) -> int:
     """1-based line number of a byte offset. Only called to report an error (it scans)."""
     return raw[:off].count(b"\n") + 1
+
+
+def _header_line(raw: _Raw, sec: _Section) -> int:
+    return sec.header_line if sec.header_line is not None else _line_at(raw, sec.header_off)
+
+
+def _units_line(raw: _Raw, sec: _Section) -> int:
+    if sec.units_line is not None:
+        return sec.units_line
+    assert sec.units_off is not None
+    return _line_at(raw, sec.units_off)
+
+
+def _piece_line(raw: _Raw, sec: _Section, k: int) -> int:
+    """The line number of the first line of piece `k` of the section."""
+    if sec.piece_lines is not None:
+        return sec.piece_lines[k]
+    return _line_at(raw, sec.pieces[k][0])
 
 
 def _starts(raw: _Raw, prefix: bytes, pos: int) -> bool:

@@ -68,7 +68,8 @@ def _trace_table(raw: _Raw, sec: _Section, path: PathLike, out: _Out) -> pa.Tabl
     types.update({c: _device_type() for c in ("Device", "SrcMemType", "DstMemType", "System")})
     types.update({c: _device_type() for c in _IGNORED_COLS})
     tbl = _read_rows(raw, sec, path, types, only_empty_is_null=True)
-    if extra:  # after the parse, which may be retried
+    if extra and not sec.warned:  # after the parse, which may be retried; once per section
+        sec.warned = True
         warn(f"{path}: nvprof trace columns ignored: {', '.join(extra)}")
     if "Device" in hdr:
         tbl = _device_ids(tbl, raw, sec, path, out.devices)
@@ -263,10 +264,19 @@ def _bracketed(df: pl.DataFrame, raw: _Raw, sec: _Section, path: PathLike, out: 
     if s.height:
         out.gpu_samples.append(_samples(s, raw, sec, path))
     other = b.filter(pl.col("_kind").is_null() & pl.col("_sample").is_null())
-    if other.height:
-        counts = other["Name"].value_counts(sort=True).rows()
+    for nm, c in other["Name"].value_counts().rows():
+        out.skipped[nm] = out.skipped.get(nm, 0) + c
+
+
+def warn_skipped(out: _Out, path: PathLike) -> None:
+    """The note for the rows of unsupported kinds a section had (given when the section ends:
+    the streaming reader sees it block by block), most frequent kinds first."""
+    if out.skipped:
+        counts = sorted(out.skipped.items(), key=lambda kv: (-kv[1], kv[0]))
         listed = ", ".join(f"{nm} ×{c}" for nm, c in counts[:5])
-        warn(f"{path}: skipped {other.height} nvprof row(s) of unsupported kinds: {listed}")
+        total = sum(out.skipped.values())
+        warn(f"{path}: skipped {total} nvprof row(s) of unsupported kinds: {listed}")
+        out.skipped.clear()
 
 
 def _samples(s: pl.DataFrame, raw: _Raw, sec: _Section, path: PathLike) -> pl.DataFrame:

@@ -87,6 +87,8 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import polars as pl
 
@@ -114,7 +116,9 @@ from ._nvprof_split import (
     _split_trace_fast,
     header_kind,
 )
-from ._nvprof_trace import _trace
+from ._nvprof_stream import stream_nvprof
+from ._nvprof_trace import _trace, warn_skipped
+from ._stream_common import stream_entry
 
 
 def sniff(path: PathLike) -> bool:
@@ -129,7 +133,14 @@ def sniff(path: PathLike) -> bool:
     return False
 
 
-# --- entry point ----------------------------------------------------------------------------------
+# --- entry points ---------------------------------------------------------------------------------
+
+
+def _sources() -> pl.DataFrame:
+    return pl.DataFrame(
+        {"tool": ["nvprof"], "tool_version": [None], "time_origin_epoch_ns": [None]},
+        schema={"tool": pl.String, "tool_version": pl.String, "time_origin_epoch_ns": pl.Int64},
+    )
 
 
 def _open(path: PathLike) -> _Raw:
@@ -170,19 +181,16 @@ def read_nvprof_csv(path: PathLike) -> Tables:
             raise _Retry
         for sec in sections:
             handlers[sec.kind](raw, sec, path, out)
+            warn_skipped(out, path)
     except _Retry:
         notes, out = [], _Out()
         for sec in _split(raw, path, notes):
             handlers[sec.kind](raw, sec, path, out)
+            warn_skipped(out, path)
     for note in notes:
         warn(note)
 
-    frames: dict[str, pl.DataFrame] = {
-        "sources": pl.DataFrame(
-            {"tool": ["nvprof"], "tool_version": [None], "time_origin_epoch_ns": [None]},
-            schema={"tool": pl.String, "tool_version": pl.String, "time_origin_epoch_ns": pl.Int64},
-        )
-    }
+    frames: dict[str, pl.DataFrame] = {"sources": _sources()}
     if out.devices:
         frames["devices"] = _devices_frame(out.devices)
     for name in ("kernels", "memcpy", "api_calls", "gpu_samples", "kernel_metrics"):
@@ -195,3 +203,22 @@ def read_nvprof_csv(path: PathLike) -> Tables:
             frames["gpu_samples"], path=path, reader="nvprof_csv"
         )
     return Tables.build(**frames)
+
+
+@stream_entry("nvprof_csv")
+def stream_nvprof_csv(path: PathLike, *, workdir: Path) -> Iterator[tuple[str, pl.DataFrame]]:
+    """`read_nvprof_csv` as `(table, chunk)` pairs, holding a block of the file at a time
+    (`_stream_common.BLOCK_BYTES` of decompressed text, gzip streamed): concatenated per table,
+    the chunks equal its tables, ids and row order included. Trace tables are emitted block by
+    block; summary and metrics tables when their section ends. `workdir` is not needed:
+    nothing is sorted or spilled (nvprof's row order is kept, `kernel_id` counts in file order).
+    """
+    del workdir
+    if os.path.getsize(path) == 0:
+        raise MalformedInput("empty file", path=path)
+    head = head_bytes(path, 65536 + 3)
+    head = head[3:] if head.startswith(b"\xef\xbb\xbf") else head[:65536]
+    if b"\x00" in head[:65536]:
+        raise MalformedInput("binary data, not nvprof CSV text", path=path)
+    yield from stream_nvprof(path, head)
+    yield "sources", _sources()
