@@ -18,12 +18,16 @@ from ._smi_time import check_timezone, local_timezone, local_to_epoch_ns
 _SMI_STAMP_FORMAT = "%Y/%m/%d %H:%M:%S%.f"
 
 
-def _careful_frame(raw: bytes, path: PathLike, first_line: int, base: list[str]) -> pl.DataFrame:
-    """The rows as strings, one column per field (named by `base`), null tokens null."""
+def _careful_frame(
+    raw: bytes, path: PathLike, first_line: int, base: list[str], skip_header: bool
+) -> pl.DataFrame:
+    """The rows as strings, one column per field (named by `base`), null tokens null.
+
+    `first_line`: the line number of the first row (after the header when `skip_header`)."""
     # nvidia-smi separates fields with ", " and never quotes: the CSV parser splits on "," and
     # every cell but the first keeps one leading space (stripped per used column below; the
     # null states are matched with and without it).
-    if first_line == 1:
+    if not skip_header:
         body: bytes | memoryview = raw
     else:
         nl = raw.find(b"\n")
@@ -84,8 +88,13 @@ def _read_smi_careful(
     base: list[str],
     header_units: dict[str, str | None],
     line_of: Callable[[int], int],
+    *,
+    skip_header: bool | None = None,
 ) -> Tables:
-    df = _careful_frame(raw, path, first_line, base)
+    """`skip_header`: the first line of `raw` is the header (by default when `first_line` is 2:
+    a block of a streamed log has none)."""
+    skip = first_line != 1 if skip_header is None else skip_header
+    df = _careful_frame(raw, path, first_line, base, skip)
     ts, zone = _careful_times(df, tz, path, line_of)
     split = _split_values(
         df,

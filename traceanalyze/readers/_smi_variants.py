@@ -104,20 +104,29 @@ def _unit_of(col: str) -> str | None:
 
 
 def read_generic(raw: bytes, path: PathLike, *, tz: str | None) -> Tables:
-    df = _generic_frame(raw, path)
-    ts, zone = _generic_timestamps(df, path, tz)
-    gs, metrics = _generic_columns(df, ts)
-    return build_tables(
-        sources=pl.DataFrame(
-            {"tool": ["nvml-sampler"], "time_origin_epoch_ns": [0], "timezone": [zone]},
-            schema={"tool": pl.String, "time_origin_epoch_ns": pl.Int64, "timezone": pl.String},
-        ),
-        gpu_samples=gs,
-        gpu_metrics=pl.concat(metrics) if metrics else None,
+    gs, metrics, zone = generic_rows(raw, path, tz, 0)
+    return build_tables(sources=generic_sources(zone), gpu_samples=gs, gpu_metrics=metrics)
+
+
+def generic_sources(zone: str | None) -> pl.DataFrame:
+    return pl.DataFrame(
+        {"tool": ["nvml-sampler"], "time_origin_epoch_ns": [0], "timezone": [zone]},
+        schema={"tool": pl.String, "time_origin_epoch_ns": pl.Int64, "timezone": pl.String},
     )
 
 
-def _generic_frame(raw: bytes, path: PathLike) -> pl.DataFrame:
+def generic_rows(
+    raw: bytes, path: PathLike, tz: str | None, rows_before: int
+) -> tuple[pl.DataFrame, pl.DataFrame | None, str | None]:
+    """(gpu_samples, gpu_metrics, the zone used for zone-less stamps or None) of `raw`: the
+    header, then rows (the log's first `rows_before` rows were in earlier blocks)."""
+    df = _generic_frame(raw, path, rows_before)
+    ts, zone = _generic_timestamps(df, path, tz, rows_before)
+    gs, metrics = _generic_columns(df, ts)
+    return gs, pl.concat(metrics) if metrics else None, zone
+
+
+def _generic_frame(raw: bytes, path: PathLike, rows_before: int = 0) -> pl.DataFrame:
     """The CSV as a frame, stamps as text; a bad row or a repeated column is MalformedInput."""
     try:
         tbl = pacsv.read_csv(
@@ -134,7 +143,7 @@ def _generic_frame(raw: bytes, path: PathLike) -> pl.DataFrame:
         raise MalformedInput(
             f"bad sampler CSV row ({str(e).splitlines()[0]})",
             path=path,
-            line=int(m.group(1)) if m else None,
+            line=int(m.group(1)) + rows_before if m else None,
         ) from None
     names = tbl.column_names
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -148,7 +157,7 @@ def _generic_frame(raw: bytes, path: PathLike) -> pl.DataFrame:
 
 
 def _generic_timestamps(
-    df: pl.DataFrame, path: PathLike, tz: str | None
+    df: pl.DataFrame, path: PathLike, tz: str | None, rows_before: int = 0
 ) -> tuple[pl.Series, str | None]:
     """(epoch ns per row, the zone used for zone-less stamps or None)."""
     tcol = df.columns[0]
@@ -165,14 +174,14 @@ def _generic_timestamps(
         else:
             zone = check_timezone(tz, path) if tz is not None else local_timezone()
             naive = s.str.to_datetime(time_unit="ns", strict=False)
-            ts = local_to_epoch_ns(naive, zone, path, lambda i: i + 2)
+            ts = local_to_epoch_ns(naive, zone, path, lambda i: i + 2 + rows_before)
     bad = ts.is_null().arg_true()
     if bad.len():
         i = int(bad[0])
         raise MalformedInput(
             f"bad {tcol} value {df[tcol][i]!r} (expected ISO-8601 or epoch ns)",
             path=path,
-            line=i + 2,
+            line=i + 2 + rows_before,
             column=tcol,
         )
     return ts, zone
@@ -259,32 +268,58 @@ DCGMI_FIELDS: dict[str, str] = {
 
 
 def read_dcgmi(raw: bytes, path: PathLike, *, interval_ms: Any) -> Tables:
-    step_ns = _dcgmi_step_ns(interval_ms, path)
+    _dcgmi_step_ns(interval_ms, path)  # the error for a missing or bad interval first
     text = raw.decode("utf-8", "replace")
     # split on "\n" only (not str.splitlines, which also breaks at \x0b, \x1c, U+2028, …), so
     # list index + 1 is the line number an editor shows.
     lines = text.split("\n")
     header, tags, units = _dcgmi_header(lines)
-    gpu = _dcgmi_gpu_rows(_dcgmi_rows(lines, header, tags, path), path)
-    per_gpu = gpu.group_by("id").len()["len"].max()
-    if isinstance(per_gpu, int) and not (per_gpu - 1) * step_ns < 2.0**63:
-        raise TraceanalyzeError(
-            f"interval_ms={interval_ms} places samples past int64 nanoseconds", path=path
-        )
-    gpu = gpu.with_columns(
-        (pl.int_range(pl.len()).over("id") * step_ns).round(0).cast(pl.Int64).alias("timestamp_ns"),
-    )
-    samples, metrics = _dcgmi_values(gpu, tags, units, path)
-    devices = gpu.select("device_id").unique(maintain_order=True)
+    samples, metrics, devices = dcgmi_rows(lines, 1, (header, tags, units), path, interval_ms, {})
     return build_tables(
-        sources=pl.DataFrame(
-            {"tool": ["dcgmi"], "requested_interval_ns": [round(interval_ms * 1e6)]},
-            schema_overrides={"requested_interval_ns": pl.Int64},
-        ),
+        sources=dcgmi_sources(interval_ms),
         gpu_samples=samples,
         gpu_metrics=metrics,
         devices=devices,
     )
+
+
+def dcgmi_sources(interval_ms: Any) -> pl.DataFrame:
+    return pl.DataFrame(
+        {"tool": ["dcgmi"], "requested_interval_ns": [round(interval_ms * 1e6)]},
+        schema_overrides={"requested_interval_ns": pl.Int64},
+    )
+
+
+def dcgmi_rows(
+    lines: list[str],
+    line0: int,
+    head: tuple[str, list[str], dict[str, str | None]],
+    path: PathLike,
+    interval_ms: Any,
+    seen: dict[str, int],
+) -> tuple[pl.DataFrame, pl.DataFrame | None, pl.DataFrame]:
+    """(gpu_samples, gpu_metrics, devices) of `lines` (the first is line `line0`), given the
+    log's `_dcgmi_header`. `seen`: the samples per entity id in earlier lines, updated (a
+    sample's time is its index among its entity's rows times the interval)."""
+    header, tags, units = head
+    step_ns = _dcgmi_step_ns(interval_ms, path)
+    gpu = _dcgmi_gpu_rows(_dcgmi_rows(lines, header, tags, path, line0), path)
+    for gid, n in gpu.group_by("id", maintain_order=True).len().rows():
+        seen[gid] = seen.get(gid, 0) + n
+    per_gpu = max(seen.values(), default=None)
+    if isinstance(per_gpu, int) and not (per_gpu - 1) * step_ns < 2.0**63:
+        raise TraceanalyzeError(
+            f"interval_ms={interval_ms} places samples past int64 nanoseconds", path=path
+        )
+    # Earlier lines' samples of each id come first: the index goes on from their count.
+    before = pl.col("id").replace_strict(
+        dict(seen), default=0, return_dtype=pl.Int64
+    ) - pl.len().over("id")
+    index = pl.int_range(pl.len()).over("id") + before
+    gpu = gpu.with_columns((index * step_ns).round(0).cast(pl.Int64).alias("timestamp_ns"))
+    samples, metrics = _dcgmi_values(gpu, tags, units, path)
+    devices = gpu.select("device_id").unique(maintain_order=True)
+    return samples, metrics, devices
 
 
 def _dcgmi_step_ns(interval_ms: Any, path: PathLike) -> float:
@@ -321,7 +356,9 @@ def _dcgmi_header(lines: list[str]) -> tuple[str, list[str], dict[str, str | Non
     return header, tags, units
 
 
-def _dcgmi_rows(lines: list[str], header: str, tags: list[str], path: PathLike) -> pl.DataFrame:
+def _dcgmi_rows(
+    lines: list[str], header: str, tags: list[str], path: PathLike, line0: int = 1
+) -> pl.DataFrame:
     """The data rows as text cells (line, entity, id, one column per tag)."""
     s = pl.Series("line", lines, dtype=pl.String).str.strip_chars()
     # Data rows: not headers, units lines or blank; repeated headers must be identical.
@@ -329,13 +366,15 @@ def _dcgmi_rows(lines: list[str], header: str, tags: list[str], path: PathLike) 
     changed = is_head & (s.str.replace_all(r"\s+", " ") != " ".join(header.split()))
     if changed.any():
         raise MalformedInput(
-            "dcgmi dmon header changes mid-file", path=path, line=int(changed.arg_true()[0]) + 1
+            "dcgmi dmon header changes mid-file",
+            path=path,
+            line=int(changed.arg_true()[0]) + line0,
         )
     keep = ~(
         s.str.starts_with("#") | s.str.starts_with("ID") | (s == "") | s.str.starts_with("Error")
     )
     rows = s.filter(keep)
-    line_no = pl.int_range(1, len(lines) + 1, eager=True).filter(keep)
+    line_no = pl.int_range(line0, line0 + len(lines), eager=True).filter(keep)
     parts = rows.str.replace_all(r"\s+", " ").str.split(" ")
     n = parts.list.len()
     bad = (n != len(tags) + 2).arg_true()

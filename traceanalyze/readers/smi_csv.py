@@ -64,7 +64,8 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
@@ -86,6 +87,7 @@ from ._smi_careful import _read_smi_careful
 from ._smi_fast import _smi_fast
 from ._smi_time import check_timezone, local_timezone, local_to_epoch_ns
 from ._smi_variants import build_tables
+from ._stream_common import stream_entry
 
 # --- the project's own sampler format (variant 2) ---------------------------------------------
 
@@ -226,6 +228,25 @@ def read_smi_csv(
     return dataclasses.replace(tables, gpu_samples=samples)
 
 
+@stream_entry("smi_csv")
+def stream_smi_csv(
+    path: PathLike,
+    *,
+    workdir: Path,
+    tz: str | None = None,
+    fields: str | Sequence[str] | None = None,
+    interval_ms: float | None = None,
+) -> Iterator[tuple[str, pl.DataFrame]]:
+    """`read_smi_csv` as `(table, chunk)` pairs, holding a block of the log at a time
+    (`_stream_common.BLOCK_BYTES` of decompressed text, gzip streamed); concatenated per table,
+    the chunks equal its tables, row order included. `workdir` is not needed: rows keep the
+    log's order, nothing is sorted or spilled."""
+    del workdir
+    from ._smi_stream import stream_smi  # it uses this module's functions
+
+    yield from stream_smi(path, tz=tz, fields=fields, interval_ms=interval_ms)
+
+
 def _read_variant(
     path: PathLike,
     *,
@@ -273,6 +294,17 @@ def _read_variant(
 def _read_sampler(raw: bytes, path: PathLike) -> Tables:
     nl = raw.find(b"\n")
     body = raw[nl + 1 :] if nl >= 0 else b""
+    check_sampler_header(body, path)
+    df = sampler_rows(body, path, 0)
+    return build_tables(
+        sources=sampler_sources(raw[: nl if nl >= 0 else len(raw)]),
+        gpu_samples=df,
+        devices=sampler_devices(df),
+    )
+
+
+def check_sampler_header(body: bytes, path: PathLike) -> None:
+    """MalformedInput unless `body` (the log after its magic line) starts with the header."""
     hdr_end = body.find(b"\n")
     header = (body if hdr_end < 0 else body[:hdr_end]).decode("utf-8", "replace").strip()
     if tuple(header.split(",")) != NVML_SAMPLER_HEADER:
@@ -281,6 +313,11 @@ def _read_sampler(raw: bytes, path: PathLike) -> Tables:
             path=path,
             line=2,
         )
+
+
+def sampler_rows(body: bytes, path: PathLike, rows_before: int) -> pl.DataFrame:
+    """The samples of `body`: the header line, then rows (the first `rows_before` rows of the
+    log were in earlier blocks: error line numbers count them)."""
     types = {c: _SAMPLER_TYPES.get(c, pa.float64()) for c in NVML_SAMPLER_HEADER}
     try:
         tbl = pacsv.read_csv(
@@ -296,30 +333,34 @@ def _read_sampler(raw: bytes, path: PathLike) -> Tables:
         raise MalformedInput(
             f"bad sampler row ({str(e).splitlines()[0]})",
             path=path,
-            line=int(m.group(1)) + 2 if m else None,
+            line=int(m.group(1)) + 2 + rows_before if m else None,
         ) from None
     df = pl.from_arrow(tbl)
     assert isinstance(df, pl.DataFrame)
     if df["timestamp_ns"].null_count():
         raise MalformedInput("sampler row without timestamp_ns", path=path)
-    devices = (
+    return df
+
+
+def sampler_devices(df: pl.DataFrame) -> pl.DataFrame:
+    return (
         df.select("device_id", pl.col("device_uuid").alias("uuid"))
         .unique(maintain_order=True)
         .with_columns(pl.lit("NVIDIA").alias("vendor"))
     )
-    iv = re.search(rb"interval_ms=([0-9.]+)", raw[: nl if nl >= 0 else len(raw)])
+
+
+def sampler_sources(magic: bytes) -> pl.DataFrame:
+    """The `sources` row, with the interval the magic line (the log's first) states."""
+    iv = re.search(rb"interval_ms=([0-9.]+)", magic)
     interval_ns = round(float(iv.group(1)) * 1e6) if iv else None
-    return build_tables(
-        sources=pl.DataFrame(
-            {
-                "tool": ["traceanalyze-nvml-sampler"],
-                "time_origin_epoch_ns": [0],
-                "requested_interval_ns": [interval_ns],
-            },
-            schema_overrides={"requested_interval_ns": pl.Int64},
-        ),
-        gpu_samples=df,
-        devices=devices,
+    return pl.DataFrame(
+        {
+            "tool": ["traceanalyze-nvml-sampler"],
+            "time_origin_epoch_ns": [0],
+            "requested_interval_ns": [interval_ns],
+        },
+        schema_overrides={"requested_interval_ns": pl.Int64},
     )
 
 
@@ -333,6 +374,15 @@ def _read_smi(
 ) -> Tables:
     """`first`: the first 64 KiB; `raw`: the whole content, or None for a big plain file (the
     fast path scans it by path; the careful path reads it when needed)."""
+    base, header_units, first_line = smi_header(first, raw, path, fields)
+    source: PathLike | bytes = raw if raw is not None else path
+    return smi_rows(source, path, tz, base, header_units, first_line, has_header=first_line == 2)
+
+
+def smi_header(
+    first: bytes, raw: bytes | None, path: PathLike, fields: str | Sequence[str] | None
+) -> tuple[list[str], dict[str, str | None], int]:
+    """(the fields, the unit each names in `[…]`, the line number of the first row)."""
     if fields is not None:
         names = _split_smi_header(fields) if isinstance(fields, str) else [*fields]
         first_line = 1
@@ -359,13 +409,28 @@ def _read_smi(
             path=path,
             column="timestamp",
         )
+    return base, header_units, first_line
+
+
+def smi_rows(
+    source: PathLike | bytes,
+    path: PathLike,
+    tz: str | None,
+    base: list[str],
+    header_units: dict[str, str | None],
+    first_line: int,
+    *,
+    has_header: bool,
+) -> Tables:
+    """The tables of nvidia-smi rows: the whole log (`source` its content or path, its first
+    line the header when `has_header`) or a block of rows whose first is line `first_line`."""
 
     def line_of(i: int) -> int:
         # Rows are one per line; blank lines are rare in nvidia-smi output (and send a file to
         # the careful path, where this numbering is kept as it always was).
         return first_line + i
 
-    parsed = _smi_fast(raw if raw is not None else path, first_line - 1, base, header_units)
+    parsed = _smi_fast(source, int(has_header), base, header_units)
     if parsed is not None:
         fast, distinct_devices = parsed
         zone = check_timezone(tz, path) if tz is not None else local_timezone()
@@ -388,6 +453,7 @@ def _read_smi(
             lambda col: fast.get_column("reasons").alias("clock_event_reasons"),
             distinct_devices,
         )
-    if raw is None:
-        raw = read_bytes(path)
-    return _read_smi_careful(raw, path, tz, first_line, base, header_units, line_of)
+    raw = source if isinstance(source, bytes) else read_bytes(path)
+    return _read_smi_careful(
+        raw, path, tz, first_line, base, header_units, line_of, skip_header=has_header
+    )
