@@ -83,7 +83,9 @@ def _summary(raw: _Raw, sec: _Section, path: PathLike, out: _Out) -> None:
         )
     )
     pid = pl.lit(sec.process_id, dtype=pl.Int64).alias("process_id")
-    out.kernel_metrics.append(pl.concat(frames).with_columns(pid))
+    # One frame per quantity, in this order (the streaming reader keeps each apart until the
+    # section ends: the table has one quantity's rows after another).
+    out.kernel_metrics.extend(f.with_columns(pid) for f in frames)
 
 
 # --- metrics --------------------------------------------------------------------------------------

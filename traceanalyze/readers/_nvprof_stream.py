@@ -4,13 +4,15 @@ rows parsed and emitted block by block with the same handlers as the whole-file 
 
 What the whole-file read knows of a whole table is kept as small state: the section being read
 (its header, units row, process id, NVTX range), the running `kernel_id`, the devices seen, the
-counts behind notes (rows of unsupported kinds, implausible telemetry). Summary and metrics
-tables (aggregates: one row per kernel name and metric) are parsed when their section ends.
+counts behind notes (rows of unsupported kinds, implausible telemetry). Summary
+and metrics tables are parsed block by block too; their `kernel_metrics` (one quantity's rows
+after another) are spilled to `workdir` per quantity and emitted when the section ends.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Literal
 
 import polars as pl
@@ -38,7 +40,7 @@ from ._nvprof_split import (
     _starts,
 )
 from ._nvprof_trace import _trace, warn_skipped
-from ._stream_common import Notes, line_blocks
+from ._stream_common import Notes, Spill, line_blocks
 
 _Event = tuple[Literal["open", "body"], _Section, int, int]
 _TABLES = ("kernels", "memcpy", "api_calls", "gpu_samples", "kernel_metrics")
@@ -156,12 +158,14 @@ class _Splitter:
 class _Reader:
     """Turns the splitter's events into table chunks."""
 
-    def __init__(self, path: PathLike) -> None:
+    def __init__(self, path: PathLike, workdir: Path) -> None:
         self.path = path
         self.out = _Out()
         self.notes = Notes()
         self.section: _Section | None = None
-        self.held: list[tuple[bytes, int]] = []  # a non-trace section's rows, parsed at its end
+        # A summary or metrics section's kernel_metrics: one quantity's rows after another in
+        # the whole-file read, so each quantity's are spilled until the section ends.
+        self.spill = Spill(workdir)
 
     def event(self, raw: bytes, line0: int, ev: _Event) -> Iterator[tuple[str, pl.DataFrame]]:
         what, sec, s, e = ev
@@ -169,13 +173,13 @@ class _Reader:
             yield from self.end_section()
             self.section = sec
             return
-        first_line = line0 + raw.count(b"\n", 0, s)
-        if sec.kind != "trace":
-            self.held.append((raw[s:e], first_line))
-            return
-        sec.pieces, sec.piece_lines = [(s, e)], [first_line]
+        sec.pieces, sec.piece_lines = [(s, e)], [line0 + raw.count(b"\n", 0, s)]
         with self.notes.collect():
-            _trace(raw, sec, self.path, self.out)
+            _HANDLERS[sec.kind](raw, sec, self.path, self.out)
+        if sec.kind != "trace":
+            for i, df in enumerate(self.out.kernel_metrics):
+                self.spill.add(str(i), df)
+            self.out.kernel_metrics.clear()
         yield from self.drain()
 
     def end_section(self) -> Iterator[tuple[str, pl.DataFrame]]:
@@ -183,17 +187,9 @@ class _Reader:
         if sec is None:
             return
         with self.notes.collect():
-            if sec.kind != "trace":
-                joined = b"".join(b for b, _ in self.held)
-                sec.pieces, sec.piece_lines, off = [], [], 0
-                for b, line in self.held:
-                    sec.pieces.append((off, off + len(b)))
-                    sec.piece_lines.append(line)
-                    off += len(b)
-                self.held = []
-                _HANDLERS[sec.kind](joined, sec, self.path, self.out)
             warn_skipped(self.out, self.path)
-        yield from self.drain()
+        for _, df in self.spill.drain():
+            yield "kernel_metrics", df
 
     def drain(self) -> Iterator[tuple[str, pl.DataFrame]]:
         for name in _TABLES:
@@ -208,11 +204,18 @@ class _Reader:
             frames.clear()
 
 
-def stream_nvprof(path: PathLike, head: bytes) -> Iterator[tuple[str, pl.DataFrame]]:
+def stream_nvprof(path: PathLike, head: bytes, workdir: Path) -> Iterator[tuple[str, pl.DataFrame]]:
     """The chunks of `nvprof_csv.stream_nvprof_csv`; `head`: the content's first 64 KiB."""
+    reader = _Reader(path, workdir)
+    try:
+        yield from _stream(path, head, reader)
+    finally:
+        reader.spill.close()
+
+
+def _stream(path: PathLike, head: bytes, reader: _Reader) -> Iterator[tuple[str, pl.DataFrame]]:
     envelope_notes: list[str] = []
     split = _Splitter(path, envelope_notes)
-    reader = _Reader(path)
     nonblank = False
     carry, carry_line = b"", 1
     for block, line0 in line_blocks(path):

@@ -311,8 +311,11 @@ def _samples(s: pl.DataFrame, raw: _Raw, sec: _Section, path: PathLike) -> pl.Da
         pl.col("Start").alias("timestamp_ns"),
         pl.when(kind == "clock").then(first).alias("sm_clock_mhz"),
         pl.when(kind == "clock").then(second).alias("mem_clock_mhz"),
-        pl.when(kind == "power").then(first / 1000.0).alias("power_w"),
-        pl.when(kind == "power").then(second / 1000.0).alias("power_limit_w"),
+        # mW × 0.001, not / 1000: polars divides a one-row frame exactly but multiplies longer
+        # ones by the reciprocal (1 ulp apart), and a frame's rows must not depend on its length
+        # (the streaming reader parses the same rows in blocks).
+        pl.when(kind == "power").then(first * 1e-3).alias("power_w"),
+        pl.when(kind == "power").then(second * 1e-3).alias("power_limit_w"),
         pl.when(kind == "temperature").then(first).alias("temperature_c"),
         pl.when(kind == "fan").then(first).alias("fan_pct"),
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -27,7 +28,7 @@ from ._smi_variants import (
     generic_rows,
     generic_sources,
 )
-from ._stream_common import Notes, line_blocks
+from ._stream_common import Notes, Spill, line_blocks
 from .smi_csv import (
     _variant,
     check_sampler_header,
@@ -45,11 +46,22 @@ _Chunks = Iterator[tuple[str, pl.DataFrame]]
 class _State:
     """What the blocks of one log share: notes, devices, rows so far."""
 
-    def __init__(self, path: PathLike) -> None:
+    def __init__(self, path: PathLike, workdir: Path) -> None:
         self.path = path
         self.notes = Notes()
         self.devices: pl.DataFrame | None = None
         self.rows = 0
+        self.spill = Spill(workdir)
+
+    def metrics(self, df: pl.DataFrame | None, order: Sequence[str]) -> None:
+        """`gpu_metrics` of a block: the whole-file read has one field's rows after another
+        (`order`, the log's columns), so each field's rows are spilled until the end."""
+        if df is None or not df.height:
+            return
+        self.spill.order = self.spill.order or {k: i for i, k in enumerate(order)}
+        parts = df.partition_by("metric_name", maintain_order=True, as_dict=True)
+        for (name, *_), part in parts.items():
+            self.spill.add(str(name), part)
 
     def add_devices(self, df: pl.DataFrame | None) -> None:
         if df is None or not df.height:
@@ -66,6 +78,8 @@ class _State:
             yield "gpu_samples", df
 
     def finish(self, sources: pl.DataFrame) -> _Chunks:
+        for _, df in self.spill.drain():
+            yield "gpu_metrics", df
         self.notes.emit()
         if self.devices is not None:
             yield "devices", self.devices
@@ -91,6 +105,7 @@ def _blocks_after(path: PathLike, skip: int) -> Iterator[tuple[bytes, int]]:
 def stream_smi(
     path: PathLike,
     *,
+    workdir: Path,
     tz: str | None,
     fields: str | Sequence[str] | None,
     interval_ms: float | None,
@@ -103,7 +118,26 @@ def stream_smi(
         yield from whole().items()  # raises what the whole-file read says of it
         return
     kind = _variant(first[:16384].decode("utf-8", "replace"))
-    st = _State(path)
+    st = _State(path, workdir)
+    try:
+        yield from _dispatch(
+            path, first, kind, st, whole, tz=tz, fields=fields, interval_ms=interval_ms
+        )
+    finally:
+        st.spill.close()
+
+
+def _dispatch(
+    path: PathLike,
+    first: bytes,
+    kind: str | None,
+    st: _State,
+    whole: Callable[[], Tables],
+    *,
+    tz: str | None,
+    fields: str | Sequence[str] | None,
+    interval_ms: float | None,
+) -> _Chunks:
     if kind == "smi" or (kind in ("smi_noheader", None) and fields is not None):
         chunks = _smi(path, first, st, tz, None if kind == "smi" else fields, whole)
     elif kind == "sampler":
@@ -139,8 +173,7 @@ def _smi(
             t = smi_rows(block, path, zone, base, units, first_line + st.rows, has_header=False)
         sources = t.sources if sources is None else sources
         st.add_devices(t.devices)
-        if t.gpu_metrics.height:
-            yield "gpu_metrics", t.gpu_metrics
+        st.metrics(t.gpu_metrics, base)
         yield from st.samples(t.gpu_samples)
     if sources is None:
         yield from _fallback(st, whole)
@@ -181,8 +214,7 @@ def _generic(path: PathLike, st: _State, tz: str | None, whole: Callable[[], Tab
         with st.notes.collect():
             gs, metrics, used = generic_rows(text, path, zone or tz, st.rows)
         zone = zone or used  # resolved once: later blocks use it (one warning, if any)
-        if metrics is not None and metrics.height:
-            yield "gpu_metrics", metrics
+        st.metrics(metrics, header.decode("utf-8", "replace").strip().split(","))
         yield from st.samples(gs)
     if not st.rows:
         yield from _fallback(st, whole)
@@ -204,8 +236,7 @@ def _dcgmi(
         with st.notes.collect():
             samples, metrics, devices = dcgmi_rows(text, line, head, path, interval_ms, seen)
         st.add_devices(devices)
-        if metrics is not None and metrics.height:
-            yield "gpu_metrics", metrics
+        st.metrics(metrics, head[1])
         yield from st.samples(samples)
     if not st.rows:
         yield from _fallback(st, whole)

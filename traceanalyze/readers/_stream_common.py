@@ -11,9 +11,12 @@ import mmap
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, ParamSpec, TypeVar
+from pathlib import Path
+from typing import Any, BinaryIO, ParamSpec, TypeVar
+
+import polars as pl
 
 from ..errors import TraceanalyzeError
 from ._common import (
@@ -57,10 +60,10 @@ def line_blocks(path: PathLike, block_bytes: int | None = None) -> Iterator[tupl
                 if buf.startswith(b"\xef\xbb\xbf"):
                     del buf[:3]
                 first = False
-            if len(buf) < size:
-                continue
-            cut = buf.rfind(b"\n") + 1
-            if cut:
+            while len(buf) >= size:  # (a gzip piece may hold several blocks)
+                cut = buf.rfind(b"\n", 0, size) + 1 or buf.find(b"\n", size) + 1
+                if not cut:
+                    break  # a line longer than a block: wait for its end
                 block = bytes(buf[:cut])
                 del buf[:cut]
                 yield block, line
@@ -159,6 +162,60 @@ class Notes:
             warnings.warn(note.message(), note.category, stacklevel=3)
         self._items.clear()
         self._index.clear()
+
+
+class Spill:
+    """Frames that the whole-file read orders by key first (one metric's rows, then the next
+    metric's: a long table built column by column), written to `workdir` as they come, one
+    Arrow IPC stream per key, and read back key after key: memory holds one frame, not a table.
+    Keys come back in the order of `order`, then others in first-seen order."""
+
+    def __init__(self, workdir: Path, order: Sequence[str] = ()) -> None:
+        self.workdir = workdir
+        self.order = {k: i for i, k in enumerate(order)}
+        self._writers: dict[str, tuple[Any, Any, Path, Any]] = {}  # writer, file, path, schema
+        self._n = 0
+
+    def add(self, key: str, df: pl.DataFrame) -> None:
+        if not df.height:
+            return
+        import pyarrow as pa
+
+        tbl = df.to_arrow()
+        if key not in self._writers:
+            self._n += 1
+            path = self.workdir / f"spill-{os.getpid()}-{id(self)}-{self._n}.arrows"
+            sink = pa.OSFile(str(path), "wb")
+            self._writers[key] = (pa.ipc.new_stream(sink, tbl.schema), sink, path, tbl.schema)
+        writer, _, _, schema = self._writers[key]
+        if tbl.schema != schema:  # e.g. a column all null in this block
+            tbl = tbl.cast(schema)
+        writer.write_table(tbl)
+
+    def drain(self) -> Iterator[tuple[str, pl.DataFrame]]:
+        """`(key, frame)` back, key by key, each key's frames in the order added; files removed."""
+        import pyarrow as pa
+
+        seen = list(self._writers)
+        keys = sorted(seen, key=lambda k: (self.order.get(k, len(self.order)), seen.index(k)))
+        for key in keys:
+            writer, sink, path, _ = self._writers.pop(key)
+            writer.close()
+            sink.close()
+            with pa.OSFile(str(path), "rb") as src:  # read, not mapped: frames own their memory
+                for batch in pa.ipc.open_stream(src):
+                    df = pl.from_arrow(batch)
+                    assert isinstance(df, pl.DataFrame)
+                    yield key, df
+            path.unlink()
+
+    def close(self) -> None:
+        for writer, sink, path, _ in self._writers.values():
+            with contextlib.suppress(Exception):  # being thrown away after an error
+                writer.close()
+                sink.close()
+            path.unlink(missing_ok=True)
+        self._writers.clear()
 
 
 _P = ParamSpec("_P")

@@ -210,15 +210,15 @@ def stream_nvprof_csv(path: PathLike, *, workdir: Path) -> Iterator[tuple[str, p
     """`read_nvprof_csv` as `(table, chunk)` pairs, holding a block of the file at a time
     (`_stream_common.BLOCK_BYTES` of decompressed text, gzip streamed): concatenated per table,
     the chunks equal its tables, ids and row order included. Trace tables are emitted block by
-    block; summary and metrics tables when their section ends. `workdir` is not needed:
-    nothing is sorted or spilled (nvprof's row order is kept, `kernel_id` counts in file order).
+    block (nvprof's row order is kept, `kernel_id` counts in file order); the `kernel_metrics`
+    of summary and metrics tables are spilled to `workdir` per quantity and emitted when their
+    section ends (the whole-file read has one quantity's rows after another).
     """
-    del workdir
     if os.path.getsize(path) == 0:
         raise MalformedInput("empty file", path=path)
     head = head_bytes(path, 65536 + 3)
     head = head[3:] if head.startswith(b"\xef\xbb\xbf") else head[:65536]
     if b"\x00" in head[:65536]:
         raise MalformedInput("binary data, not nvprof CSV text", path=path)
-    yield from stream_nvprof(path, head)
+    yield from stream_nvprof(path, head, workdir)
     yield "sources", _sources()

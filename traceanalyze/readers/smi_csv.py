@@ -240,11 +240,11 @@ def stream_smi_csv(
     """`read_smi_csv` as `(table, chunk)` pairs, holding a block of the log at a time
     (`_stream_common.BLOCK_BYTES` of decompressed text, gzip streamed); concatenated per table,
     the chunks equal its tables, row order included. `workdir` is not needed: rows keep the
-    log's order, nothing is sorted or spilled."""
-    del workdir
+    log's order. `gpu_metrics` (one field's rows after another in the whole-file read) are
+    spilled to `workdir` by field and written at the end."""
     from ._smi_stream import stream_smi  # it uses this module's functions
 
-    yield from stream_smi(path, tz=tz, fields=fields, interval_ms=interval_ms)
+    yield from stream_smi(path, workdir=workdir, tz=tz, fields=fields, interval_ms=interval_ms)
 
 
 def _read_variant(
