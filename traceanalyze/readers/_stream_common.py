@@ -31,9 +31,11 @@ from ._common import (
 )
 
 # The content is parsed this many (decompressed) bytes at a time, cut at a line end. Memory is
-# a few times this (the block, its Arrow and polars columns); tests lower it to force many
-# blocks on small files.
-BLOCK_BYTES = 8 << 20
+# about 15 times this (the block, its Arrow and polars columns, what the allocators keep), on
+# top of ~60 MB that parsing costs whatever the block (code, thread arenas); past 2 MiB the
+# throughput hardly grows (benchmarks/bench_ingest_memory_csv.py). Tests lower it to force
+# many blocks on small files.
+BLOCK_BYTES = 2 << 20
 
 
 def line_blocks(path: PathLike, block_bytes: int | None = None) -> Iterator[tuple[bytes, int]]:
@@ -64,7 +66,8 @@ def line_blocks(path: PathLike, block_bytes: int | None = None) -> Iterator[tupl
                 cut = buf.rfind(b"\n", 0, size) + 1 or buf.find(b"\n", size) + 1
                 if not cut:
                     break  # a line longer than a block: wait for its end
-                block = bytes(buf[:cut])
+                with memoryview(buf) as whole, whole[:cut] as part:
+                    block = bytes(part)  # one copy (buf[:cut] would be two)
                 del buf[:cut]
                 yield block, line
                 line += block.count(b"\n")
