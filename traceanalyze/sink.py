@@ -77,7 +77,10 @@ class TableSink:
             self._paths[table] = dest
         elif data.schema != writer.schema_arrow:
             data = data.cast(writer.schema_arrow)
-        writer.write_table(data, row_group_size=max(data.num_rows, 1))
+        # a chunk bigger than a row group (a reader that yields whole tables) is split
+        per_row = max(data.nbytes // max(data.num_rows, 1), 1)
+        size = max(min(ROW_GROUP_ROWS, ROW_GROUP_BYTES // per_row), 1)
+        writer.write_table(data, row_group_size=size)
 
     def close(self, *, keep_empty: tuple[str, ...] = ("sources",)) -> list[str]:
         """Write what is buffered, close and fsync every file; the tables written, in schema
