@@ -75,8 +75,8 @@ class TableSink:
             )
             self._writers[table] = writer
             self._paths[table] = dest
-        elif data.schema != writer.schema_arrow:
-            data = data.cast(writer.schema_arrow)
+        elif data.schema != writer.schema:
+            data = data.cast(writer.schema)
         # a chunk bigger than a row group (a reader that yields whole tables) is split
         per_row = max(data.nbytes // max(data.num_rows, 1), 1)
         size = max(min(ROW_GROUP_ROWS, ROW_GROUP_BYTES // per_row), 1)
