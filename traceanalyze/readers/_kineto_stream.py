@@ -41,14 +41,19 @@ from ._kineto_frames import _FINISH, _devices, _iterations, _range_rows
 from ._kineto_types import _STEP
 from .kineto_json import _decode, _head, _Parts, _sources, _timed
 
-# Rows of one table sorted in memory at a time (a few dozen MB for the widest table, kernels).
-BUCKET_ROWS = 1 << 18
-# Rows per chunk read back from a spill, and per chunk yielded to the sink (one row group).
-CHUNK_ROWS = 1 << 17
+# Bytes (Arrow size) of one table sorted in memory at a time, and of a chunk read back from a
+# spill or yielded to the sink. In rows per table from its spill's bytes per row: a kernels row
+# (long C++ names) is ~400 bytes, an ops row ~100.
+BUCKET_BYTES = 16 << 20
+CHUNK_BYTES = 4 << 20
 _MAX_BUCKETS = 512  # open files while dealing; a table of 130M rows still fits
 _SAMPLE_CAP = 1 << 17  # start-time sample per table, thinned by halves past twice this
 _INT64_MAX = 2**63 - 1
-_IPC_OPTIONS = ipc.IpcWriteOptions(compression="lz4")
+# Uncompressed: lz4 or zstd frames cost ~45 MB of RSS in compression buffers for a 250 MB trace
+_IPC_OPTIONS = ipc.IpcWriteOptions()
+# Spill I/O buffers from malloc, which gives large blocks back to the system when freed; the
+# default pool (mimalloc) kept a whole spill's worth of read buffers in the RSS.
+_POOL = pa.system_memory_pool()
 _TABLES = ("kernels", "ops", "markers", "memcpy", "api_calls")  # read_kineto_json's order
 
 
@@ -57,8 +62,9 @@ class _Spill:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.rows = 0
+        self.rows = self.nbytes = 0
         self._writer: Any = None
+        self._file: Any = None
         self._schema: Any = None
 
     def write(self, df: pl.DataFrame) -> None:
@@ -67,26 +73,36 @@ class _Spill:
         data = df.to_arrow()
         if self._writer is None:
             self._schema = data.schema
-            self._writer = ipc.new_stream(str(self.path), data.schema, options=_IPC_OPTIONS)
+            self._file = pa.OSFile(str(self.path), "wb", memory_pool=_POOL)
+            self._writer = ipc.new_stream(self._file, data.schema, options=_IPC_OPTIONS)
         elif data.schema != self._schema:
             data = data.cast(self._schema)
         self._writer.write_table(data)
         self.rows += df.height
+        self.nbytes += data.nbytes
+
+    def rows_for(self, nbytes: int) -> int:
+        """How many rows of this spill take about `nbytes` (at least 1024)."""
+        return max(1024, nbytes * self.rows // max(self.nbytes, 1))
 
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
+            self._file.close()
             self._writer = None
 
-    def chunks(self, rows: int = CHUNK_ROWS) -> Iterator[pl.DataFrame]:
-        """The spilled rows in file order, in frames of about `rows` rows; the file is removed
-        once read."""
+    def chunks(self, rows: int | None = None) -> Iterator[pl.DataFrame]:
+        """The spilled rows in file order, in frames of about `rows` rows (CHUNK_BYTES by
+        default); the file is removed once read."""
         self.close()
+        rows = self.rows_for(CHUNK_BYTES) if rows is None else rows
         if self.rows == 0:
             return
         group: list[pa.RecordBatch] = []
         n = 0
-        with pa.memory_map(str(self.path)) as src, ipc.open_stream(src) as reader:
+        # read, not memory-mapped: mapped pages count in the RSS until the file is closed
+        src = pa.OSFile(str(self.path), memory_pool=_POOL)
+        with src, ipc.open_stream(src, memory_pool=_POOL) as reader:
             for batch in reader:
                 group.append(batch)
                 n += batch.num_rows
@@ -180,11 +196,11 @@ def stream_tables(path: PathLike, *, workdir: Path) -> Iterator[tuple[str, pl.Da
             spill = parts.spills[name]
             if spill.rows == 0:
                 continue
-            bounds = _bounds(parts.sample(name), head.base_ns, spill.rows)
+            bounds = _bounds(parts.sample(name), head.base_ns, spill)
             buckets, steps_of = _deal(name, spill, head.base_ns, bounds, path, workdir)
             if name in steps:
                 steps[name] = steps_of
-            yield from _sorted(name, buckets)
+            yield from _sorted(name, buckets, spill.rows_for(CHUNK_BYTES))
     finally:
         parts.discard()
     iterations = _iterations(steps["ops"], steps["markers"], head.rank)
@@ -198,10 +214,10 @@ def stream_tables(path: PathLike, *, workdir: Path) -> Iterator[tuple[str, pl.Da
     yield "sources", _sources(head)
 
 
-def _bounds(sample: np.ndarray[Any, Any], base_ns: int, rows: int) -> np.ndarray[Any, Any]:
-    """Bucket bounds, epoch ns, ascending: the sample's quantiles for buckets of ~BUCKET_ROWS.
+def _bounds(sample: np.ndarray[Any, Any], base_ns: int, spill: _Spill) -> np.ndarray[Any, Any]:
+    """Bucket bounds, epoch ns, ascending: the sample's quantiles for buckets of ~BUCKET_BYTES.
     They only balance the buckets; which bucket a row goes to is decided on its exact start."""
-    k = min(math.ceil(rows / BUCKET_ROWS), _MAX_BUCKETS)
+    k = min(math.ceil(spill.rows / spill.rows_for(BUCKET_BYTES)), _MAX_BUCKETS)
     if k <= 1 or len(sample) == 0:
         return np.empty(0, dtype=np.int64)
     qs = sample[[len(sample) * i // k for i in range(1, k)]]
@@ -261,7 +277,7 @@ def _deal(
     workdir: Path,
 ) -> tuple[list[_Spill | pl.DataFrame], pl.DataFrame | None]:
     """Pass 2 of one table: times, checks and per-row finishing, in file order; rows dealt into
-    buckets by start time (one bucket: kept in memory, it is at most BUCKET_ROWS rows). Also the
+    buckets by start time (one bucket: kept in memory, it is at most ~BUCKET_BYTES). Also the
     table's `ProfilerStep#` rows, in file order (`_iterations` sorts them stably by start, which
     gives the same order as from the sorted table)."""
     check = _TimeCheck(name, path)
@@ -305,8 +321,10 @@ def _deal(
     return list(buckets), step_rows
 
 
-def _sorted(name: str, buckets: list[_Spill | pl.DataFrame]) -> Iterator[tuple[str, pl.DataFrame]]:
-    """Each bucket sorted by start (stable, nulls last), in bucket order, in chunks."""
+def _sorted(
+    name: str, buckets: list[_Spill | pl.DataFrame], chunk: int
+) -> Iterator[tuple[str, pl.DataFrame]]:
+    """Each bucket sorted by start (stable, nulls last), in bucket order, in `chunk` rows."""
     offset = 0
     try:
         for i, bucket in enumerate(buckets):
@@ -315,12 +333,20 @@ def _sorted(name: str, buckets: list[_Spill | pl.DataFrame]) -> Iterator[tuple[s
             del bucket
             if df.height == 0:
                 continue
-            df = df.sort("start_ns", maintain_order=True, nulls_last=True)
-            if name == "kernels":
-                df = _FINISH["kernels"](df).with_columns(pl.col("kernel_id") + offset)
-            offset += df.height
-            for lo in range(0, df.height, CHUNK_ROWS):
-                yield name, df.slice(lo, CHUNK_ROWS)
+            # the permutation of the whole-frame stable sort (file order within a start)
+            order = df.select(
+                pl.int_range(pl.len(), dtype=pl.UInt32).sort_by(
+                    "start_ns", maintain_order=True, nulls_last=True
+                )
+            ).to_series()
+            for lo in range(0, df.height, chunk):
+                # a gather per chunk, not slices of one sorted copy: half the memory, and a
+                # slice the sink keeps would hold the whole bucket alive
+                part = df[order.slice(lo, chunk)]
+                if name == "kernels":
+                    part = _FINISH["kernels"](part).with_columns(pl.col("kernel_id") + offset)
+                offset += part.height
+                yield name, part
     finally:
         for b in buckets:
             if isinstance(b, _Spill):
