@@ -203,14 +203,14 @@ def stream_tables(path: PathLike, *, workdir: Path) -> Iterator[tuple[str, pl.Da
             yield from _sorted(name, buckets, spill.rows_for(CHUNK_BYTES))
     finally:
         parts.discard()
-    iterations = _iterations(steps["ops"], steps["markers"], head.rank)
-    if iterations is not None:
-        yield "iterations", iterations
-    if parts.ranges:
-        yield "kernel_metrics", _range_rows(parts.ranges)
-    devices = _devices(head.device_props)
-    if devices is not None:
-        yield "devices", devices
+    rest = {
+        "iterations": _iterations(steps["ops"], steps["markers"], head.rank),
+        "kernel_metrics": _range_rows(parts.ranges) if parts.ranges else None,
+        "devices": _devices(head.device_props),
+    }
+    for name, df in rest.items():
+        if df is not None and df.height:
+            yield name, df
     yield "sources", _sources(head)
 
 
