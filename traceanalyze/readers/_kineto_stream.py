@@ -1,20 +1,23 @@
-"""Kineto JSON with bounded memory: `stream_kineto_json` (what `ingest` uses).
+"""Kineto JSON with bounded memory: the spill-and-sort behind `kineto_json.stream_kineto_json`
+(what `ingest` uses).
 
 `read_kineto_json` holds every table whole: it cannot sort a table by start time, nor turn
 relative times into epoch ns, before the last event is read (`baseTimeNanoseconds` is often the
 last key of the file). Here the same steps run over spill files in `workdir`, so memory is bounded
-by a batch and a bucket, not by the file:
+by a batch, a chunk and a bucket, not by the file:
 
-1. decode the file batch by batch (`kineto_json._stream`) and append each batch's frames, times
-   still as µs text, to one Arrow IPC spill per table; keep only a thinned sample of start times
-   (to plan buckets), the range events (`kernel_metrics`) and the header keys;
-2. per table, with the base time now known: read the spill back in file order, compute the ns
-   times and check them exactly as `read_kineto_json` does (same first bad event, same count, same
-   warning), apply the per-row finishing step, and deal the rows into K buckets of start-time
-   ranges (bounds from the sample's quantiles; every row of one start time lands in one bucket);
-3. per bucket, in order: read it, sort it stably (nulls last) and yield it; a bucket keeps file
-   order within a start time, so this is the whole-table stable sort. `kernel_id` is the global
-   position in that order.
+1. `Spiller.add`: as the file is decoded (`kineto_json._stream`), each batch's frames, times
+   still as µs text, are appended to one Arrow IPC spill per table; only a thinned sample of
+   start times (to plan buckets) stays in memory, besides the range events (`kernel_metrics`) and
+   the header keys that `kineto_json` keeps;
+2. `Spiller.tables`, per table, with the base time now known: read the spill back in file order,
+   compute the ns times and check them exactly as `read_kineto_json` does (same first bad event,
+   same count, same warning), apply the per-row finishing step, and deal the rows into K buckets
+   of start-time ranges (bounds from the sample's quantiles; all rows of one start time land in
+   one bucket, decided on the exact ns);
+3. per bucket, in order: read it, sort it stably (nulls last) and yield it in chunks; a bucket
+   keeps file order within a start time, so this is the whole-table stable sort. `kernel_id` is
+   the global position in that order.
 
 The `ProfilerStep#` rows of ops and markers are kept aside (few) for `iterations`. Row for row,
 table by table, the chunks concatenate to `read_kineto_json`'s tables (tests/test_kineto_stream.py).
@@ -37,9 +40,8 @@ import pyarrow.ipc as ipc
 
 from ..errors import MalformedInput, TraceanalyzeError
 from ._common import PathLike, as_bad_input, bad_input_errors, warn
-from ._kineto_frames import _FINISH, _devices, _iterations, _range_rows
+from ._kineto_frames import _FINISH, _ns_int, _us_to_ns
 from ._kineto_types import _STEP
-from .kineto_json import _decode, _head, _Parts, _sources, _timed
 
 # Bytes (Arrow size) of one table sorted in memory at a time, and of a chunk read back from a
 # spill or yielded to the sink. In rows per table from its spill's bytes per row: a kernels row
@@ -129,17 +131,21 @@ def _frame(batches: list[pa.RecordBatch]) -> pl.DataFrame:
     return df
 
 
-class _SpillParts(_Parts):
-    """Pass 1: every batch's frames go to one spill per table; a sample of `ts` is kept."""
+class Spiller:
+    """Pass 1 and 2 over one file's frames: `add` (a batch's frames of one table, times as µs
+    text) appends to the table's spill and samples `ts`; `tables` sorts every table once the
+    base time is known; `discard` removes what is left."""
 
     def __init__(self, workdir: Path) -> None:
-        super().__init__()
-        self.spills = {t: _Spill(workdir / f"{t}.spill.arrow") for t in self.frames}
-        self._sample: dict[str, list[np.ndarray[Any, Any]]] = {t: [] for t in self.frames}
-        self._sampled: dict[str, int] = dict.fromkeys(self.frames, 0)
-        self._stride: dict[str, int] = dict.fromkeys(self.frames, 1)
+        self.workdir = workdir
+        self.spills = {t: _Spill(workdir / f"{t}.spill.arrow") for t in _TABLES}
+        self._sample: dict[str, list[np.ndarray[Any, Any]]] = {t: [] for t in _TABLES}
+        self._sampled: dict[str, int] = dict.fromkeys(_TABLES, 0)
+        self._stride: dict[str, int] = dict.fromkeys(_TABLES, 1)
+        # ProfilerStep# rows of ops and markers, for `_iterations`; None: the table is empty
+        self.steps: dict[str, pl.DataFrame | None] = {"ops": None, "markers": None}
 
-    def add_frame(self, table: str, df: pl.DataFrame) -> None:
+    def add(self, table: str, df: pl.DataFrame) -> None:
         spill, stride = self.spills[table], self._stride[table]
         # every `stride`-th row of the table (counted across batches)
         ts = df["ts"].gather_every(stride, (-spill.rows) % stride)
@@ -157,16 +163,31 @@ class _SpillParts(_Parts):
         parts = self._sample.pop(table, [])
         return np.sort(np.concatenate(parts)) if parts else np.empty(0)
 
+    def tables(self, base_ns: int, path: PathLike) -> Iterator[tuple[str, pl.DataFrame]]:
+        """Every table as `read_kineto_json` has it, sorted, in chunks; in its order of tables,
+        so that the first bad time raises the same error. Fills `steps`."""
+        for spill in self.spills.values():
+            spill.close()
+        for name in _TABLES:
+            spill = self.spills[name]
+            if spill.rows == 0:
+                continue
+            bounds = _bounds(self.sample(name), base_ns, spill)
+            buckets, steps = _deal(name, spill, base_ns, bounds, path, self.workdir)
+            if name in self.steps:
+                self.steps[name] = steps
+            yield from _sorted(name, buckets, spill.rows_for(CHUNK_BYTES))
+
     def discard(self) -> None:
         for spill in self.spills.values():
             spill.discard()
 
 
-def _stream_entry(
+def stream_entry(
     fn: Callable[..., Iterator[tuple[str, pl.DataFrame]]],
 ) -> Callable[..., Iterator[tuple[str, pl.DataFrame]]]:
-    """`reader_entry` for a generator: errors name the file, parser errors on bad bytes become
-    the MalformedInput `read_kineto_json` raises."""
+    """`reader_entry` for a `stream_<slug>` generator: errors name the file, parser errors on
+    bad bytes become the MalformedInput `read_kineto_json` raises."""
 
     @functools.wraps(fn)
     def gen(path: PathLike, *, workdir: Path) -> Iterator[tuple[str, pl.DataFrame]]:
@@ -182,36 +203,13 @@ def _stream_entry(
     return gen
 
 
-@_stream_entry
-def stream_tables(path: PathLike, *, workdir: Path) -> Iterator[tuple[str, pl.DataFrame]]:
-    """The tables of `read_kineto_json(path)` as `(table, chunk)` pairs (module docstring)."""
-    parts = _SpillParts(workdir)
-    try:
-        _decode(path, parts)
-        for spill in parts.spills.values():
-            spill.close()
-        head = _head(parts, path)
-        steps: dict[str, pl.DataFrame | None] = {"ops": None, "markers": None}
-        for name in _TABLES:
-            spill = parts.spills[name]
-            if spill.rows == 0:
-                continue
-            bounds = _bounds(parts.sample(name), head.base_ns, spill)
-            buckets, steps_of = _deal(name, spill, head.base_ns, bounds, path, workdir)
-            if name in steps:
-                steps[name] = steps_of
-            yield from _sorted(name, buckets, spill.rows_for(CHUNK_BYTES))
-    finally:
-        parts.discard()
-    rest = {
-        "iterations": _iterations(steps["ops"], steps["markers"], head.rank),
-        "kernel_metrics": _range_rows(parts.ranges) if parts.ranges else None,
-        "devices": _devices(head.device_props),
-    }
-    for name, df in rest.items():
-        if df is not None and df.height:
-            yield name, df
-    yield "sources", _sources(head)
+def timed(df: pl.DataFrame, base_ns: int) -> pl.DataFrame:
+    """Add start/duration/end ns from the `ts`/`dur` text; relative-to-base traces become epoch
+    ns here (time_origin_epoch_ns = 0). Shared with `read_kineto_json`."""
+    start, dur = _us_to_ns("ts") + base_ns, _us_to_ns("dur")
+    return df.with_columns(
+        start_ns=_ns_int(start), duration_ns=_ns_int(dur), end_ns=_ns_int(start + dur)
+    )
 
 
 def _bounds(sample: np.ndarray[Any, Any], base_ns: int, spill: _Spill) -> np.ndarray[Any, Any]:
@@ -289,7 +287,7 @@ def _deal(
     steps: list[pl.DataFrame] = []
     try:
         for raw in spill.chunks():
-            df = _timed(raw, base_ns)
+            df = timed(raw, base_ns)
             del raw
             check.add(df)
             df = df.drop("ts", "dur")

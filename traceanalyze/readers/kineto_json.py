@@ -56,7 +56,9 @@ string `pid`/`tid` (`"Spans"`, `"Traces"`, `""`) get null ids. Flows (`s`/`f`/`t
 (`M`) are skipped.
 
 This module streams and decodes the file; the msgspec types are in `_kineto_types`, the
-events-to-frames work in `_kineto_frames`.
+events-to-frames work in `_kineto_frames`. `read_kineto_json` holds the tables whole (fastest, for
+notebooks); `stream_kineto_json`, what `ingest` uses, spills the frames to disk and sorts them
+there (`_kineto_stream`), so its memory does not grow with the file.
 """
 
 from __future__ import annotations
@@ -89,11 +91,10 @@ from ._kineto_frames import (
     _check_times,
     _devices,
     _iterations,
-    _ns_int,
     _range_rows,
     _split,
-    _us_to_ns,
 )
+from ._kineto_stream import Spiller, stream_entry, timed
 from ._kineto_types import (
     _BATCH_DECODER,
     _BATCH_DECODER_ANY,
@@ -149,12 +150,12 @@ _CUT_WINDOW = 1 << 16
 
 
 class _Parts:
-    """What the streaming pass collects: per-table frames per batch, ranges, the header docs.
-    `add_frame` keeps every batch's frames (whole-file read); `_kineto_stream` overrides it to
-    spill them to disk instead."""
+    """What the streaming pass collects: per-table frames per batch (or, with a `spiller`, their
+    spill files on disk), ranges, the header docs."""
 
-    def __init__(self) -> None:
+    def __init__(self, spiller: Spiller | None = None) -> None:
         self.frames: dict[str, list[pl.DataFrame]] = {t: [] for t in _BUILDERS}
+        self.spiller = spiller
         self.ranges: list[Any] = []
         self.docs: list[Any] = []
 
@@ -171,7 +172,10 @@ class _Parts:
                 self.add_frame(role, _BUILDERS[role](sub))
 
     def add_frame(self, table: str, df: pl.DataFrame) -> None:
-        self.frames[table].append(df)
+        if self.spiller is not None:
+            self.spiller.add(table, df)
+        else:
+            self.frames[table].append(df)
 
 
 def _range_events(decoded: Any) -> list[Any]:
@@ -358,15 +362,6 @@ def _head(parts: _Parts, path: PathLike) -> _Head:
     return _Head(base or 0, rank, world, head.get("deviceProperties"))
 
 
-def _timed(df: pl.DataFrame, base_ns: int) -> pl.DataFrame:
-    """Add start/duration/end ns from the `ts`/`dur` text; relative-to-base traces become epoch
-    ns here (time_origin_epoch_ns = 0)."""
-    start, dur = _us_to_ns("ts") + base_ns, _us_to_ns("dur")
-    return df.with_columns(
-        start_ns=_ns_int(start), duration_ns=_ns_int(dur), end_ns=_ns_int(start + dur)
-    )
-
-
 def _sources(head: _Head) -> pl.DataFrame:
     return pl.DataFrame(
         {
@@ -391,7 +386,7 @@ def read_kineto_json(path: PathLike) -> Tables:
         frames = parts.frames[name]
         if not frames:
             return None
-        df = _timed(pl.concat(frames, how="vertical_relaxed"), head.base_ns)
+        df = timed(pl.concat(frames, how="vertical_relaxed"), head.base_ns)
         frames.clear()
         _check_times(df, name, path)
         df = df.drop("ts", "dur")
@@ -415,9 +410,26 @@ def read_kineto_json(path: PathLike) -> Tables:
     return Tables.build(**{k: v for k, v in frames.items() if v is not None})
 
 
+@stream_entry
 def stream_kineto_json(path: PathLike, *, workdir: Path) -> Iterator[tuple[str, pl.DataFrame]]:
-    """`read_kineto_json` as `(table, chunk)` pairs with bounded memory, for `ingest`: events are
-    spilled to `workdir` as they are decoded and sorted there (`_kineto_stream`)."""
-    from ._kineto_stream import stream_tables  # it imports this module
-
-    return stream_tables(path, workdir=workdir)
+    """`read_kineto_json` as `(table, chunk)` pairs with bounded memory, for `ingest`: the frames
+    of each batch are spilled to `workdir` as the file is decoded, then every table is sorted
+    there bucket by bucket (`_kineto_stream`). Concatenated per table, the chunks are
+    `read_kineto_json`'s tables: same rows, order and ids."""
+    spiller = Spiller(workdir)
+    try:
+        parts = _Parts(spiller)
+        _decode(path, parts)
+        head = _head(parts, path)
+        yield from spiller.tables(head.base_ns, path)
+    finally:
+        spiller.discard()
+    rest = {
+        "iterations": _iterations(spiller.steps["ops"], spiller.steps["markers"], head.rank),
+        "kernel_metrics": _range_rows(parts.ranges) if parts.ranges else None,
+        "devices": _devices(head.device_props),
+    }
+    for name, df in rest.items():
+        if df is not None and df.height:
+            yield name, df
+    yield "sources", _sources(head)
