@@ -136,22 +136,23 @@ def _gzip(src: Path, dest: Path) -> None:
 # this (large, after building inputs) process would report this process's size.
 _MEASURE = (
     "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
-    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, r.returncode)"
+    "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+    "print(u.ru_maxrss, u.ru_utime + u.ru_stime, r.returncode)"
 )
 
 
-def _run(argv: list[str]) -> tuple[float, float, str]:
+def _run(argv: list[str]) -> tuple[float, float, float]:
     """Wall seconds, peak RSS MB (the largest ru_maxrss, KiB on Linux, of the command's process
-    tree) and stderr of one command."""
+    tree) and CPU seconds (user + system, steadier than wall time on a shared machine)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     t0 = time.perf_counter()
     cmd = [sys.executable, "-c", _MEASURE, *argv]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    maxrss, rc = p.stdout.split()[-2:]
+    maxrss, cpu, rc = p.stdout.split()[-3:]
     if p.returncode or rc != "0":
         raise SystemExit(f"{' '.join(argv)} failed ({rc}):\n{p.stderr}")
-    return wall, int(maxrss) / 1024, p.stderr
+    return wall, int(maxrss) / 1024, float(cpu)
 
 
 def _dictionary_encoded(store: Path) -> tuple[bool, int]:
@@ -204,8 +205,11 @@ def main() -> None:
             cmd = [sys.executable, "-m", "traceanalyze", "ingest", str(tiny), "--store", tmp + "/s"]
             floor_s, floor_mb, _ = _run(cmd)
         print(f"floor: ingest of {tiny.name} (2 KB): {floor_mb:.0f} MB peak RSS, {floor_s:.2f} s\n")
-    print("| input | reader | input MB | events | seconds | peak RSS MB | bound MB | RSS / bound |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| input | reader | input MB | events | wall s | CPU s | peak RSS MB | bound MB "
+        "| RSS / bound |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     dict_checks = []
     for how, path in inputs:
         size = path.stat().st_size
@@ -233,11 +237,12 @@ def main() -> None:
                 "del k.stream_kineto_json; ta.ingest(sys.argv[1], sys.argv[2])"
             )
             argv = [sys.executable, "-c", code, str(path), str(store)]
-        secs, rss, _ = _run(argv)
+        secs, rss, cpu = _run(argv)
         bound = 0.25 * text / MB + 150  # of the JSON text, for a .gz too
         label = path.name + (f" ({text / MB:.0f} MB of JSON)" if text != size else "")
         print(
-            f"| {label} | {how} | {size / MB:.0f} | {events:,} | {secs:.1f} | {rss:.0f} "
+            f"| {label} | {how} | {size / MB:.0f} | {events:,} | {secs:.1f} | {cpu:.1f} "
+            f"| {rss:.0f} "
             f"| {bound:.0f} | {rss / bound:.2f} |",
             flush=True,
         )
