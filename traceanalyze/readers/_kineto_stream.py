@@ -48,7 +48,8 @@ from ._kineto_types import _STEP
 # (long C++ names) is ~400 bytes, an ops row ~100.
 BUCKET_BYTES = 16 << 20
 CHUNK_BYTES = 4 << 20
-_MAX_BUCKETS = 512  # open files while dealing; a table of 130M rows still fits
+# files open while dealing; past 512 × BUCKET_BYTES (8 GB of one table) buckets grow instead
+_MAX_BUCKETS = 512
 _SAMPLE_CAP = 1 << 17  # start-time sample per table, thinned by halves past twice this
 _INT64_MAX = 2**63 - 1
 # Uncompressed: lz4 or zstd frames cost ~45 MB of RSS in compression buffers for a 250 MB trace
