@@ -189,15 +189,16 @@ def main() -> None:
             print(f"building {dest.name} ...", file=sys.stderr, flush=True)
             build_input(dest, int(gb * 1e9))
         inputs.append(("stream", dest))
+    largest = inputs[-1][1]
     if a.gzip:
-        big = inputs[-1][1]
+        big = largest
         gz = big.with_name(big.name + ".gz")
         if not gz.exists():
             print(f"gzipping {big.name} ...", file=sys.stderr, flush=True)
             _gzip(big, gz)
         inputs.append(("stream", gz))
     if a.before:
-        inputs.insert(0, ("whole (before)", inputs[-1][1]))
+        inputs.insert(0, ("whole (before)", largest))
 
     tiny = SOURCE.with_name("hta_triton_a100_trace.json.gz")
     if tiny.exists():  # what an ingest process costs before any data: imports, store, sink
