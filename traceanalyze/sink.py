@@ -2,7 +2,8 @@
 
 A streaming reader yields `(table, frame)` chunks in any interleaving; `TableSink` conforms each
 chunk to the schema, buffers it until the table's buffer reaches `ROW_GROUP_ROWS` rows or
-`ROW_GROUP_BYTES` bytes, and then writes the buffer as one row group of
+`ROW_GROUP_BYTES` bytes (or all tables' buffers together reach `ROW_GROUP_BYTES`: then the
+biggest), and then writes the buffer as one row group of
 `<dir>/<table>/source_id=<id>/part-<txn>.parquet`. Memory is bounded by one buffer per table, not
 by the input. Strings are written dictionary-encoded (Parquet's RLE_DICTIONARY pages), so a
 kernel name repeated a million times is stored once per row group.
@@ -21,8 +22,8 @@ import polars as pl
 
 from . import schema
 
-ROW_GROUP_ROWS = 1 << 17
-ROW_GROUP_BYTES = 32 << 20
+ROW_GROUP_ROWS = 1 << 16
+ROW_GROUP_BYTES = 8 << 20
 
 
 class TableSink:
@@ -56,6 +57,9 @@ class TableSink:
         self._buf_bytes[table] = self._buf_bytes.get(table, 0) + int(df.estimated_size())
         if self._buf_rows[table] >= ROW_GROUP_ROWS or self._buf_bytes[table] >= ROW_GROUP_BYTES:
             self._flush(table)
+        elif sum(self._buf_bytes.values()) >= ROW_GROUP_BYTES:
+            # one budget for all tables' buffers, not one each: the biggest is written early
+            self._flush(max(self._buf_bytes, key=self._buf_bytes.__getitem__))
 
     def _flush(self, table: str) -> None:
         frames = self._buf.pop(table, [])
@@ -70,8 +74,16 @@ class TableSink:
 
             dest = self.path(table)
             dest.parent.mkdir(parents=True, exist_ok=True)
+            import pyarrow as pa
+
+            # the system allocator gives freed pages back; the default pool keeps them
             writer = pq.ParquetWriter(
-                dest, data.schema, compression="zstd", write_statistics=True, use_dictionary=True
+                dest,
+                data.schema,
+                compression="zstd",
+                write_statistics=True,
+                use_dictionary=True,
+                memory_pool=pa.system_memory_pool(),
             )
             self._writers[table] = writer
             self._paths[table] = dest

@@ -56,7 +56,9 @@ string `pid`/`tid` (`"Spans"`, `"Traces"`, `""`) get null ids. Flows (`s`/`f`/`t
 (`M`) are skipped.
 
 This module streams and decodes the file; the msgspec types are in `_kineto_types`, the
-events-to-frames work in `_kineto_frames`.
+events-to-frames work in `_kineto_frames`. `read_kineto_json` holds the tables whole (fastest, for
+notebooks); `stream_kineto_json`, what `ingest` uses, spills the frames to disk and sorts them
+there (`_kineto_stream`), so its memory does not grow with the file.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ import importlib
 import re
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 import msgspec
@@ -87,11 +91,10 @@ from ._kineto_frames import (
     _check_times,
     _devices,
     _iterations,
-    _ns_int,
     _range_rows,
     _split,
-    _us_to_ns,
 )
+from ._kineto_stream import Spiller, stream_entry, timed
 from ._kineto_types import (
     _BATCH_DECODER,
     _BATCH_DECODER_ANY,
@@ -147,10 +150,12 @@ _CUT_WINDOW = 1 << 16
 
 
 class _Parts:
-    """What the streaming pass collects: per-table frames per batch, ranges, the header docs."""
+    """What the streaming pass collects: per-table frames per batch (or, with a `spiller`, their
+    spill files on disk), ranges, the header docs."""
 
-    def __init__(self) -> None:
+    def __init__(self, spiller: Spiller | None = None) -> None:
         self.frames: dict[str, list[pl.DataFrame]] = {t: [] for t in _BUILDERS}
+        self.spiller = spiller
         self.ranges: list[Any] = []
         self.docs: list[Any] = []
 
@@ -164,7 +169,13 @@ class _Parts:
                 # with `args` untyped (only traces that have such events pay for it).
                 self.ranges += _range_events(range_decoder.decode(raw))
             else:
-                self.frames[role].append(_BUILDERS[role](sub))
+                self.add_frame(role, _BUILDERS[role](sub))
+
+    def add_frame(self, table: str, df: pl.DataFrame) -> None:
+        if self.spiller is not None:
+            self.spiller.add(table, df)
+        else:
+            self.frames[table].append(df)
 
 
 def _range_events(decoded: Any) -> list[Any]:
@@ -172,13 +183,13 @@ def _range_events(decoded: Any) -> list[Any]:
     return [e for e in events if isinstance(e.cat, str) and e.cat.lower() == _RANGE]
 
 
-def _stream(path: PathLike) -> _Parts:
-    """Decode the trace batch by batch (`_CHUNK`, 2 MiB of text) without holding the whole text.
+def _stream(path: PathLike, parts: _Parts) -> None:
+    """Decode the trace batch by batch (`_CHUNK`, 2 MiB of text) without holding the whole text,
+    handing each batch's frames to `parts`.
 
     `pending` always starts with `[` followed by the next undecoded event, so a batch is decoded
     in place: the byte after its last event is set to `]` for the decode and restored.
     """
-    parts = _Parts()
     pending = bytearray()
     consumed = 0  # file offset of pending[1]
     in_events = False
@@ -218,7 +229,6 @@ def _stream(path: PathLike) -> _Parts:
     parts.add_events(doc.traceEvents, tail, _RANGE_DOC_DECODER)
     doc.traceEvents = []
     parts.docs.append(doc)
-    return parts
 
 
 def _oversized(
@@ -307,11 +317,10 @@ def _line_at(path: PathLike, offset: int) -> int:
     return lines
 
 
-@reader_entry("kineto_json")
-def read_kineto_json(path: PathLike) -> Tables:
-    """Read a Kineto Chrome trace (`.json` or `.json.gz`) into normalized tables."""
+def _decode(path: PathLike, parts: _Parts) -> None:
+    """`_stream`, with the decoder's own failures on hostile bytes turned into MalformedInput."""
     try:
-        parts = _stream(path)
+        _stream(path, parts)
     except RecursionError:
         # msgspec decodes nested values recursively: a hostile or broken file nesting arrays or
         # objects ~10,000 deep exhausts the stack. No Kineto trace nests more than a few levels.
@@ -322,6 +331,19 @@ def read_kineto_json(path: PathLike) -> Tables:
         raise MalformedInput(
             f"not valid JSON text: bytes that are not UTF-8 ({e.reason}) in a string", path=path
         ) from None
+
+
+@dataclass(frozen=True)
+class _Head:
+    """What the header keys (before or after the events) say."""
+
+    base_ns: int
+    rank: int | None
+    world: int | None
+    device_props: Any
+
+
+def _head(parts: _Parts, path: PathLike) -> _Head:
     head: dict[str, Any] = {}
     for d in parts.docs:
         for key in ("deviceProperties", "distributedInfo", "baseTimeNanoseconds"):
@@ -334,22 +356,38 @@ def read_kineto_json(path: PathLike) -> Tables:
             f"baseTimeNanoseconds is {base!r}, not an integer number of ns since the epoch",
             path=path,
         )
-    base_ns = base or 0
     dist = head.get("distributedInfo")
     rank = dist.rank if dist is not None and isinstance(dist.rank, int) else None
     world = dist.world_size if dist is not None and isinstance(dist.world_size, int) else None
+    return _Head(base or 0, rank, world, head.get("deviceProperties"))
+
+
+def _sources(head: _Head) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "tool": [TOOL],
+            "tool_version": [None],
+            "time_origin_epoch_ns": [0],
+            "rank": [head.rank],
+            "world_size": [head.world],
+        },
+        schema_overrides={"tool_version": pl.String, "rank": pl.Int64, "world_size": pl.Int64},
+    )
+
+
+@reader_entry("kineto_json")
+def read_kineto_json(path: PathLike) -> Tables:
+    """Read a Kineto Chrome trace (`.json` or `.json.gz`) into normalized tables."""
+    parts = _Parts()
+    _decode(path, parts)
+    head = _head(parts, path)
 
     def table(name: str) -> pl.DataFrame | None:
         frames = parts.frames[name]
         if not frames:
             return None
-        df = pl.concat(frames, how="vertical_relaxed")
+        df = timed(pl.concat(frames, how="vertical_relaxed"), head.base_ns)
         frames.clear()
-        # relative-to-base traces become epoch ns here (time_origin_epoch_ns = 0)
-        start, dur = _us_to_ns("ts") + base_ns, _us_to_ns("dur")
-        df = df.with_columns(
-            start_ns=_ns_int(start), duration_ns=_ns_int(dur), end_ns=_ns_int(start + dur)
-        )
         _check_times(df, name, path)
         df = df.drop("ts", "dur")
         df = df.sort("start_ns", maintain_order=True, nulls_last=True)
@@ -358,25 +396,40 @@ def read_kineto_json(path: PathLike) -> Tables:
 
     kernels = table("kernels")
     ops, markers = table("ops"), table("markers")
-    sources = pl.DataFrame(
-        {
-            "tool": [TOOL],
-            "tool_version": [None],
-            "time_origin_epoch_ns": [0],
-            "rank": [rank],
-            "world_size": [world],
-        },
-        schema_overrides={"tool_version": pl.String, "rank": pl.Int64, "world_size": pl.Int64},
-    )
     frames = {
-        "sources": sources,
-        "devices": _devices(head.get("deviceProperties")),
+        "sources": _sources(head),
+        "devices": _devices(head.device_props),
         "kernels": kernels,
         "memcpy": table("memcpy"),
         "api_calls": table("api_calls"),
         "ops": ops,
         "markers": markers,
-        "iterations": _iterations(ops, markers, rank),
+        "iterations": _iterations(ops, markers, head.rank),
         "kernel_metrics": _range_rows(parts.ranges) if parts.ranges else None,
     }
     return Tables.build(**{k: v for k, v in frames.items() if v is not None})
+
+
+@stream_entry
+def stream_kineto_json(path: PathLike, *, workdir: Path) -> Iterator[tuple[str, pl.DataFrame]]:
+    """`read_kineto_json` as `(table, chunk)` pairs with bounded memory, for `ingest`: the frames
+    of each batch are spilled to `workdir` as the file is decoded, then every table is sorted
+    there bucket by bucket (`_kineto_stream`). Concatenated per table, the chunks are
+    `read_kineto_json`'s tables: same rows, order and ids."""
+    spiller = Spiller(workdir)
+    try:
+        parts = _Parts(spiller)
+        _decode(path, parts)
+        head = _head(parts, path)
+        yield from spiller.tables(head.base_ns, path)
+    finally:
+        spiller.discard()
+    rest = {
+        "iterations": _iterations(spiller.steps["ops"], spiller.steps["markers"], head.rank),
+        "kernel_metrics": _range_rows(parts.ranges) if parts.ranges else None,
+        "devices": _devices(head.device_props),
+    }
+    for name, df in rest.items():
+        if df is not None and df.height:
+            yield name, df
+    yield "sources", _sources(head)
