@@ -78,8 +78,15 @@ the line. A header is recognized by its column names in any order (`HEADER_NAMES
 so a table whose columns another tool reordered is read the same. Telemetry outside
 `schema.PLAUSIBLE_RANGES` is set to null with a warning (`_common.check_telemetry`).
 
+Ingest streams (`stream_nvprof_csv`, `_nvprof_stream`): the file is read 2 MiB of text at a
+time (gzip decompressed as it streams), cut into sections as above, and every block's rows go
+through the same handlers, so memory stays flat however big the file; the chunks equal
+`read_nvprof_csv`'s tables row for row (tests/test_csv_stream.py). `read_nvprof_csv` stays the
+faster whole-file read for notebooks.
+
 This module is the entry point; the work is in `_nvprof_split` (sections), `_nvprof_rows`
-(typed rows, units, devices), `_nvprof_trace` (trace tables) and `_nvprof_metrics`.
+(typed rows, units, devices), `_nvprof_trace` (trace tables), `_nvprof_metrics` and
+`_nvprof_stream` (the streaming read).
 """
 
 from __future__ import annotations

@@ -54,6 +54,11 @@ another unit, stamps without exactly 3 decimals, …) goes to the careful pyarro
 (`_smi_careful`), which gives the same tables, errors and warnings, at ~2x the time and
 memory. Both paths end in `_smi_assemble`, which also holds the fields and units known.
 
+Ingest streams (`stream_smi_csv`, `_smi_stream`): the log is read 2 MiB of text at a time
+(gzip decompressed as it streams) and each block goes through the functions above, so memory
+stays flat; the chunks equal `read_smi_csv`'s tables row for row (tests/test_csv_stream.py).
+dumpGpuPower text is read whole (its samples are sorted with the energy lines).
+
 Whatever the variant, a value outside `schema.PLAUSIBLE_RANGES` (1e308 °C, -64 W, a 20 GHz clock,
 150 % utilization, NaN) is set to null with one warning per column giving the count
 (`_common.check_telemetry`, the rule every reader of telemetry applies).
