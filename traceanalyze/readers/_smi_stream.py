@@ -10,8 +10,8 @@ lines, is read whole (a program's stdout, small).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +29,24 @@ from ._smi_variants import (
     generic_sources,
 )
 from ._stream_common import Notes, Spill, line_blocks
-from .smi_csv import (
-    _variant,
-    check_sampler_header,
-    read_smi_csv,
-    sampler_devices,
-    sampler_rows,
-    sampler_sources,
-    smi_header,
-    smi_rows,
-)
 
 _Chunks = Iterator[tuple[str, pl.DataFrame]]
+
+
+@dataclass(frozen=True)
+class SmiLog:
+    """What this module uses of `smi_csv` (which imports this module, so it hands them over):
+    the variant of a log's head, the nvidia-smi header and rows, the sampler's, and the
+    whole-file read of this log (for errors and logs without rows)."""
+
+    variant: Callable[[str], str | None]
+    header: Callable[..., tuple[list[str], dict[str, str | None], int]]
+    rows: Callable[..., Tables]
+    check_sampler_header: Callable[[bytes, PathLike], None]
+    sampler_rows: Callable[[bytes, PathLike, int], pl.DataFrame]
+    sampler_devices: Callable[[pl.DataFrame], pl.DataFrame]
+    sampler_sources: Callable[[bytes], pl.DataFrame]
+    whole: Callable[[], Tables]
 
 
 class _State:
@@ -104,6 +110,7 @@ def _blocks_after(path: PathLike, skip: int) -> Iterator[tuple[bytes, int]]:
 
 def stream_smi(
     path: PathLike,
+    log: SmiLog,
     *,
     workdir: Path,
     tz: str | None,
@@ -113,15 +120,14 @@ def stream_smi(
     """The chunks of `smi_csv.stream_smi_csv`."""
     first = head_bytes(path, 65536 + 3)
     first = first[3:] if first.startswith(b"\xef\xbb\xbf") else first[:65536]
-    whole = functools.partial(read_smi_csv, path, tz=tz, fields=fields, interval_ms=interval_ms)
     if not first.strip() or b"\x00" in first:
-        yield from whole().items()  # raises what the whole-file read says of it
+        yield from log.whole().items()  # raises what the whole-file read says of it
         return
-    kind = _variant(first[:16384].decode("utf-8", "replace"))
+    kind = log.variant(first[:16384].decode("utf-8", "replace"))
     st = _State(path, workdir)
     try:
         yield from _dispatch(
-            path, first, kind, st, whole, tz=tz, fields=fields, interval_ms=interval_ms
+            path, first, kind, st, log, tz=tz, fields=fields, interval_ms=interval_ms
         )
     finally:
         st.spill.close()
@@ -132,29 +138,29 @@ def _dispatch(
     first: bytes,
     kind: str | None,
     st: _State,
-    whole: Callable[[], Tables],
+    log: SmiLog,
     *,
     tz: str | None,
     fields: str | Sequence[str] | None,
     interval_ms: float | None,
 ) -> _Chunks:
     if kind == "smi" or (kind in ("smi_noheader", None) and fields is not None):
-        chunks = _smi(path, first, st, tz, None if kind == "smi" else fields, whole)
+        chunks = _smi(path, first, st, tz, None if kind == "smi" else fields, log)
     elif kind == "sampler":
-        chunks = _sampler(path, first, st, whole)
+        chunks = _sampler(path, first, st, log)
     elif kind == "generic":
-        chunks = _generic(path, st, tz, whole)
+        chunks = _generic(path, st, tz, log)
     elif kind == "dcgmi" and interval_ms is not None:
-        chunks = _dcgmi(path, first, st, interval_ms, whole)
+        chunks = _dcgmi(path, first, st, interval_ms, log)
     else:  # errors (empty, binary, unknown, a missing option), dumpGpuPower text: read whole
-        chunks = iter(whole().items())
+        chunks = iter(log.whole().items())
     yield from chunks
 
 
-def _fallback(st: _State, whole: Callable[[], Tables]) -> _Chunks:
+def _fallback(st: _State, log: SmiLog) -> _Chunks:
     """A log without any row: the whole-file read says what it says of it (it is small)."""
     del st
-    yield from whole().items()
+    yield from log.whole().items()
 
 
 def _smi(
@@ -163,44 +169,44 @@ def _smi(
     st: _State,
     tz: str | None,
     fields: str | Sequence[str] | None,
-    whole: Callable[[], Tables],
+    log: SmiLog,
 ) -> _Chunks:
-    base, units, first_line = smi_header(first, None, path, fields)
+    base, units, first_line = log.header(first, None, path, fields)
     zone = check_timezone(tz, path) if tz is not None else local_timezone()
     sources: pl.DataFrame | None = None
     for block, _line in _blocks_after(path, first_line - 1):
         with st.notes.collect():
-            t = smi_rows(block, path, zone, base, units, first_line + st.rows, has_header=False)
+            t = log.rows(block, path, zone, base, units, first_line + st.rows, has_header=False)
         sources = t.sources if sources is None else sources
         st.add_devices(t.devices)
         st.metrics(t.gpu_metrics, base)
         yield from st.samples(t.gpu_samples)
     if sources is None:
-        yield from _fallback(st, whole)
+        yield from _fallback(st, log)
         return
     yield from st.finish(sources)
 
 
-def _sampler(path: PathLike, first: bytes, st: _State, whole: Callable[[], Tables]) -> _Chunks:
+def _sampler(path: PathLike, first: bytes, st: _State, log: SmiLog) -> _Chunks:
     nl = first.find(b"\n")
     magic = first[: nl if nl >= 0 else len(first)]
     body = first[nl + 1 :] if nl >= 0 else b""
-    check_sampler_header(body, path)
+    log.check_sampler_header(body, path)
     end = body.find(b"\n")
     header = body[: end + 1] if end >= 0 else body + b"\n"
     any_rows = False
     for block, _line in _blocks_after(path, 2):
-        df = sampler_rows(header + block, path, st.rows)
+        df = log.sampler_rows(header + block, path, st.rows)
         any_rows = True
-        st.add_devices(sampler_devices(df))
+        st.add_devices(log.sampler_devices(df))
         yield from st.samples(df)
     if not any_rows:
-        yield from _fallback(st, whole)
+        yield from _fallback(st, log)
         return
-    yield from st.finish(sampler_sources(magic))
+    yield from st.finish(log.sampler_sources(magic))
 
 
-def _generic(path: PathLike, st: _State, tz: str | None, whole: Callable[[], Tables]) -> _Chunks:
+def _generic(path: PathLike, st: _State, tz: str | None, log: SmiLog) -> _Chunks:
     header: bytes | None = None
     zone: str | None = None
     for block, _line in _blocks_after(path, 0):
@@ -217,14 +223,12 @@ def _generic(path: PathLike, st: _State, tz: str | None, whole: Callable[[], Tab
         st.metrics(metrics, header.decode("utf-8", "replace").strip().split(","))
         yield from st.samples(gs)
     if not st.rows:
-        yield from _fallback(st, whole)
+        yield from _fallback(st, log)
         return
     yield from st.finish(generic_sources(zone))
 
 
-def _dcgmi(
-    path: PathLike, first: bytes, st: _State, interval_ms: Any, whole: Callable[[], Tables]
-) -> _Chunks:
+def _dcgmi(path: PathLike, first: bytes, st: _State, interval_ms: Any, log: SmiLog) -> _Chunks:
     _dcgmi_step_ns(interval_ms, path)
     lines = first.decode("utf-8", "replace").split("\n")
     if len(first) >= 65536:
@@ -239,6 +243,6 @@ def _dcgmi(
         st.metrics(metrics, head[1])
         yield from st.samples(samples)
     if not st.rows:
-        yield from _fallback(st, whole)
+        yield from _fallback(st, log)
         return
     yield from st.finish(dcgmi_sources(interval_ms))

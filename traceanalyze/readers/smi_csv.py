@@ -67,6 +67,7 @@ Whatever the variant, a value outside `schema.PLAUSIBLE_RANGES` (1e308 °C, -64 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import mmap
 import re
 from collections.abc import Iterator, Sequence
@@ -90,6 +91,7 @@ from ._common import (
 from ._smi_assemble import _REASONS, SMI_FIELDS, _assemble, _numbers
 from ._smi_careful import _read_smi_careful
 from ._smi_fast import _smi_fast
+from ._smi_stream import SmiLog, stream_smi
 from ._smi_time import check_timezone, local_timezone, local_to_epoch_ns
 from ._smi_variants import build_tables
 from ._stream_common import stream_entry
@@ -247,9 +249,17 @@ def stream_smi_csv(
     the chunks equal its tables, row order included. `workdir` is not needed: rows keep the
     log's order. `gpu_metrics` (one field's rows after another in the whole-file read) are
     spilled to `workdir` by field and written at the end."""
-    from ._smi_stream import stream_smi  # it uses this module's functions
-
-    yield from stream_smi(path, workdir=workdir, tz=tz, fields=fields, interval_ms=interval_ms)
+    log = SmiLog(
+        variant=_variant,
+        header=smi_header,
+        rows=smi_rows,
+        check_sampler_header=check_sampler_header,
+        sampler_rows=sampler_rows,
+        sampler_devices=sampler_devices,
+        sampler_sources=sampler_sources,
+        whole=functools.partial(read_smi_csv, path, tz=tz, fields=fields, interval_ms=interval_ms),
+    )
+    yield from stream_smi(path, log, workdir=workdir, tz=tz, fields=fields, interval_ms=interval_ms)
 
 
 def _read_variant(
