@@ -98,24 +98,36 @@ def _strs(events: Any, attr: str, name: str | None = None) -> pl.Series:
     return pl.Series(name or attr, _col(events, attr), dtype=pl.String, strict=False)
 
 
+class _Roles(dict[Any, "int | None"]):
+    """Category -> role code (`_ROLE_CODE`), worked out once per category a batch holds."""
+
+    def __missing__(self, cat: Any) -> int | None:
+        code = _ROLE_CODE.get(cat.lower()) if isinstance(cat, str) else None
+        self[cat] = code
+        return code
+
+
+_CAT = operator.attrgetter("cat")
+
+
 def _split(events: list[Any]) -> dict[str, list[Any]]:
     """Events of one batch grouped by the table they feed (in file order)."""
     if events and isinstance(events[0], _AnyEvent):
         return _split_untagged(events)
-    cats = _col(events, "cat")
+    roles = _Roles()
     try:
-        rmap = {c: _ROLE_CODE.get(c.lower()) for c in set(cats) if isinstance(c, str)}
+        # C-level: the category of each event, then its role code (skipped phases have cat None
+        # as a class attribute and map to None)
+        codes = list(map(roles.__getitem__, map(_CAT, events)))
     except TypeError:  # an unhashable category (a list…): not Kineto, take the slow path
         return _split_untagged(events)
-    # Skipped phases have cat None and map to None. C-level map to small codes, then columnar
-    # grouping and a C-level gather per table.
-    codes = pl.Series("role", list(map(rmap.get, cats)), dtype=pl.Int8)
-    out: dict[str, list[Any]] = {}
-    for code in codes.drop_nulls().unique().to_list():
-        idx = (codes == code).arg_true().to_list()
-        sub = [events[idx[0]]] if len(idx) == 1 else list(operator.itemgetter(*idx)(events))
-        out[_ROLE_NAMES[code]] = sub
-    return out
+    # One pass appending each event to its group: faster than a columnar group-by and a gather
+    # per table (measured on the ResNet-50 trace).
+    groups: dict[int | None, list[Any]] = {code: [] for code in roles.values()}
+    append = {code: g.append for code, g in groups.items()}
+    for e, code in zip(events, codes, strict=True):
+        append[code](e)
+    return {_ROLE_NAMES[code]: g for code, g in groups.items() if code is not None and g}
 
 
 def _split_untagged(events: list[Any]) -> dict[str, list[Any]]:
