@@ -36,8 +36,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check traceanalyze tests benchmarks
 	$(VENV)/bin/mypy traceanalyze
 
-# Pages generated from the code (tests/test_docs.py and tests/test_schema.py fail when they drift).
+# Pages generated from the code (tests/test_docs.py, tests/test_schema.py and
+# tests/test_cli_index.py fail when they drift); the command index first, since --help reads it.
 docs: $(STAMP)
+	$(PY) -m traceanalyze._clidoc --index
 	$(PY) -m traceanalyze._clidoc docs/cli.md
 	$(PY) -m traceanalyze schema --markdown > docs/schema.md.tmp && mv docs/schema.md.tmp docs/schema.md
 

@@ -31,7 +31,6 @@ gives their median and range (min–max) over the repetitions.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
