@@ -43,9 +43,12 @@ docs: $(STAMP)
 	$(PY) -m traceanalyze._clidoc docs/cli.md
 	$(PY) -m traceanalyze schema --markdown > docs/schema.md.tmp && mv docs/schema.md.tmp docs/schema.md
 
+# Every figure the docs quote (`make bench`), or one: `make bench FIGURE=kineto-speed`
+# (`python benchmarks/run_all.py` lists the names).
+FIGURE ?= all
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench]'
-	$(PY) benchmarks/run_all.py
+	$(PY) benchmarks/run_all.py $(FIGURE)
 
 clean:
 	rm -rf $(VENV) runs bench-data
