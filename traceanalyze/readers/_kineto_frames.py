@@ -28,18 +28,21 @@ from ._kineto_types import (
 
 
 def _us_to_ns(col: str) -> pl.Expr:
-    """Decimal µs text ('1712195495505583.123', '4.928', '7') -> ns as Decimal(38, 0), exactly.
+    """Decimal µs text ('1712195495505583.123', '4.928', '7') -> ns as Int128, exactly.
 
     Polars parses the text straight into a 3-digit fixed-point decimal (never through float64);
-    finer digits round half to even. Non-numeric values become null (`_check_times` names
-    them). The result stays a 38-digit decimal so that adding the base time and the duration
-    cannot wrap around; `_ns_int` casts to int64 last.
+    finer digits round half to even. The decimal's physical value, an Int128 scaled by 10^3, is
+    the number of ns (cheaper than multiplying the decimal by 1000: 1.5 ms less per read of the
+    ResNet-50 trace). Non-numeric values become null (`_check_times` names them), as do values
+    of more than 27 integer digits: int64 ns hold at most 16 digits of µs, and with at most 30
+    digits adding the base time and the duration cannot overflow Int128. `_ns_int` casts to
+    int64 last.
     """
-    return pl.col(col).cast(pl.Decimal(38, 3), strict=False) * 1000
+    return pl.col(col).cast(pl.Decimal(30, 3), strict=False).to_physical()
 
 
 def _ns_int(expr: pl.Expr) -> pl.Expr:
-    """Decimal ns -> int64; null where it does not fit (`_check_times` reports those)."""
+    """Int128 ns -> int64; null where it does not fit (`_check_times` reports those)."""
     return expr.cast(pl.Int64, strict=False)
 
 
