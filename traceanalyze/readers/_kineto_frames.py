@@ -329,8 +329,12 @@ def _iterations(
     ops: pl.DataFrame | None, markers: pl.DataFrame | None, rank: int | None
 ) -> pl.DataFrame | None:
     """`ProfilerStep#N` host ranges (user_annotation; a cpu_op in older PyTorch)."""
+    # The name test first (a prefix check), so that only the few step rows are lower-cased for
+    # the category test.
     host = [
-        f.filter(pl.col("category").str.to_lowercase().is_in(("user_annotation", *_OPS)))
+        f.filter(pl.col("name").str.starts_with(_STEP)).filter(
+            pl.col("category").str.to_lowercase().is_in(("user_annotation", *_OPS))
+        )
         for f in (markers, ops)
         if f is not None
     ]
@@ -340,9 +344,7 @@ def _iterations(
         pl.col("end_ns").is_not_null()
     )
     number = pl.col("name").str.strip_prefix(_STEP).cast(pl.Int64, strict=False)
-    steps = steps.with_columns(
-        iteration=pl.when(pl.col("name").str.starts_with(_STEP)).then(number)
-    )
+    steps = steps.with_columns(iteration=number)
     steps = steps.filter(pl.col("iteration").is_not_null()).sort("start_ns", maintain_order=True)
     # A step recorded both as an annotation and as a cpu_op: keep one.
     steps = steps.unique("iteration", keep="first", maintain_order=True)
