@@ -25,7 +25,8 @@ Contenders:
   project's environment. DIR holds a copy of the trace made once, before timing.
 
 Ratios are HTA / traceanalyze for time and traceanalyze / HTA for RSS, per repetition; the summary
-gives their median and range (min–max) over the repetitions, and the ratio of the two sides'
+gives their median and range (min–max) over the repetitions, the same ratios of CPU time (user +
+system, every thread: steadier than wall time on a busy machine) and the ratio of the two sides'
 fastest runs (on a shared machine, the runs least slowed by other work).
 """
 
@@ -70,12 +71,13 @@ WARM = """
 import statistics, sys, time
 {imp}
 {load}
-ts = []
+ts, cs = [], []
 for _ in range({k}):
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     {load}
     ts.append(time.perf_counter() - t0)
-print("WARM", statistics.median(ts))
+    cs.append(time.process_time() - c0)
+print("WARM", statistics.median(ts), statistics.median(cs))
 """
 
 
@@ -104,8 +106,8 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def whole(python: Path | str, kind: str, target: str) -> tuple[float, float]:
-    """(wall s, peak RSS MB) of one fresh interpreter that imports and loads once."""
+def whole(python: Path | str, kind: str, target: str) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS MB) of one fresh interpreter that imports and loads once."""
     imp, load = LOADS[kind]
     code = f"{imp}\n{load.format(p=repr(target))}"
     t0 = time.perf_counter()
@@ -115,11 +117,12 @@ def whole(python: Path | str, kind: str, target: str) -> tuple[float, float]:
     err = proc.stderr.read().decode() if proc.stderr else ""
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{kind} failed:\n{err[-2000:]}")
-    return wall, usage.ru_maxrss / 1024  # KiB on Linux
+    cpu = usage.ru_utime + usage.ru_stime  # every thread of the child
+    return wall, cpu, usage.ru_maxrss / 1024  # KiB on Linux
 
 
-def warm(python: Path | str, kind: str, target: str, k: int) -> float:
-    """Median time of `k` loads after a first one, in one interpreter."""
+def warm(python: Path | str, kind: str, target: str, k: int) -> tuple[float, float]:
+    """Median (wall s, CPU s) of `k` loads after a first one, in one interpreter."""
     imp, load = LOADS[kind]
     code = WARM.format(imp=imp, load=load.format(p=repr(target)), k=k)
     out = subprocess.run(
@@ -127,7 +130,8 @@ def warm(python: Path | str, kind: str, target: str, k: int) -> float:
     )
     for line in out.stdout.splitlines():
         if line.startswith("WARM "):
-            return float(line.split()[1])
+            _, w, c = line.split()
+            return float(w), float(c)
     raise RuntimeError(f"{kind} warm run failed:\n{out.stderr[-2000:]}")
 
 
@@ -159,9 +163,10 @@ def main() -> int:
         res: dict[str, dict[str, list[float]]] = {k: {} for k, _, _ in contenders}
         for rep in range(args.repeat):
             for kind, py, target in contenders:
-                w, rss = whole(py, kind, target)
-                hot = warm(py, kind, target, args.warm)
-                for name, v in (("whole", w), ("rss", rss), ("warm", hot)):
+                w, wc, rss = whole(py, kind, target)
+                hot, hc = warm(py, kind, target, args.warm)
+                got = {"whole": w, "whole_cpu": wc, "rss": rss, "warm": hot, "warm_cpu": hc}
+                for name, v in got.items():
                     res[kind].setdefault(name, []).append(v)
             print(f"repetition {rep + 1}/{args.repeat} done", flush=True)
     finally:
@@ -174,31 +179,29 @@ def _report(trace: Path, res: dict[str, dict[str, list[float]]], args: argparse.
     print(f"\ntrace: {trace.name} ({trace.stat().st_size / 1e6:.2f} MB on disk)")
     print(f"{args.repeat} alternating repetitions; median (min–max); warm = median of {args.warm}")
     print(f"load {os.getloadavg()[0]:.2f} (1-min average, {os.cpu_count()} CPUs)\n")
-    print(f"{'contender':<29} {'whole process s':>24} {'warm load s':>24} {'peak RSS MB':>21}")
+    cols = (("whole", "whole process s"), ("whole_cpu", "its CPU s"), ("warm", "warm load s"))
+    cols += (("warm_cpu", "its CPU s"), ("rss", "peak RSS MB"))
+    print(f"{'contender':<29}" + "".join(f" {title:>22}" for _, title in cols))
     for kind, r in res.items():
-        print(
-            f"{LABELS[kind]:<29} {_rng(r['whole'], '.3f'):>24} {_rng(r['warm'], '.3f'):>24} "
-            f"{_rng(r['rss'], '.0f'):>21}"
-        )
+        cells = [_rng(r[f], ".0f" if f == "rss" else ".3f") for f, _ in cols]
+        print(f"{LABELS[kind]:<29}" + "".join(f" {c:>22}" for c in cells))
     if "hta" not in res:
         return
     h = res["hta"]
-    goals = {"whole": ">= 6", "warm": ">= 10", "rss": "<= 0.6"}
-    print("\nratios per repetition, median (min–max):")
+    print("\nratios per repetition, median (min–max); CPU: the ratio of CPU times (all threads)")
     for kind in ("ours", "ours-fmt"):
         o = res[kind]
-        speed = {f: [a / b for a, b in zip(h[f], o[f], strict=True)] for f in ("whole", "warm")}
+        ratio = {f: [a / b for a, b in zip(h[f], o[f], strict=True)] for f, _ in cols[:4]}
         mem = [a / b for a, b in zip(o["rss"], h["rss"], strict=True)]
+        # On a shared machine the fastest run of each side is the one least slowed by others.
         best = {f: min(h[f]) / min(o[f]) for f in ("whole", "warm")}
         print(
-            f"  {LABELS[kind]}: whole process HTA/ours {_rng(speed['whole'], '.1f')}x "
-            f"(goal {goals['whole']}), warm load {_rng(speed['warm'], '.1f')}x "
-            f"(goal {goals['warm']}), peak RSS ours/HTA {_rng(mem, '.2f')} (goal {goals['rss']})"
-        )
-        # On a shared machine the fastest run of each side is the one least slowed by others.
-        print(
-            f"  {'':<{len(LABELS[kind])}}  fastest run vs fastest run: whole process "
-            f"{best['whole']:.1f}x, warm load {best['warm']:.1f}x"
+            f"  {LABELS[kind]}:\n"
+            f"    whole process HTA/ours {_rng(ratio['whole'], '.1f')}x (goal >= 6), "
+            f"CPU {_rng(ratio['whole_cpu'], '.1f')}x, fastest runs {best['whole']:.1f}x\n"
+            f"    warm load     HTA/ours {_rng(ratio['warm'], '.1f')}x (goal >= 10), "
+            f"CPU {_rng(ratio['warm_cpu'], '.1f')}x, fastest runs {best['warm']:.1f}x\n"
+            f"    peak RSS      ours/HTA {_rng(mem, '.2f')} (goal <= 0.6)"
         )
 
 
