@@ -36,14 +36,19 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check traceanalyze tests benchmarks
 	$(VENV)/bin/mypy traceanalyze
 
-# Pages generated from the code (tests/test_docs.py and tests/test_schema.py fail when they drift).
+# Pages generated from the code (tests/test_docs.py, tests/test_schema.py and
+# tests/test_cli_index.py fail when they drift); the command index first, since --help reads it.
 docs: $(STAMP)
+	$(PY) -m traceanalyze._clidoc --index
 	$(PY) -m traceanalyze._clidoc docs/cli.md
 	$(PY) -m traceanalyze schema --markdown > docs/schema.md.tmp && mv docs/schema.md.tmp docs/schema.md
 
+# Every figure the docs quote (`make bench`), or one: `make bench FIGURE=kineto-speed`
+# (`python benchmarks/run_all.py` lists the names).
+FIGURE ?= all
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench]'
-	$(PY) benchmarks/run_all.py
+	$(PY) benchmarks/run_all.py $(FIGURE)
 
 clean:
 	rm -rf $(VENV) runs bench-data

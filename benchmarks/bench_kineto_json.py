@@ -1,29 +1,41 @@
-"""Kineto trace loading: traceanalyze's kineto_json reader vs Holistic Trace Analysis 0.5.0.
+"""Kineto trace loading, side by side: traceanalyze vs Holistic Trace Analysis 0.5.0 (issue 10 §5).
 
-    python benchmarks/bench_kineto_json.py [--trace PATH] [--repeat N]
+    python benchmarks/bench_kineto_json.py [--trace PATH] [--repeat N] [--warm K]
 
 Default trace: ../shared/traces/kineto_json/hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz
-(ResNet-50 on V100, 15.4 MB of JSON, 4,350 kernels). Each contender runs in its own subprocess,
-N times (default 3); the table shows the best time and the largest peak RSS.
+(ResNet-50 on V100, 15.4 MB of JSON, 68,692 events, 4,350 kernels).
 
-* time excludes imports (and, for HTA, copying the trace into its own temp dir);
-* peak RSS (`ru_maxrss` of the child) includes the interpreter and imports, so the import
-  baselines are measured and printed too.
+Each repetition (default 5) runs, in alternation, one fresh interpreter per contender and figure:
+
+* whole process: `python -c "<import>; <load>"` as a user waits for it, measured by this parent
+  from spawn to exit (interpreter start-up, imports and one load, cold caches of the process);
+  its peak RSS is the child's `ru_maxrss` (from `wait4`);
+* warm load: a second interpreter imports, loads once, then times K more loads (default 3) of the
+  same file in the same process; the repetition's figure is their median. Nothing is cached
+  between loads on either side (both parse the file again each time).
 
 Contenders:
-* `traceanalyze`: `read_kineto_json(path)`, all tables;
-* `HTA 0.5.0`: `TraceAnalysis(trace_dir=DIR)` in a separate venv (`bench-data/hta-venv`, created
-  on first run with `pip install HolisticTraceAnalysis==0.5.0`; skipped with a message when that
-  fails), so HTA's pins never touch the project's environment;
-* `floor`: gunzip + `orjson.loads` of the whole document, no tables at all.
+
+* `traceanalyze`: `ta.read(path)`, the public call (format detection, SHA-256 of the file, every
+  table built and conformed to the schema);
+* `traceanalyze (format given)`: `ta.read(path, format="kineto_json")`, which skips detection
+  (detection imports every reader to ask it; the whole-process figure shows what that costs);
+* `HTA 0.5.0`: `TraceAnalysis(trace_dir=DIR)`, in its own venv (`bench-data/hta-venv`, created on
+  the first run with `pip install HolisticTraceAnalysis==0.5.0`), so its pins never touch the
+  project's environment. DIR holds a copy of the trace made once, before timing.
+
+Ratios are HTA / traceanalyze for time and traceanalyze / HTA for RSS, per repetition; the summary
+gives their median and range (min–max) over the repetitions, the same ratios of CPU time (user +
+system, every thread: steadier than wall time on a busy machine) and the ratio of the two sides'
+fastest runs (on a shared machine, the runs least slowed by other work).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import resource
+import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,74 +54,31 @@ DEFAULT_TRACE = (
 HTA_VENV = ROOT / "bench-data" / "hta-venv"
 HTA_PIN = "HolisticTraceAnalysis==0.5.0"
 
+# What each contender's interpreter runs: (import, load one file). `{p}` is the path (ours) or
+# the directory holding the copy (HTA); both are passed through repr().
+LOADS = {
+    "ours": ("import traceanalyze as ta", "ta.read({p})"),
+    "ours-fmt": ("import traceanalyze as ta", "ta.read({p}, format='kineto_json')"),
+    "hta": (
+        "import logging; logging.disable(logging.CRITICAL); "
+        "from hta.trace_analysis import TraceAnalysis",
+        "TraceAnalysis(trace_dir={p})",
+    ),
+}
+LABELS = {"ours": "traceanalyze", "ours-fmt": "traceanalyze (format given)", "hta": "HTA 0.5.0"}
 
-def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-
-
-def _cpu_s() -> float:
-    # user + system CPU of all threads: steadier than wall time on a busy shared machine
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-# --- children -------------------------------------------------------------------------------------
-
-
-def _child(kind: str, path: str) -> None:
-    out: dict[str, object] = {}
-    if kind == "ours":
-        sys.path.insert(0, str(ROOT))
-        import traceanalyze  # noqa: F401
-        from traceanalyze.readers.kineto_json import read_kineto_json
-
-        out["import_rss_mb"] = _rss_mb()
-        heavy = ("pandas", "matplotlib", "pyarrow", "torch", "duckdb", "numpy")
-        out["heavy_imports"] = sorted(m for m in sys.modules if m in heavy)
-        t0, c0 = time.perf_counter(), _cpu_s()
-        tables = read_kineto_json(path)
-        out["time_s"], out["cpu_s"] = time.perf_counter() - t0, _cpu_s() - c0
-        out["rows"] = {k: v for k, v in tables.counts().items() if v}
-    elif kind == "floor":
-        import gzip
-
-        import orjson
-
-        out["import_rss_mb"] = _rss_mb()
-        t0, c0 = time.perf_counter(), _cpu_s()
-        with open(path, "rb") as f:
-            raw = f.read()
-        doc = orjson.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-        out["time_s"], out["cpu_s"] = time.perf_counter() - t0, _cpu_s() - c0
-        out["rows"] = {"traceEvents": len(doc["traceEvents"])}
-    elif kind == "hta":
-        import logging
-
-        logging.disable(logging.CRITICAL)
-        from hta.trace_analysis import TraceAnalysis
-
-        out["import_rss_mb"] = _rss_mb()
-        d = tempfile.mkdtemp(prefix="bench-hta-")
-        try:
-            shutil.copy(path, d)
-            t0, c0 = time.perf_counter(), _cpu_s()
-            ta = TraceAnalysis(trace_dir=d)
-            out["time_s"], out["cpu_s"] = time.perf_counter() - t0, _cpu_s() - c0
-            df = ta.t.get_trace(next(iter(ta.t.traces)))
-            out["rows"] = {"events": len(df)}
-        finally:
-            shutil.rmtree(d, ignore_errors=True)
-    elif kind == "import-polars":
-        import polars  # noqa: F401
-
-        out["import_rss_mb"] = _rss_mb()
-    elif kind == "bare":
-        out["import_rss_mb"] = _rss_mb()
-    out["peak_rss_mb"] = _rss_mb()
-    print("RESULT " + json.dumps(out))
-
-
-# --- parent ---------------------------------------------------------------------------------------
+WARM = """
+import statistics, sys, time
+{imp}
+{load}
+ts, cs = [], []
+for _ in range({k}):
+    t0, c0 = time.perf_counter(), time.process_time()
+    {load}
+    ts.append(time.perf_counter() - t0)
+    cs.append(time.process_time() - c0)
+print("WARM", statistics.median(ts), statistics.median(cs))
+"""
 
 
 def _hta_python() -> Path | None:
@@ -132,82 +101,109 @@ def _hta_python() -> Path | None:
     return py
 
 
-def _run(python: Path | str, kind: str, trace: Path) -> dict[str, object]:
-    proc = subprocess.run(
-        [str(python), __file__, "--child", kind, str(trace)],
-        capture_output=True,
-        text=True,
-        check=False,
+def _env() -> dict[str, str]:
+    # this checkout's traceanalyze, whatever is installed in the venv
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def whole(python: Path | str, kind: str, target: str) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS MB) of one fresh interpreter that imports and loads once."""
+    imp, load = LOADS[kind]
+    code = f"{imp}\n{load.format(p=repr(target))}"
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([str(python), "-c", code], env=_env(), stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{kind} failed:\n{err[-2000:]}")
+    cpu = usage.ru_utime + usage.ru_stime  # every thread of the child
+    return wall, cpu, usage.ru_maxrss / 1024  # KiB on Linux
+
+
+def warm(python: Path | str, kind: str, target: str, k: int) -> tuple[float, float]:
+    """Median (wall s, CPU s) of `k` loads after a first one, in one interpreter."""
+    imp, load = LOADS[kind]
+    code = WARM.format(imp=imp, load=load.format(p=repr(target)), k=k)
+    out = subprocess.run(
+        [str(python), "-c", code], env=_env(), capture_output=True, text=True, check=False
     )
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            result: dict[str, object] = json.loads(line[len("RESULT ") :])
-            return result
-    raise RuntimeError(f"{kind} child failed (rc {proc.returncode}):\n{proc.stderr[-2000:]}")
+    for line in out.stdout.splitlines():
+        if line.startswith("WARM "):
+            _, w, c = line.split()
+            return float(w), float(c)
+    raise RuntimeError(f"{kind} warm run failed:\n{out.stderr[-2000:]}")
 
 
-def main() -> None:
+def _rng(xs: list[float], fmt: str) -> str:
+    return f"{statistics.median(xs):{fmt}} ({min(xs):{fmt}}–{max(xs):{fmt}})"
+
+
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5, help="repetitions (alternating contenders)")
+    ap.add_argument("--warm", type=int, default=3, help="warm loads timed per repetition")
     ap.add_argument("--no-hta", action="store_true", help="skip Holistic Trace Analysis")
-    ap.add_argument("--child", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.child:
-        _child(*args.child)
-        return
-    trace: Path = args.trace
+    trace: Path = args.trace.resolve()
     if not trace.exists():
-        sys.exit(f"trace not found: {trace}")
-
-    contenders: list[tuple[str, Path | str, str]] = [("traceanalyze", sys.executable, "ours")]
+        print(f"trace not found: {trace}")
+        return 1
     hta = None if args.no_hta else _hta_python()
-    if hta is not None:
-        contenders.append(("HTA 0.5.0", hta, "hta"))
-    contenders.append(("floor: gunzip+orjson", sys.executable, "floor"))
+    contenders: list[tuple[str, Path | str, str]] = [
+        ("ours", sys.executable, str(trace)),
+        ("ours-fmt", sys.executable, str(trace)),
+    ]
+    tmp = tempfile.mkdtemp(prefix="bench-hta-")
+    try:
+        if hta is not None:
+            shutil.copy(trace, tmp)
+            contenders.append(("hta", hta, tmp))
+        res: dict[str, dict[str, list[float]]] = {k: {} for k, _, _ in contenders}
+        for rep in range(args.repeat):
+            for kind, py, target in contenders:
+                w, wc, rss = whole(py, kind, target)
+                hot, hc = warm(py, kind, target, args.warm)
+                got = {"whole": w, "whole_cpu": wc, "rss": rss, "warm": hot, "warm_cpu": hc}
+                for name, v in got.items():
+                    res[kind].setdefault(name, []).append(v)
+            print(f"repetition {rep + 1}/{args.repeat} done", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _report(trace, res, args)
+    return 0
 
-    results: dict[str, dict[str, object]] = {}
-    for label, py, kind in contenders:
-        runs = [_run(py, kind, trace) for _ in range(args.repeat)]
-        best = min(runs, key=lambda r: float(r["time_s"]))  # type: ignore[arg-type]
-        best["peak_rss_mb"] = max(float(r["peak_rss_mb"]) for r in runs)  # type: ignore[arg-type]
-        best["times"] = [round(float(r["time_s"]), 3) for r in runs]  # type: ignore[arg-type]
-        best["cpu_s"] = min(float(r["cpu_s"]) for r in runs)  # type: ignore[arg-type]
-        results[label] = best
 
-    base = {k: _run(sys.executable, k, trace)["import_rss_mb"] for k in ("bare", "import-polars")}
-    ours = results["traceanalyze"]
+def _report(trace: Path, res: dict[str, dict[str, list[float]]], args: argparse.Namespace) -> None:
     print(f"\ntrace: {trace.name} ({trace.stat().st_size / 1e6:.2f} MB on disk)")
-    print(f"best of {args.repeat} runs; time excludes imports, peak RSS includes them\n")
-    print(
-        f"{'contender':<22} {'time s':>7} {'CPU s':>7} {'peak RSS MB':>12} {'time/ours':>10} "
-        f"{'RSS/ours':>9}"
-    )
-    for label, r in results.items():
-        t, m = float(r["time_s"]), float(r["peak_rss_mb"])  # type: ignore[arg-type]
-        c = float(r["cpu_s"])  # type: ignore[arg-type]
-        rt = t / float(ours["time_s"])  # type: ignore[arg-type]
-        rm = m / float(ours["peak_rss_mb"])  # type: ignore[arg-type]
+    print(f"{args.repeat} alternating repetitions; median (min–max); warm = median of {args.warm}")
+    print(f"load {os.getloadavg()[0]:.2f} (1-min average, {os.cpu_count()} CPUs)\n")
+    cols = (("whole", "whole process s"), ("whole_cpu", "its CPU s"), ("warm", "warm load s"))
+    cols += (("warm_cpu", "its CPU s"), ("rss", "peak RSS MB"))
+    print(f"{'contender':<29}" + "".join(f" {title:>22}" for _, title in cols))
+    for kind, r in res.items():
+        cells = [_rng(r[f], ".0f" if f == "rss" else ".3f") for f, _ in cols]
+        print(f"{LABELS[kind]:<29}" + "".join(f" {c:>22}" for c in cells))
+    if "hta" not in res:
+        return
+    h = res["hta"]
+    print("\nratios per repetition, median (min–max); CPU: the ratio of CPU times (all threads)")
+    for kind in ("ours", "ours-fmt"):
+        o = res[kind]
+        ratio = {f: [a / b for a, b in zip(h[f], o[f], strict=True)] for f, _ in cols[:4]}
+        mem = [a / b for a, b in zip(o["rss"], h["rss"], strict=True)]
+        # On a shared machine the fastest run of each side is the one least slowed by others.
+        best = {f: min(h[f]) / min(o[f]) for f in ("whole", "warm")}
         print(
-            f"{label:<22} {t:>7.3f} {c:>7.3f} {m:>12.1f} {rt:>9.2f}x {rm:>8.2f}x   "
-            f"wall runs {r['times']}"
-        )
-    print(
-        f"\nimport baselines (RSS MB): python {base['bare']:.1f}, + polars "
-        f"{base['import-polars']:.1f}, + traceanalyze reader {ours['import_rss_mb']:.1f}; "
-        f"heavy modules imported by traceanalyze: {ours['heavy_imports'] or 'none'}"
-    )
-    print(f"traceanalyze rows: {ours['rows']}")
-    if "HTA 0.5.0" in results:
-        h = results["HTA 0.5.0"]
-        speed = float(h["time_s"]) / float(ours["time_s"])  # type: ignore[arg-type]
-        cpu = float(h["cpu_s"]) / float(ours["cpu_s"])  # type: ignore[arg-type]
-        mem = float(ours["peak_rss_mb"]) / float(h["peak_rss_mb"])  # type: ignore[arg-type]
-        print(
-            f"HTA/ours wall time: {speed:.1f}x, CPU time: {cpu:.1f}x (goal >= 10x); "
-            f"ours/HTA peak RSS: {mem:.2f} (goal <= 0.33); HTA events: {h['rows']}"
+            f"  {LABELS[kind]}:\n"
+            f"    whole process HTA/ours {_rng(ratio['whole'], '.1f')}x (goal >= 6), "
+            f"CPU {_rng(ratio['whole_cpu'], '.1f')}x, fastest runs {best['whole']:.1f}x\n"
+            f"    warm load     HTA/ours {_rng(ratio['warm'], '.1f')}x (goal >= 10), "
+            f"CPU {_rng(ratio['warm_cpu'], '.1f')}x, fastest runs {best['warm']:.1f}x\n"
+            f"    peak RSS      ours/HTA {_rng(mem, '.2f')} (goal <= 0.6)"
         )
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

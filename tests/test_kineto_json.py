@@ -406,6 +406,9 @@ def _kernel(**fields: Any) -> dict[str, Any]:
         (_kernel(ts="abc", dur=1), {}, "has ts 'abc'"),
         (_kernel(ts=1e25, dur=1), {}, "has ts '1e+25'"),  # ns would not fit int64
         (_kernel(ts=5, dur=1e300), {}, "has dur '1e+300'"),
+        # 38 digits: ts + dur would overflow a 128-bit sum; named, not wrapped around
+        (_kernel(ts=int("9" * 38), dur=int("9" * 38)), {}, "has ts '99999999"),
+        (_kernel(ts=5, dur=int("9" * 38)), {}, "has dur '99999999"),
         # fits alone, but not once the base time is added
         (_kernel(ts=9223372036854775.0, dur=1), {"baseTimeNanoseconds": 10**12}, "has ts"),
         (_kernel(ts=5, dur=1), {"baseTimeNanoseconds": 1.7e18}, "baseTimeNanoseconds is"),

@@ -1,6 +1,7 @@
 """docs/cli.md from the commands' own `--help`, so the page cannot drift from the code.
 
     python -m traceanalyze._clidoc docs/cli.md      # or `make docs`; no argument: stdout
+    python -m traceanalyze._clidoc --index          # traceanalyze/data/commands.json (`_cliindex`)
 
 Walks the click group the way `traceanalyze --help` does (`list_commands`/`get_command`, so the
 lazily registered commands are included) and renders each command's help at a fixed width, so the
@@ -80,7 +81,12 @@ def write(path: Path) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through `make docs` and the test
-    if len(sys.argv) > 1:
+    if sys.argv[1:] == ["--index"]:
+        from . import _cliindex
+        from .cli import all_commands
+
+        _cliindex.write(all_commands())
+    elif len(sys.argv) > 1:
         write(Path(sys.argv[1]))
     else:
         sys.stdout.write(render_cli_markdown())

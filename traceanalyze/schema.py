@@ -345,7 +345,8 @@ def conform(name: str, df: pl.DataFrame) -> pl.DataFrame:
     Extra columns are a reader bug (ValueError), not bad input.
     """
     t = table(name)
-    extra = [c for c in df.columns if c not in t.polars_schema]
+    known = set(t.names)  # once: `polars_schema` builds a new Schema on every access
+    extra = [c for c in df.columns if c not in known]
     if extra:
         raise ValueError(f"table {name}: columns not in the schema: {extra}")
     exprs = []

@@ -28,18 +28,21 @@ from ._kineto_types import (
 
 
 def _us_to_ns(col: str) -> pl.Expr:
-    """Decimal µs text ('1712195495505583.123', '4.928', '7') -> ns as Decimal(38, 0), exactly.
+    """Decimal µs text ('1712195495505583.123', '4.928', '7') -> ns as Int128, exactly.
 
     Polars parses the text straight into a 3-digit fixed-point decimal (never through float64);
-    finer digits round half to even. Non-numeric values become null (`_check_times` names
-    them). The result stays a 38-digit decimal so that adding the base time and the duration
-    cannot wrap around; `_ns_int` casts to int64 last.
+    finer digits round half to even. The decimal's physical value, an Int128 scaled by 10^3, is
+    the number of ns (cheaper than multiplying the decimal by 1000: 1.5 ms less per read of the
+    ResNet-50 trace). Non-numeric values become null (`_check_times` names them), as do values
+    of more than 27 integer digits: int64 ns hold at most 16 digits of µs, and with at most 30
+    digits adding the base time and the duration cannot overflow Int128. `_ns_int` casts to
+    int64 last.
     """
-    return pl.col(col).cast(pl.Decimal(38, 3), strict=False) * 1000
+    return pl.col(col).cast(pl.Decimal(30, 3), strict=False).to_physical()
 
 
 def _ns_int(expr: pl.Expr) -> pl.Expr:
-    """Decimal ns -> int64; null where it does not fit (`_check_times` reports those)."""
+    """Int128 ns -> int64; null where it does not fit (`_check_times` reports those)."""
     return expr.cast(pl.Int64, strict=False)
 
 
@@ -98,24 +101,36 @@ def _strs(events: Any, attr: str, name: str | None = None) -> pl.Series:
     return pl.Series(name or attr, _col(events, attr), dtype=pl.String, strict=False)
 
 
+class _Roles(dict[Any, "int | None"]):
+    """Category -> role code (`_ROLE_CODE`), worked out once per category a batch holds."""
+
+    def __missing__(self, cat: Any) -> int | None:
+        code = _ROLE_CODE.get(cat.lower()) if isinstance(cat, str) else None
+        self[cat] = code
+        return code
+
+
+_CAT = operator.attrgetter("cat")
+
+
 def _split(events: list[Any]) -> dict[str, list[Any]]:
     """Events of one batch grouped by the table they feed (in file order)."""
     if events and isinstance(events[0], _AnyEvent):
         return _split_untagged(events)
-    cats = _col(events, "cat")
+    roles = _Roles()
     try:
-        rmap = {c: _ROLE_CODE.get(c.lower()) for c in set(cats) if isinstance(c, str)}
+        # C-level: the category of each event, then its role code (skipped phases have cat None
+        # as a class attribute and map to None)
+        codes = list(map(roles.__getitem__, map(_CAT, events)))
     except TypeError:  # an unhashable category (a list…): not Kineto, take the slow path
         return _split_untagged(events)
-    # Skipped phases have cat None and map to None. C-level map to small codes, then columnar
-    # grouping and a C-level gather per table.
-    codes = pl.Series("role", list(map(rmap.get, cats)), dtype=pl.Int8)
-    out: dict[str, list[Any]] = {}
-    for code in codes.drop_nulls().unique().to_list():
-        idx = (codes == code).arg_true().to_list()
-        sub = [events[idx[0]]] if len(idx) == 1 else list(operator.itemgetter(*idx)(events))
-        out[_ROLE_NAMES[code]] = sub
-    return out
+    # One pass appending each event to its group: faster than a columnar group-by and a gather
+    # per table (measured on the ResNet-50 trace).
+    groups: dict[int | None, list[Any]] = {code: [] for code in roles.values()}
+    append = {code: g.append for code, g in groups.items()}
+    for e, code in zip(events, codes, strict=True):
+        append[code](e)
+    return {_ROLE_NAMES[code]: g for code, g in groups.items() if code is not None and g}
 
 
 def _split_untagged(events: list[Any]) -> dict[str, list[Any]]:
@@ -314,8 +329,12 @@ def _iterations(
     ops: pl.DataFrame | None, markers: pl.DataFrame | None, rank: int | None
 ) -> pl.DataFrame | None:
     """`ProfilerStep#N` host ranges (user_annotation; a cpu_op in older PyTorch)."""
+    # The name test first (a prefix check), so that only the few step rows are lower-cased for
+    # the category test.
     host = [
-        f.filter(pl.col("category").str.to_lowercase().is_in(("user_annotation", *_OPS)))
+        f.filter(pl.col("name").str.starts_with(_STEP)).filter(
+            pl.col("category").str.to_lowercase().is_in(("user_annotation", *_OPS))
+        )
         for f in (markers, ops)
         if f is not None
     ]
@@ -325,9 +344,7 @@ def _iterations(
         pl.col("end_ns").is_not_null()
     )
     number = pl.col("name").str.strip_prefix(_STEP).cast(pl.Int64, strict=False)
-    steps = steps.with_columns(
-        iteration=pl.when(pl.col("name").str.starts_with(_STEP)).then(number)
-    )
+    steps = steps.with_columns(iteration=number)
     steps = steps.filter(pl.col("iteration").is_not_null()).sort("start_ns", maintain_order=True)
     # A step recorded both as an annotation and as a cpu_op: keep one.
     steps = steps.unique("iteration", keep="first", maintain_order=True)

@@ -31,17 +31,18 @@ import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import polars as pl
-import pyarrow as pa
-import pyarrow.ipc as ipc
 
 from ..errors import MalformedInput, TraceanalyzeError
 from ._common import PathLike, as_bad_input, bad_input_errors, warn
 from ._kineto_frames import _FINISH, _ns_int, _us_to_ns
 from ._kineto_types import _STEP
+
+if TYPE_CHECKING:  # numpy and pyarrow load on the first spill: `read_kineto_json` needs neither
+    import numpy as np
+    import pyarrow as pa
 
 # Bytes (Arrow size) of one table sorted in memory at a time, and of a chunk read back from a
 # spill or yielded to the sink. In rows per table from its spill's bytes per row: a kernels row
@@ -52,11 +53,19 @@ CHUNK_BYTES = 4 << 20
 _MAX_BUCKETS = 512
 _SAMPLE_CAP = 1 << 17  # start-time sample per table, thinned by halves past twice this
 _INT64_MAX = 2**63 - 1
-# Uncompressed: lz4 or zstd frames cost ~45 MB of RSS in compression buffers for a 250 MB trace
-_IPC_OPTIONS = ipc.IpcWriteOptions()
-# Spill I/O buffers from malloc, which gives large blocks back to the system when freed; the
-# default pool (mimalloc) kept a whole spill's worth of read buffers in the RSS.
-_POOL = pa.system_memory_pool()
+
+
+@functools.cache
+def _arrow() -> tuple[Any, Any, Any, Any]:
+    """pyarrow, its IPC module, the spill memory pool and write options (imported on first use).
+
+    Uncompressed: lz4 or zstd frames cost ~45 MB of RSS in compression buffers for a 250 MB
+    trace. Spill I/O buffers come from malloc, which gives large blocks back to the system when
+    freed; the default pool (mimalloc) kept a whole spill's worth of read buffers in the RSS."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    return pa, ipc, pa.system_memory_pool(), ipc.IpcWriteOptions()
 _TABLES = ("kernels", "ops", "markers", "memcpy", "api_calls")  # read_kineto_json's order
 
 
@@ -75,9 +84,10 @@ class _Spill:
             return
         data = df.to_arrow()
         if self._writer is None:
+            pa, ipc, pool, options = _arrow()
             self._schema = data.schema
-            self._file = pa.OSFile(str(self.path), "wb", memory_pool=_POOL)
-            self._writer = ipc.new_stream(self._file, data.schema, options=_IPC_OPTIONS)
+            self._file = pa.OSFile(str(self.path), "wb", memory_pool=pool)
+            self._writer = ipc.new_stream(self._file, data.schema, options=options)
         elif data.schema != self._schema:
             data = data.cast(self._schema)
         self._writer.write_table(data)
@@ -104,8 +114,9 @@ class _Spill:
         group: list[pa.RecordBatch] = []
         n = 0
         # read, not memory-mapped: mapped pages count in the RSS until the file is closed
-        src = pa.OSFile(str(self.path), memory_pool=_POOL)
-        with src, ipc.open_stream(src, memory_pool=_POOL) as reader:
+        pa, ipc, pool, _ = _arrow()
+        src = pa.OSFile(str(self.path), memory_pool=pool)
+        with src, ipc.open_stream(src, memory_pool=pool) as reader:
             for batch in reader:
                 group.append(batch)
                 n += batch.num_rows
@@ -127,7 +138,7 @@ class _Spill:
 
 
 def _frame(batches: list[pa.RecordBatch]) -> pl.DataFrame:
-    df = pl.from_arrow(pa.Table.from_batches(batches))
+    df = pl.from_arrow(_arrow()[0].Table.from_batches(batches))
     assert isinstance(df, pl.DataFrame)
     return df
 
@@ -147,6 +158,8 @@ class Spiller:
         self.steps: dict[str, pl.DataFrame | None] = {"ops": None, "markers": None}
 
     def add(self, table: str, df: pl.DataFrame) -> None:
+        import numpy as np
+
         spill, stride = self.spills[table], self._stride[table]
         # every `stride`-th row of the table (counted across batches)
         ts = df["ts"].gather_every(stride, (-spill.rows) % stride)
@@ -161,6 +174,8 @@ class Spiller:
 
     def sample(self, table: str) -> np.ndarray[Any, Any]:
         """The sampled start times of `table`, in µs relative to the base, sorted."""
+        import numpy as np
+
         parts = self._sample.pop(table, [])
         return np.sort(np.concatenate(parts)) if parts else np.empty(0)
 
@@ -216,6 +231,8 @@ def timed(df: pl.DataFrame, base_ns: int) -> pl.DataFrame:
 def _bounds(sample: np.ndarray[Any, Any], base_ns: int, spill: _Spill) -> np.ndarray[Any, Any]:
     """Bucket bounds, epoch ns, ascending: the sample's quantiles for buckets of ~BUCKET_BYTES.
     They only balance the buckets; which bucket a row goes to is decided on its exact start."""
+    import numpy as np
+
     k = min(math.ceil(spill.rows / spill.rows_for(BUCKET_BYTES)), _MAX_BUCKETS)
     if k <= 1 or len(sample) == 0:
         return np.empty(0, dtype=np.int64)
@@ -279,6 +296,8 @@ def _deal(
     buckets by start time (one bucket: kept in memory, it is at most ~BUCKET_BYTES). Also the
     table's `ProfilerStep#` rows, in file order (`_iterations` sorts them stably by start, which
     gives the same order as from the sorted table)."""
+    import numpy as np
+
     check = _TimeCheck(name, path)
     finish = None if name == "kernels" else _FINISH.get(name)  # kernel_id: after the sort
     buckets: list[_Spill] = [
