@@ -66,6 +66,8 @@ def _arrow() -> tuple[Any, Any, Any, Any]:
     import pyarrow.ipc as ipc
 
     return pa, ipc, pa.system_memory_pool(), ipc.IpcWriteOptions()
+
+
 _TABLES = ("kernels", "ops", "markers", "memcpy", "api_calls")  # read_kineto_json's order
 
 

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.csv as pacsv
 
 from ..errors import MalformedInput
 from ..tables import Tables
-from ._common import PathLike
+from ._common import PathLike, lazy_import
 from ._smi_assemble import _REASONS, _SMI_NULL_CELLS, _assemble, _ints, _numbers, _split_values
 from ._smi_time import check_timezone, local_timezone, local_to_epoch_ns
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+else:  # imported on first use, so format detection stays light
+    pa = lazy_import("pyarrow")
+    pacsv = lazy_import("pyarrow.csv")
 
 _SMI_STAMP_FORMAT = "%Y/%m/%d %H:%M:%S%.f"
 

@@ -30,16 +30,21 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.csv as pacsv
 
 from ..errors import MalformedInput, TraceanalyzeError
 from ..tables import Tables
-from ._common import PathLike, warn
+from ._common import PathLike, lazy_import, warn
 from ._smi_time import check_timezone, local_timezone, local_to_epoch_ns
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+else:  # imported on first use, so format detection stays light
+    pa = lazy_import("pyarrow")
+    pacsv = lazy_import("pyarrow.csv")
 
 
 def build_tables(**frames: pl.DataFrame | None) -> Tables:

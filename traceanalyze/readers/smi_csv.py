@@ -72,10 +72,9 @@ import mmap
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.csv as pacsv
 
 from ..errors import MalformedInput, MissingColumn
 from ..tables import Tables
@@ -85,6 +84,7 @@ from ._common import (
     check_line_lengths,
     check_telemetry,
     head_text,
+    lazy_import,
     read_content,
     reader_entry,
 )
@@ -93,6 +93,13 @@ from ._smi_careful import _read_smi_careful
 from ._smi_fast import _smi_fast
 from ._smi_stream import SmiLog, stream_smi
 from ._smi_time import check_timezone, local_timezone, local_to_epoch_ns
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+else:  # imported on first use, so format detection stays light
+    pa = lazy_import("pyarrow")
+    pacsv = lazy_import("pyarrow.csv")
 from ._smi_variants import build_tables
 from ._stream_common import stream_entry
 
@@ -115,12 +122,13 @@ NVML_SAMPLER_HEADER: tuple[str, ...] = (
     "energy_j",
     "clock_event_reasons",
 )
-_SAMPLER_TYPES: dict[str, pa.DataType] = {
-    "timestamp_ns": pa.int64(),
-    "device_id": pa.int64(),
-    "device_uuid": pa.string(),
-    "power_kind": pa.string(),
-    "clock_event_reasons": pa.int64(),
+# Arrow types of the sampler columns that are not float64 (pyarrow is imported on first use)
+_SAMPLER_TYPES: dict[str, str] = {
+    "timestamp_ns": "int64",
+    "device_id": "int64",
+    "device_uuid": "string",
+    "power_kind": "string",
+    "clock_event_reasons": "int64",
 }
 
 
@@ -333,7 +341,7 @@ def check_sampler_header(body: bytes, path: PathLike) -> None:
 def sampler_rows(body: bytes, path: PathLike, rows_before: int) -> pl.DataFrame:
     """The samples of `body`: the header line, then rows (the first `rows_before` rows of the
     log were in earlier blocks: error line numbers count them)."""
-    types = {c: _SAMPLER_TYPES.get(c, pa.float64()) for c in NVML_SAMPLER_HEADER}
+    types = {c: getattr(pa, _SAMPLER_TYPES.get(c, "float64"))() for c in NVML_SAMPLER_HEADER}
     try:
         tbl = pacsv.read_csv(
             pa.py_buffer(body),
