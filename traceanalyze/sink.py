@@ -75,8 +75,8 @@ class TableSink:
             )
             self._writers[table] = writer
             self._paths[table] = dest
-        elif data.schema != writer.schema_arrow:
-            data = data.cast(writer.schema_arrow)
+        elif data.schema != writer.schema:
+            data = data.cast(writer.schema)
         writer.write_table(data, row_group_size=max(data.num_rows, 1))
 
     def close(self, *, keep_empty: tuple[str, ...] = ("sources",)) -> list[str]:

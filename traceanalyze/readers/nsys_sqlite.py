@@ -83,8 +83,14 @@ Parquet with 2 ranges, ~0.63 M rows/s in one process).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
+
+import polars as pl
 
 from ..errors import MalformedInput
 from ..tables import Tables
@@ -96,6 +102,7 @@ from ._common import (
     head_bytes,
     reader_entry,
 )
+from ._nsys_stream import stream_tables
 from ._nsys_tables import (
     KERNEL,
     _api_calls,
@@ -109,6 +116,7 @@ from ._nsys_tables import (
     _strings,
 )
 from ._sqlite import connect_readonly, sqlite_tables
+from ._sqlite_stream import stream_entry
 
 # Tables only an nsys export has: a file with `StringIds` and a metadata table but none of these
 # (another program's database) is not claimed, and not read as an empty export.
@@ -173,6 +181,59 @@ def read_nsys_sqlite(
     by rowid range; None is min(CPUs, 4), 1 reads everything in this process. The result is the
     same either way.
     """
+    with _opened(path, engine, workers) as x:
+        con, names, fast = x.con, x.names, x.fast
+        kernels = _kernels(con, names, x.strings, x.bad_ids, fast)
+        memcpy = _memcpy(con, names, fast)
+        activity = [f["device_id"] for f in (kernels, memcpy) if f is not None]
+        frames = {
+            "sources": _sources(con, names),
+            "devices": _devices(con, names, activity),
+            "kernels": kernels,
+            "memcpy": memcpy,
+            "api_calls": _api_calls(con, names, x.strings, x.bad_ids, fast),
+            "markers": _markers(con, names, x.strings, x.bad_ids),
+            "gpu_metrics": _gpu_metrics(con, names),
+        }
+    return Tables.build(**{k: v for k, v in frames.items() if v is not None})
+
+
+@stream_entry("nsys_sqlite")
+def stream_nsys_sqlite(
+    path: PathLike,
+    *,
+    workdir: Path,
+    engine: Literal["auto", "sqlite3", "adbc"] = "auto",
+    workers: int | None = None,
+) -> Iterator[tuple[str, pl.DataFrame]]:
+    """`read_nsys_sqlite` as (table, chunk) pairs for `ingest`, one batch (`_BATCH` rows) of a
+    source table at a time: the chunks of each table, concatenated, are its tables (rows,
+    order, `kernel_id`s), and bad input raises the same errors. Memory is one batch plus the
+    small tables (StringIds, enums, devices), whatever the file's size.
+
+    `engine` as `read_nsys_sqlite`'s (ADBC record batches, else sqlite3 `fetchmany`). Every
+    table is read in this process: `workers` is accepted (the options are `read`'s) but no
+    worker process is started, since each costs ~60 MB of its own, more than the memory bound
+    leaves on a small file. `workdir` is not needed: nothing is sorted (table order is the
+    output order)."""
+    del workers, workdir  # see the docstring
+    with _opened(path, engine, 1) as x:
+        yield from stream_tables(x.con, x.names, x.strings, x.bad_ids, x.fast)
+
+
+@dataclass
+class _Export:
+    con: sqlite3.Connection
+    names: set[str]
+    fast: _sqlite.Fast | None
+    strings: pl.DataFrame
+    bad_ids: set[int]
+
+
+@contextlib.contextmanager
+def _opened(path: PathLike, engine: str, workers: int | None) -> Iterator[_Export]:
+    """The export opened and checked, with its StringIds; the errors of a damaged file raised
+    while the body reads it become MalformedInput naming it (for `read` and the stream)."""
     con = connect_readonly(path)
     fast = None
     try:
@@ -198,18 +259,7 @@ def read_nsys_sqlite(
             "SELECT id FROM StringIds WHERE instr(CAST(value AS BLOB), x'00') > 0"
         ).fetchall()
         bad_ids = {int(r[0]) for r in raw_nul}
-        kernels = _kernels(con, names, strings, bad_ids, fast)
-        memcpy = _memcpy(con, names, fast)
-        activity = [f["device_id"] for f in (kernels, memcpy) if f is not None]
-        frames = {
-            "sources": _sources(con, names),
-            "devices": _devices(con, names, activity),
-            "kernels": kernels,
-            "memcpy": memcpy,
-            "api_calls": _api_calls(con, names, strings, bad_ids, fast),
-            "markers": _markers(con, names, strings, bad_ids),
-            "gpu_metrics": _gpu_metrics(con, names),
-        }
+        yield _Export(con, names, fast, strings, bad_ids)
     except MalformedInput as e:
         if e.path is None:  # raised below the entry point, which alone knows the path
             e.path = str(path)
@@ -224,4 +274,3 @@ def read_nsys_sqlite(
         if fast is not None:
             fast.con.close()
         con.close()
-    return Tables.build(**{k: v for k, v in frames.items() if v is not None})
