@@ -62,7 +62,11 @@ class TableSink:
         self._buf_rows[table] = self._buf_bytes[table] = 0
         if not frames:
             return
-        data = (pl.concat(frames) if len(frames) > 1 else frames[0]).to_arrow()
+        # Arrow string views (polars' own layout): exported without copying, so names that a
+        # reader gathered from a small string table stay one copy of each string, not a copy
+        # per row (a 32 MB row group of kernel names would otherwise be materialized here).
+        frame = pl.concat(frames) if len(frames) > 1 else frames[0]
+        data = frame.to_arrow(compat_level=pl.CompatLevel.newest())
         frames.clear()
         writer = self._writers.get(table)
         if writer is None:

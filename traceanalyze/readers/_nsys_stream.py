@@ -70,21 +70,24 @@ def stream_tables(
     strings: pl.DataFrame,
     bad_ids: set[int],
     fast: Fast | None,
+    batch: int,
 ) -> Iterator[Chunk]:
-    """Every table of the export as (table, chunk) pairs; `sources` once, with `devices`."""
+    """Every table of the export as (table, chunk) pairs; `sources` once, with `devices`.
+    `batch`: the rows of a sqlite3 batch (the whole read's, so that a bad cell's error is the
+    same); ADBC batches are `fast.batch_rows`."""
     # As Python ints: a polars `unique()` of a batch's column can keep the batch's buffer alive.
     device_ids: set[int] = set()
-    for name, df in _kernels(con, names, strings, bad_ids, fast):
+    for name, df in _kernels(con, names, strings, bad_ids, fast, batch):
         device_ids.update(df["device_id"].drop_nulls().unique().to_list())
         yield name, df
-    for name, df in _memcpy(con, names, fast):
+    for name, df in _memcpy(con, names, fast, batch):
         device_ids.update(df["device_id"].drop_nulls().unique().to_list())
         yield name, df
     yield "sources", _sources(con, names)
     yield "devices", _devices(con, names, [pl.Series("device_id", sorted(device_ids), dtype=_I)])
-    yield from _api_calls(con, names, strings, bad_ids, fast)
-    yield from _markers(con, names, strings, bad_ids)
-    yield from _gpu_metrics(con, names)
+    yield from _api_calls(con, names, strings, bad_ids, fast, batch)
+    yield from _markers(con, names, strings, bad_ids, batch)
+    yield from _gpu_metrics(con, names, batch)
 
 
 def _kernels(
@@ -93,13 +96,16 @@ def _kernels(
     strings: pl.DataFrame,
     bad_ids: set[int],
     fast: Fast | None,
+    batch: int,
 ) -> Iterator[Chunk]:
     if KERNEL not in names:
         return
     times = TimeChecks(KERNEL)
     notes = NameNotes(KERNEL_NAMES, strings, bad_ids)
     first = 0
-    for df in fetch_batches(con, KERNEL, KERNEL_COLS, dict.fromkeys(KERNEL_COLS, _I), fast=fast):
+    for df in fetch_batches(
+        con, KERNEL, KERNEL_COLS, dict.fromkeys(KERNEL_COLS, _I), fast=fast, strict_batch=batch
+    ):
         times.add(df)
         notes.add(df)
         yield "kernels", kernel_rows(df, strings, first)
@@ -108,13 +114,15 @@ def _kernels(
     notes.warn()
 
 
-def _memcpy(con: sqlite3.Connection, names: set[str], fast: Fast | None) -> Iterator[Chunk]:
+def _memcpy(
+    con: sqlite3.Connection, names: set[str], fast: Fast | None, batch: int
+) -> Iterator[Chunk]:
     mems = mem_kinds(con, names)
     if MEMCPY in names:
         copies = copy_kinds(con, names)
         times = TimeChecks(MEMCPY)
         for df in fetch_batches(
-            con, MEMCPY, MEMCPY_COLS, dict.fromkeys(MEMCPY_COLS, _I), fast=fast
+            con, MEMCPY, MEMCPY_COLS, dict.fromkeys(MEMCPY_COLS, _I), fast=fast, strict_batch=batch
         ):
             times.add(df)
             yield "memcpy", memcpy_rows(df, copies, mems)
@@ -122,7 +130,7 @@ def _memcpy(con: sqlite3.Connection, names: set[str], fast: Fast | None) -> Iter
     if MEMSET in names:
         times = TimeChecks(MEMSET)
         for df in fetch_batches(
-            con, MEMSET, MEMSET_COLS, dict.fromkeys(MEMSET_COLS, _I), fast=fast
+            con, MEMSET, MEMSET_COLS, dict.fromkeys(MEMSET_COLS, _I), fast=fast, strict_batch=batch
         ):
             times.add(df)
             yield "memcpy", memset_rows(df, mems)
@@ -135,6 +143,7 @@ def _api_calls(
     strings: pl.DataFrame,
     bad_ids: set[int],
     fast: Fast | None,
+    batch: int,
 ) -> Iterator[Chunk]:
     classes = event_classes(con, names)
     for table, table_api in API_TABLES:
@@ -144,7 +153,9 @@ def _api_calls(
         times = TimeChecks(table)
         other = ApiNotes(table)
         notes = NameNotes(api_names(table), strings, bad_ids)
-        for df in fetch_batches(con, table, API_COLS, dict.fromkeys(API_COLS, _I), fast=fast):
+        for df in fetch_batches(
+            con, table, API_COLS, dict.fromkeys(API_COLS, _I), fast=fast, strict_batch=batch
+        ):
             times.add(df)
             calls = api_classify(df, by_class, table_api, other)
             notes.add(calls)
@@ -155,7 +166,7 @@ def _api_calls(
 
 
 def _markers(
-    con: sqlite3.Connection, names: set[str], strings: pl.DataFrame, bad_ids: set[int]
+    con: sqlite3.Connection, names: set[str], strings: pl.DataFrame, bad_ids: set[int], batch: int
 ) -> Iterator[Chunk]:
     if NVTX not in names:
         return
@@ -165,14 +176,18 @@ def _markers(
     if creates:  # without an eventType column no row is a marker or a domain
         parts = [
             nvtx_named(df, strings)
-            for df in fetch_batches(con, NVTX, NVTX_COLS, NVTX_SCHEMA, where=creates)
+            for df in fetch_batches(
+                con, NVTX, NVTX_COLS, NVTX_SCHEMA, where=creates, strict_batch=batch
+            )
         ]
         if parts:
             domains = nvtx_domains(pl.concat(parts))
     times = TimeChecks(NVTX, end_nullable=True)
     notes = NameNotes(NVTX_NAMES, strings, bad_ids)
     nul_texts = 0
-    for df in fetch_batches(con, NVTX, NVTX_COLS, NVTX_SCHEMA, where=nvtx_where(con)):
+    for df in fetch_batches(
+        con, NVTX, NVTX_COLS, NVTX_SCHEMA, where=nvtx_where(con), strict_batch=batch
+    ):
         times.add(df)
         nul_texts += nvtx_nul_texts(df)
         notes.add(df)
@@ -182,9 +197,9 @@ def _markers(
     notes.warn()
 
 
-def _gpu_metrics(con: sqlite3.Connection, names: set[str]) -> Iterator[Chunk]:
+def _gpu_metrics(con: sqlite3.Connection, names: set[str], batch: int) -> Iterator[Chunk]:
     info = metric_info(con, names)
     if info is None:
         return
-    for m in fetch_batches(con, "GPU_METRICS", METRIC_COLS, METRIC_SCHEMA):
+    for m in fetch_batches(con, "GPU_METRICS", METRIC_COLS, METRIC_SCHEMA, strict_batch=batch):
         yield "gpu_metrics", metric_rows(m, info)

@@ -98,11 +98,19 @@ def fetch_batches(
     *,
     where: str = "",
     fast: Fast | None = None,
+    strict_batch: int = _sqlite.BATCH,
 ) -> Iterator[pl.DataFrame]:
     """`_sqlite.fetch_batches` with this export's required columns: `_fetch` a batch at a time."""
     required = REQUIRED.get(table, ())
     return _sqlite.fetch_batches(
-        con, table, wanted, schema, required=required, where=where, fast=fast
+        con,
+        table,
+        wanted,
+        schema,
+        required=required,
+        where=where,
+        fast=fast,
+        strict_batch=strict_batch,
     )
 
 

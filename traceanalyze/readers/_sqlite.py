@@ -259,19 +259,21 @@ def fetch_batches(
     required: Sequence[str] = (),
     where: str = "",
     fast: Fast | None = None,
+    strict_batch: int = BATCH,
 ) -> Iterator[pl.DataFrame]:
-    """`fetch` one batch at a time (`fast.batch_rows`, else `BATCH` rows, in table order): the
-    frames concatenated equal `fetch`'s frame, and a bad table raises the same error, but only
-    a batch is held. All-integer selections go through `fast`'s in-process connection one
-    record batch at a time (never worker processes: each costs ~60 MB of its own); when the
-    driver refuses a batch, the strict sqlite3 path reads the table from its first row (so
-    its error is `fetch`'s) and yields only the rows not yielded yet."""
+    """`fetch` one batch at a time, in table order: the frames concatenated equal `fetch`'s
+    frame, and a bad table raises the same error, but only a batch is held. All-integer
+    selections go through `fast`'s in-process connection one record batch (`fast.batch_rows`
+    rows) at a time, never worker processes (each costs ~60 MB of its own); the rest, and a
+    table whose cells the driver refuses, through Python's sqlite3 in batches of `strict_batch`
+    rows (pass the whole read's batch: the same cut gives the same error), read from its first
+    row and yielding only the rows not yielded yet."""
     have = set(table_columns(con, table))
     refuse_generated(con, table, wanted.values(), path=None)
     require_columns(have, required, path=None, table=table)
     present = {out: src for out, src in wanted.items() if src in have}
     out_schema = {out: schema[out] for out in present}
-    batch = fast.batch_rows if fast is not None else BATCH
+    batch = strict_batch
     if not present:
         n = con.execute(f"SELECT count(*) FROM {q(table)} {where}").fetchone()[0]
         for lo in range(0, n, batch):
@@ -282,7 +284,7 @@ def fetch_batches(
     names = list(present)
     done = 0
     if fast is not None and all(dt == pl.Int64 for dt in out_schema.values()):
-        for frame in _adbc_batches(fast, sql, names, batch):
+        for frame in _adbc_batches(fast, sql, names, fast.batch_rows):
             if frame is None:
                 break  # refused: the strict path below decides
             done += frame.height

@@ -126,6 +126,9 @@ _NSYS_FAMILIES = ("CUPTI_ACTIVITY_KIND_", "NVTX_", "TARGET_INFO_", "ENUM_NSYS_",
 _BATCH = _sqlite.BATCH
 PARALLEL_MIN_ROWS = _sqlite.PARALLEL_MIN_ROWS
 _LOCAL_HEAD_START = _sqlite.LOCAL_HEAD_START
+# The stream's ADBC record batch: 16k rows of kernels are ~2.5 MB of integers (the driver's
+# buffers and the frames made from them grow with it, by ~25 MB at 64k rows).
+_STREAM_BATCH = 1 << 14
 
 
 # --- sniffing ---------------------------------------------------------------------------------
@@ -206,10 +209,11 @@ def stream_nsys_sqlite(
     engine: Literal["auto", "sqlite3", "adbc"] = "auto",
     workers: int | None = None,
 ) -> Iterator[tuple[str, pl.DataFrame]]:
-    """`read_nsys_sqlite` as (table, chunk) pairs for `ingest`, one batch (`_BATCH` rows) of a
-    source table at a time: the chunks of each table, concatenated, are its tables (rows,
-    order, `kernel_id`s), and bad input raises the same errors. Memory is one batch plus the
-    small tables (StringIds, enums, devices), whatever the file's size.
+    """`read_nsys_sqlite` as (table, chunk) pairs for `ingest`, one batch of a source table at
+    a time (`_STREAM_BATCH` rows through ADBC, `_BATCH` through sqlite3): the chunks of each
+    table, concatenated, are its tables (rows, order, `kernel_id`s), and bad input raises the
+    same errors. Memory is one batch plus the small tables (StringIds, enums, devices),
+    whatever the file's size.
 
     `engine` as `read_nsys_sqlite`'s (ADBC record batches, else sqlite3 `fetchmany`). Every
     table is read in this process: `workers` is accepted (the options are `read`'s) but no
@@ -217,8 +221,8 @@ def stream_nsys_sqlite(
     leaves on a small file. `workdir` is not needed: nothing is sorted (table order is the
     output order)."""
     del workers, workdir  # see the docstring
-    with _opened(path, engine, 1) as x:
-        yield from stream_tables(x.con, x.names, x.strings, x.bad_ids, x.fast)
+    with _opened(path, engine, 1, batch_rows=_STREAM_BATCH) as x:
+        yield from stream_tables(x.con, x.names, x.strings, x.bad_ids, x.fast, _BATCH)
 
 
 @dataclass
@@ -231,7 +235,9 @@ class _Export:
 
 
 @contextlib.contextmanager
-def _opened(path: PathLike, engine: str, workers: int | None) -> Iterator[_Export]:
+def _opened(
+    path: PathLike, engine: str, workers: int | None, *, batch_rows: int | None = None
+) -> Iterator[_Export]:
     """The export opened and checked, with its StringIds; the errors of a damaged file raised
     while the body reads it become MalformedInput naming it (for `read` and the stream)."""
     con = connect_readonly(path)
@@ -250,7 +256,7 @@ def _opened(path: PathLike, engine: str, workers: int | None) -> Iterator[_Expor
             path,
             engine,
             workers,
-            batch_rows=_BATCH,
+            batch_rows=_BATCH if batch_rows is None else batch_rows,
             parallel_min_rows=PARALLEL_MIN_ROWS,
             local_head_start=_LOCAL_HEAD_START,
         )
