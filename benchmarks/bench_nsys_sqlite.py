@@ -14,6 +14,8 @@ Task: SQLite export → kernels with the three names resolved → Parquet (zstd)
 zstd level 1, pyarrow's default level, i.e. what `pandas.to_parquet(compression="zstd")` writes
 (polars' own default level, 3, costs ours ~0.1–0.15 s more on 5 M rows).
 
+* `ta.read (auto)`: the public entry, `ta.read(path).kernels` → `write_parquet`: format
+  detection, the file's sha256 and the `sources` row on top of the reader, default options;
 * `traceanalyze (adbc)`: `read_nsys_sqlite(path, engine="adbc")` (every table, not only kernels)
   → `kernels` frame → `write_parquet`; the integer columns are read through `adbc-driver-sqlite`
   (read-only URI) in min(CPUs, 4) rowid ranges, the first in the reader's process and the others
@@ -144,7 +146,19 @@ def _rss_mb() -> float:
 def _child(kind: str, path: str, outdir: str) -> None:
     res: dict[str, object] = {}
     pq = str(Path(outdir) / f"{kind}.parquet")
-    if kind in ("ours", "ours_serial", "ours_sqlite3"):
+    if kind == "ours_ta":
+        sys.path.insert(0, str(ROOT))
+        import traceanalyze as ta
+
+        res["import_rss_mb"] = _rss_mb()
+        t0 = time.perf_counter()
+        k = ta.read(path).kernels  # the public entry: detection, sha256, sources row
+        k.write_parquet(pq, compression="zstd", compression_level=ZSTD_LEVEL)
+        res["time_s"] = time.perf_counter() - t0
+        res["rows"] = k.height
+        res["workers"] = max(1, _default_workers()) - 1
+        res["worker_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    elif kind in ("ours", "ours_serial", "ours_sqlite3"):
         sys.path.insert(0, str(ROOT))
         from traceanalyze.readers._sqlite_parallel import default_workers
         from traceanalyze.readers.nsys_sqlite import read_nsys_sqlite
@@ -203,6 +217,13 @@ def _child(kind: str, path: str, outdir: str) -> None:
     print(json.dumps(res))
 
 
+def _default_workers() -> int:
+    sys.path.insert(0, str(ROOT))
+    from traceanalyze.readers._sqlite_parallel import default_workers
+
+    return default_workers()
+
+
 def _run(kind: str, path: Path, repeat: int) -> dict[str, object]:
     best: dict[str, object] = {}
     peaks: dict[str, float] = {}
@@ -246,6 +267,7 @@ def _startup(path: Path) -> str:
 
 
 LABELS = {
+    "ours_ta": "ta.read (auto)",
     "ours": "traceanalyze (adbc)",
     "ours_serial": "traceanalyze (adbc, 1 proc)",
     "ours_sqlite3": "traceanalyze (sqlite3)",
@@ -275,7 +297,8 @@ def main() -> None:
     print(f"CPUs: {os.cpu_count()}, load average at the start (1, 5, 15 min): {os.getloadavg()}")
     results = {}
     for kind in a.only:
-        path = big if kind in ("ours", "ours_serial", "ours_sqlite3", "connectorx") else small
+        big_ones = ("ours_ta", "ours", "ours_serial", "ours_sqlite3", "connectorx")
+        path = big if kind in big_ones else small
         results[kind] = _run(kind, path, a.repeat)
         print(f"  {LABELS[kind]}: {results[kind]}", file=sys.stderr)
     print(_startup(big))

@@ -66,9 +66,11 @@ null.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from importlib import resources
+from pathlib import Path
 
 import polars as pl
 
@@ -89,6 +91,8 @@ from ._common import (
 from ._cupti import COPY_KINDS, MEMORY_KINDS
 from ._short_names import short_name as _short_name
 from ._sqlite import connect_readonly, q, query_frame, sqlite_tables
+from ._sqlite_parallel import rowid_alias
+from ._sqlite_stream import stream_entry
 
 TOOL = "nvprof"
 
@@ -124,11 +128,37 @@ def sniff(path: PathLike) -> bool:
 @reader_entry("nvprof_sqlite")
 def read_nvprof_sqlite(path: PathLike) -> Tables:
     """Read an nvprof SQLite export into normalized tables."""
+    with _opened(path) as con:
+        return _read(con, path)
+
+
+# Rows per sqlite3 batch of the stream (tests shrink it).
+_BATCH = 1 << 16
+
+
+@stream_entry("nvprof_sqlite")
+def stream_nvprof_sqlite(path: PathLike, *, workdir: Path) -> Iterator[tuple[str, pl.DataFrame]]:
+    """`read_nvprof_sqlite` as (table, chunk) pairs for `ingest`: kernels, copies and API
+    calls a batch (`_BATCH` rows) at a time, sorted by SQLite (see `_nvprof_stream`); the
+    chunks of each table, concatenated, are `read_nvprof_sqlite`'s table (rows, order,
+    `kernel_id`s) and bad input raises the same errors. `workdir` is not needed: SQLite's
+    sorter keeps its own temporary files."""
+    from ._nvprof_stream import stream_tables
+
+    del workdir
+    with _opened(path) as con:
+        yield from stream_tables(con, path, _check(con, path), _BATCH)
+
+
+@contextlib.contextmanager
+def _opened(path: PathLike) -> Iterator[sqlite3.Connection]:
+    """The export opened read-only; errors of a damaged file met while the body reads it
+    become MalformedInput naming it."""
     if not is_sqlite(path):
         raise MalformedInput("not an SQLite database (nvprof -o export expected)", path=path)
     con = connect_readonly(path)
     try:
-        return _read(con, path)
+        yield con
     except sqlite3.DatabaseError as e:
         # a truncated or corrupt file fails only when a damaged page is reached
         raise MalformedInput(f"cannot read the SQLite database ({e})", path=path) from None
@@ -142,7 +172,8 @@ def read_nvprof_sqlite(path: PathLike) -> Tables:
         con.close()
 
 
-def _read(con: sqlite3.Connection, path: PathLike) -> Tables:
+def _check(con: sqlite3.Connection, path: PathLike) -> set[str]:
+    """The export's tables, once it is known to be an nvprof export."""
     tables = sqlite_tables(con)
     if not any(t in tables for t in KERNEL_TABLES):
         raise MissingColumn(
@@ -153,7 +184,11 @@ def _read(con: sqlite3.Connection, path: PathLike) -> Tables:
     if _STRINGS not in tables:
         raise MissingColumn("not an nvprof export: no StringTable", path=path, table=_STRINGS)
     require_columns(table_columns(con, _STRINGS), ["_id_", "value"], path=path, table=_STRINGS)
+    return tables
 
+
+def _read(con: sqlite3.Connection, path: PathLike) -> Tables:
+    tables = _check(con, path)
     api_calls = _api_calls(con, path, tables)
     pids = api_calls["process_id"].drop_nulls().unique()
     pid = int(pids[0]) if pids.len() == 1 else None
@@ -244,51 +279,86 @@ _KERNEL_COLS = {
 }
 
 
-def _kernels(
-    con: sqlite3.Connection, path: PathLike, tables: set[str], pid: int | None
-) -> pl.DataFrame:
-    parts, used = [], []
+def kernel_sql(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> tuple[str, list[str]]:
+    """The kernel tables' rows as one UNION ALL query (with `_t`, the table's index, and `_r`,
+    its rowid: the order a stable sort by start keeps), and the tables used."""
+    parts: list[str] = []
+    used: list[str] = []
     for table in KERNEL_TABLES:
         if table not in tables:
             continue
         cols = _select(con, path, table, _KERNEL_COLS, ["start", "end", "name"])
-        parts.append(f"SELECT {', '.join(cols)} FROM {q(table)} t")
+        parts.append(
+            f"SELECT {', '.join(cols)}, {_order_cols(con, table, len(used))} FROM {q(table)} t"
+        )
         used.append(table)
-    schema: dict[str, pl.DataType] = {c: _I() for c in _KERNEL_COLS}
-    df = query_frame(con, path, " + ".join(used), " UNION ALL ".join(parts), schema)
-    check_times(df, path=path, table=" + ".join(used))
-    ids = " UNION ".join(f"SELECT name FROM {q(t)}" for t in used)
-    df = _with_strings(con, path, df, "name_id", "raw_name", ids)
-    _warn_dangling(df, "raw_name", "name_id", "kernels", path)
+    return " UNION ALL ".join(parts), used
 
-    raw = df["raw_name"]
+
+def _order_cols(con: sqlite3.Connection, table: str, index: int) -> str:
+    alias = rowid_alias(table_columns(con, table))
+    return f"{index} AS _t, " + (f"t.{alias} AS _r" if alias else "NULL AS _r")
+
+
+_KERNEL_SCHEMA: dict[str, pl.DataType] = {c: _I() for c in [*_KERNEL_COLS, "_t", "_r"]}
+
+
+def kernel_names(con: sqlite3.Connection, path: PathLike, used: list[str]) -> pl.DataFrame:
+    """(name_id, raw_name, name, short_name, mangled_name) of every name id the kernel tables
+    use: each distinct name fetched, demangled and shortened once, then joined to the rows."""
+    ids = " UNION ".join(f"SELECT name FROM {q(t)}" for t in used)
+    sql = f"SELECT _id_, value FROM {_STRINGS} WHERE _id_ <> 0 AND _id_ IN ({ids})"
+    names = query_frame(con, path, _STRINGS, sql, {"name_id": _I(), "raw_name": pl.String()})
+    raw = names["raw_name"]
     demangled = demangle_column(raw)
     uniq = demangled.unique().drop_nulls().to_list()
     shorts = {n: _short_name(n) for n in uniq}
     failed = raw.filter(raw.str.starts_with("_Z") & (demangled == raw)).n_unique()
     if failed:
         warn(f"{path}: {failed} distinct kernel name(s) could not be demangled; kept mangled")
+    return names.with_columns(
+        demangled.alias("name"),
+        demangled.replace_strict(shorts, default=None, return_dtype=pl.String).alias("short_name"),
+        pl.when(pl.col("raw_name").str.starts_with("_Z"))
+        .then(pl.col("raw_name"))
+        .alias("mangled_name"),
+    )
+
+
+def kernel_rows(df: pl.DataFrame, names: pl.DataFrame, pid: int | None) -> pl.DataFrame:
+    """Kernels of one batch (names joined by id), with `raw_name` kept for `dangling`."""
+    return df.join(names, on="name_id", how="left", maintain_order="left").with_columns(
+        (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
+        pl.lit(pid, dtype=_I).alias("process_id"),
+    )
+
+
+def dangling(df: pl.DataFrame, text: str, ref: str) -> int:
+    """Rows naming a StringTable id that the table does not hold."""
+    return df.filter(pl.col(text).is_null() & pl.col(ref).is_not_null() & (pl.col(ref) != 0)).height
+
+
+def _kernels(
+    con: sqlite3.Connection, path: PathLike, tables: set[str], pid: int | None
+) -> pl.DataFrame:
+    sql, used = kernel_sql(con, path, tables)
+    df = query_frame(con, path, " + ".join(used), sql, _KERNEL_SCHEMA)
+    check_times(df, path=path, table=" + ".join(used))
+    rows = kernel_rows(df, kernel_names(con, path, used), pid)
+    note_dangling(dangling(rows, "raw_name", "name_id"), "kernels", path)
     return (
-        df.with_columns(
-            demangled.alias("name"),
-            demangled.replace_strict(shorts, default=None, return_dtype=pl.String).alias(
-                "short_name"
-            ),
-            pl.when(pl.col("raw_name").str.starts_with("_Z"))
-            .then(pl.col("raw_name"))
-            .alias("mangled_name"),
-            (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
-            pl.lit(pid, dtype=_I).alias("process_id"),
-        )
-        .drop("raw_name", "name_id")
+        rows.drop("raw_name", "name_id", "_t", "_r")
         .sort("start_ns", maintain_order=True, nulls_last=True)
         .with_columns(pl.int_range(pl.len(), dtype=_I).alias("kernel_id"))
     )
 
 
-def _memcpy(
-    con: sqlite3.Connection, path: PathLike, tables: set[str], pid: int | None
-) -> pl.DataFrame | None:
+_MEMCPY_TABLE = f"{_K}MEMCPY/MEMSET"
+
+
+def memcpy_sql(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> str | None:
+    """MEMCPY, MEMCPY2 and MEMSET as one UNION ALL query (with `_t` and `_r`, as `kernel_sql`),
+    or None when none exists."""
     common: dict[str, str | None] = {
         "device_id": "deviceId",
         "context_id": "contextId",
@@ -302,54 +372,73 @@ def _memcpy(
     # a memset has one memory kind, its destination
     set_cols = {**common, "copy_kind": None, "src_mem": None, "dst_mem": "memoryKind"}
     parts = []
-    for table, want in (
-        (f"{_K}MEMCPY", copy_cols),
-        (f"{_K}MEMCPY2", copy_cols),
-        (f"{_K}MEMSET", set_cols),
+    for i, (table, want) in enumerate(
+        ((f"{_K}MEMCPY", copy_cols), (f"{_K}MEMCPY2", copy_cols), (f"{_K}MEMSET", set_cols))
     ):
         if table in tables:
             cols = _select(con, path, table, want, ["start", "end", "bytes"])
             memset = 1 if table.endswith("MEMSET") else 0
-            parts.append(f"SELECT {', '.join(cols)}, {memset} AS is_memset FROM {q(table)} t")
-    if not parts:
-        return None
-    schema: dict[str, pl.DataType] = {c: _I() for c in copy_cols}
-    schema["is_memset"] = _I()
-    df = query_frame(con, path, f"{_K}MEMCPY/MEMSET", " UNION ALL ".join(parts), schema)
-    check_times(df, path=path, table=f"{_K}MEMCPY/MEMSET")
+            order = _order_cols(con, table, i)
+            parts.append(
+                f"SELECT {', '.join(cols)}, {memset} AS is_memset, {order} FROM {q(table)} t"
+            )
+    return " UNION ALL ".join(parts) if parts else None
+
+
+_MEMCPY_SCHEMA: dict[str, pl.DataType] = {
+    c: _I()
+    for c in [
+        *("device_id", "context_id", "stream_id", "correlation_id", "size_bytes"),
+        *("start_ns", "end_ns", "copy_kind", "src_mem", "dst_mem", "is_memset", "_t", "_r"),
+    ]
+}
+
+
+def memcpy_counts(df: pl.DataFrame) -> tuple[int, int]:
+    """Rows with an unknown CUPTI copy kind, and with an unknown memory kind."""
     unknown = df.filter(
         (pl.col("is_memset") == 0) & ~pl.col("copy_kind").is_in(list(COPY_KINDS))
     ).height
-    if unknown:
-        warn(f"{path}: {unknown} memcpy row(s) with an unknown CUPTI copyKind; kind left null")
     odd = df.filter(
         pl.any_horizontal(
             pl.col(c).is_not_null() & ~pl.col(c).is_in([0, *MEMORY_KINDS])
             for c in ("src_mem", "dst_mem")
         )
     ).height
+    return unknown, odd
+
+
+def warn_memcpy(unknown: int, odd: int, path: PathLike) -> None:
+    if unknown:
+        warn(f"{path}: {unknown} memcpy row(s) with an unknown CUPTI copyKind; kind left null")
     if odd:
         warn(f"{path}: {odd} memcpy/memset row(s) with an unknown CUPTI memory kind; left null")
 
+
+def memcpy_rows(df: pl.DataFrame, pid: int | None) -> pl.DataFrame:
     def mem(c: str) -> pl.Expr:
         return pl.col(c).replace_strict(MEMORY_KINDS, default=None, return_dtype=pl.String)
 
-    return (
-        df.with_columns(
-            pl.when(pl.col("is_memset") == 1)
-            .then(pl.lit("memset"))
-            .otherwise(
-                pl.col("copy_kind").replace_strict(COPY_KINDS, default=None, return_dtype=pl.String)
-            )
-            .alias("kind"),
-            mem("src_mem").alias("src_kind"),
-            mem("dst_mem").alias("dst_kind"),
-            (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
-            pl.lit(pid, dtype=_I).alias("process_id"),
-        )
-        .drop("copy_kind", "src_mem", "dst_mem", "is_memset")
-        .sort("start_ns", maintain_order=True, nulls_last=True)
-    )
+    copy = pl.col("copy_kind").replace_strict(COPY_KINDS, default=None, return_dtype=pl.String)
+    return df.with_columns(
+        pl.when(pl.col("is_memset") == 1).then(pl.lit("memset")).otherwise(copy).alias("kind"),
+        mem("src_mem").alias("src_kind"),
+        mem("dst_mem").alias("dst_kind"),
+        (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
+        pl.lit(pid, dtype=_I).alias("process_id"),
+    ).drop("copy_kind", "src_mem", "dst_mem", "is_memset", "_t", "_r")
+
+
+def _memcpy(
+    con: sqlite3.Connection, path: PathLike, tables: set[str], pid: int | None
+) -> pl.DataFrame | None:
+    sql = memcpy_sql(con, path, tables)
+    if sql is None:
+        return None
+    df = query_frame(con, path, _MEMCPY_TABLE, sql, _MEMCPY_SCHEMA)
+    check_times(df, path=path, table=_MEMCPY_TABLE)
+    warn_memcpy(*memcpy_counts(df), path)
+    return memcpy_rows(df, pid).sort("start_ns", maintain_order=True, nulls_last=True)
 
 
 def _cbid_names(api: str) -> pl.DataFrame:
@@ -587,6 +676,9 @@ def _gpu_samples(
 
 def _warn_dangling(df: pl.DataFrame, text: str, ref: str, what: str, path: PathLike) -> None:
     """Warn about StringTable ids that the table does not hold (never guessed)."""
-    n = df.filter(pl.col(text).is_null() & pl.col(ref).is_not_null() & (pl.col(ref) != 0)).height
+    note_dangling(dangling(df, text, ref), what, path)
+
+
+def note_dangling(n: int, what: str, path: PathLike) -> None:
     if n:
         warn(f"{path}: {n} {what} row(s) name a StringTable id that is absent; name left null")
