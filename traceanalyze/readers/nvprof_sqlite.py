@@ -133,7 +133,7 @@ def read_nvprof_sqlite(path: PathLike) -> Tables:
 
 
 # Rows per sqlite3 batch of the stream (tests shrink it).
-_BATCH = 1 << 16
+_BATCH = 1 << 14
 
 
 @stream_entry("nvprof_sqlite")
