@@ -26,23 +26,13 @@ import polars as pl
 from ..errors import MalformedInput
 from ._common import PathLike as _PathLike
 from ._common import warn
-from ._sqlite import q as _q
-from ._sqlite_stream import TimeChecks, query_batches
-from .nvprof_sqlite import (
+from ._nvprof_sql import (
     _K,
     _KERNEL_SCHEMA,
     _MEMCPY_SCHEMA,
     _MEMCPY_TABLE,
-    _api_calls,
-    _cbid_names,
-    _devices,
-    _gpu_samples,
-    _kernels,
-    _markers,
-    _memcpy,
     _order_cols,
     _select,
-    _sources,
     dangling,
     kernel_names,
     kernel_rows,
@@ -52,6 +42,18 @@ from .nvprof_sqlite import (
     memcpy_sql,
     note_dangling,
     warn_memcpy,
+)
+from ._sqlite import q as _q
+from ._sqlite_stream import TimeChecks, query_batches
+from .nvprof_sqlite import (
+    _api_calls,
+    _cbid_names,
+    _devices,
+    _gpu_samples,
+    _kernels,
+    _markers,
+    _memcpy,
+    _sources,
 )
 
 Chunk = tuple[str, pl.DataFrame]
