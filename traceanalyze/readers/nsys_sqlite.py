@@ -79,6 +79,14 @@ and hand back Arrow files that are memory-mapped, and the parts are concatenated
 the order of the serial scan. All paths give identical tables (tested).
 `benchmarks/bench_nsys_sqlite.py` measures them (5 M kernels on 2 cores: ~1.0 M rows/s to
 Parquet with 2 ranges, ~0.63 M rows/s in one process).
+
+Streaming (`stream_nsys_sqlite`, what `traceanalyze ingest` uses): the same tables, a batch of
+each source table at a time, in this process (ADBC record batches of `_STREAM_BATCH` rows),
+through the same row transforms (`_nsys_rows`, `_nsys_stream`). Table order is output order,
+so nothing is sorted or spilled; name ids stay integers until a batch's names are gathered from
+StringIds, and the gathered strings are views of StringIds' buffers until Parquet writes them
+dictionary-encoded. `benchmarks/bench_ingest_memory_nsys.py`: 2.5-10 M kernels ingest in
+~190-200 MB, flat in the input size (docs/scale.md).
 """
 
 from __future__ import annotations

@@ -62,6 +62,10 @@ Times are absolute Unix-epoch ns already: stored as is, `sources.time_origin_epo
 file states. GPU rows (kernels, memcpy) carry no pid: when the API tables hold exactly one
 `processId` (nvprof writes one DB per process, `%p`), that pid is filled in; otherwise it stays
 null.
+
+Streaming (`stream_nvprof_sqlite`, what `traceanalyze ingest` uses): the same tables, with
+kernels, copies and API calls read a batch at a time in output order, which SQLite's own
+external sort produces (`ORDER BY start, table, rowid`; see `_nvprof_stream`).
 """
 
 from __future__ import annotations
