@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping
+from importlib import resources
 
 import polars as pl
 
@@ -231,3 +232,15 @@ def _warn_dangling(df: pl.DataFrame, text: str, ref: str, what: str, path: PathL
 def note_dangling(n: int, what: str, path: PathLike) -> None:
     if n:
         warn(f"{path}: {n} {what} row(s) name a StringTable id that is absent; name left null")
+
+
+def _cbid_names(api: str) -> pl.DataFrame:
+    """The shipped CUPTI callback-id table for `api` ('runtime' or 'driver')."""
+    ref = resources.files("traceanalyze") / "data" / f"cupti_cbid_{api}.csv"
+    with resources.as_file(ref) as p:
+        df = pl.read_csv(
+            p,
+            comment_prefix="#",
+            schema={"cbid": _I(), "name": pl.String(), "cupti_enum": pl.String()},
+        )
+    return df.select(pl.col("cbid").alias("callback_id"), "name")

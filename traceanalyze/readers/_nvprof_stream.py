@@ -1,5 +1,5 @@
-"""`stream_nvprof_sqlite`'s tables: `read_nvprof_sqlite`'s, in its order, with kernels, copies
-and API calls read a batch at a time in their output order.
+"""`stream_nvprof_sqlite`'s big tables: kernels, copies and API calls read a batch at a time in
+their output order (the other tables and the order of them all: `nvprof_sqlite._stream_tables`).
 
 The whole-frame reader sorts those tables by start (a stable sort of the tables' rows in
 UNION ALL order; `kernel_id` numbers the sorted rows). The stream asks SQLite for that order:
@@ -9,7 +9,8 @@ sorts with its external merge sorter: a few MB of memory (its cache) and tempora
 it deletes itself (SQLITE_TMPDIR, else /var/tmp or /tmp); nothing is held here beyond a batch.
 The per-row work is the whole-frame reader's (`kernel_rows`, `memcpy_rows`, …); the checks
 over a whole table are counted batch by batch and raised or warned at its end. A batch with
-cells of the wrong type re-reads its tables the whole-frame way, to raise exactly that error.
+cells of the wrong type re-reads its tables the whole-frame way (`whole`), to raise exactly
+that error.
 
 Held whole (small by nature): the kernel-name table (one row per distinct name), devices,
 sources, and the NVTX markers and environment samples, whose start/end pairing and per-sample
@@ -31,6 +32,7 @@ from ._nvprof_sql import (
     _KERNEL_SCHEMA,
     _MEMCPY_SCHEMA,
     _MEMCPY_TABLE,
+    _cbid_names,
     _order_cols,
     _select,
     dangling,
@@ -45,42 +47,10 @@ from ._nvprof_sql import (
 )
 from ._sqlite import q as _q
 from ._sqlite_stream import TimeChecks, query_batches
-from .nvprof_sqlite import (
-    _api_calls,
-    _cbid_names,
-    _devices,
-    _gpu_samples,
-    _kernels,
-    _markers,
-    _memcpy,
-    _sources,
-)
 
 Chunk = tuple[str, pl.DataFrame]
 _I = pl.Int64()
 _ORDER = " ORDER BY start_ns, _t, _r"
-
-
-def stream_tables(
-    con: sqlite3.Connection, path: _PathLike, tables: set[str], batch: int
-) -> Iterator[Chunk]:
-    pids: set[int] = set()
-    for name, df in _api_chunks(con, path, tables, batch):
-        pids.update(df["process_id"].drop_nulls().unique().to_list())
-        yield name, df
-    pid = next(iter(pids)) if len(pids) == 1 else None
-    devices = _devices(con, path, tables)
-    if devices is not None:
-        yield "devices", devices
-    yield "sources", _sources(con, tables)
-    yield from _kernel_chunks(con, path, tables, pid, batch)
-    yield from _memcpy_chunks(con, path, tables, pid, batch)
-    markers = _markers(con, path, tables)
-    if markers is not None:
-        yield "markers", markers
-    samples = _gpu_samples(con, path, tables, devices)
-    if samples is not None:
-        yield "gpu_samples", samples
 
 
 def _sorted(
@@ -101,15 +71,19 @@ def _sorted(
         raise
 
 
-def _kernel_chunks(
-    con: sqlite3.Connection, path: _PathLike, tables: set[str], pid: int | None, batch: int
+def kernel_chunks(
+    con: sqlite3.Connection,
+    path: _PathLike,
+    tables: set[str],
+    pid: int | None,
+    batch: int,
+    whole: Callable[[], object],
 ) -> Iterator[Chunk]:
     sql, used = kernel_sql(con, path, tables)
     label = " + ".join(used)
     names = kernel_names(con, path, used)
     times = TimeChecks(label)
     n_dangling = first = 0
-    whole = lambda: _kernels(con, path, tables, pid)  # noqa: E731
     for df in _sorted(con, path, label, sql, _KERNEL_SCHEMA, batch, whole):
         times.add(df)
         rows = kernel_rows(df, names, pid)
@@ -125,15 +99,19 @@ def _kernel_chunks(
     note_dangling(n_dangling, "kernels", path)
 
 
-def _memcpy_chunks(
-    con: sqlite3.Connection, path: _PathLike, tables: set[str], pid: int | None, batch: int
+def memcpy_chunks(
+    con: sqlite3.Connection,
+    path: _PathLike,
+    tables: set[str],
+    pid: int | None,
+    batch: int,
+    whole: Callable[[], object],
 ) -> Iterator[Chunk]:
     sql = memcpy_sql(con, path, tables)
     if sql is None:
         return
     times = TimeChecks(_MEMCPY_TABLE)
     unknown = odd = 0
-    whole = lambda: _memcpy(con, path, tables, pid)  # noqa: E731
     for df in _sorted(con, path, _MEMCPY_TABLE, sql, _MEMCPY_SCHEMA, batch, whole):
         times.add(df)
         u, o = memcpy_counts(df)
@@ -156,8 +134,12 @@ _API_SCHEMA: dict[str, pl.DataType] = {c: _I for c in [*_API_WANT, "_t", "_r"]}
 _APIS = (("runtime", f"{_K}RUNTIME"), ("driver", f"{_K}DRIVER"))
 
 
-def _api_chunks(
-    con: sqlite3.Connection, path: _PathLike, tables: set[str], batch: int
+def api_chunks(
+    con: sqlite3.Connection,
+    path: _PathLike,
+    tables: set[str],
+    batch: int,
+    whole: Callable[[], object],
 ) -> Iterator[Chunk]:
     parts, used = [], []
     for i, (api, table) in enumerate(_APIS):
@@ -174,7 +156,6 @@ def _api_chunks(
     times = {i: TimeChecks(table) for i, _, table in used}
     missing: dict[int, tuple[int, set[int]]] = {i: (0, set()) for i, _, _ in used}
     label = " + ".join(t for _, _, t in used)
-    whole = lambda: _api_calls(con, path, tables)  # noqa: E731
     sql = " UNION ALL ".join(parts)
     for df in _sorted(con, path, label, sql, _API_SCHEMA, batch, whole):
         for key, part in df.partition_by("_t", as_dict=True, maintain_order=True).items():

@@ -73,7 +73,6 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 
 import polars as pl
@@ -97,6 +96,7 @@ from ._nvprof_sql import (
     _MEMCPY_TABLE,
     _STRINGS,
     KERNEL_TABLES,
+    _cbid_names,
     _select,
     _string_join,
     _warn_dangling,
@@ -111,6 +111,7 @@ from ._nvprof_sql import (
     note_dangling,
     warn_memcpy,
 )
+from ._nvprof_stream import api_chunks, kernel_chunks, memcpy_chunks
 from ._short_names import short_name as _short_name  # noqa: F401  (tests import it from here)
 from ._sqlite import connect_readonly, q, query_frame, sqlite_tables
 from ._sqlite_stream import stream_entry
@@ -161,11 +162,36 @@ def stream_nvprof_sqlite(path: PathLike, *, workdir: Path) -> Iterator[tuple[str
     chunks of each table, concatenated, are `read_nvprof_sqlite`'s table (rows, order,
     `kernel_id`s) and bad input raises the same errors. `workdir` is not needed: SQLite's
     sorter keeps its own temporary files."""
-    from ._nvprof_stream import stream_tables
-
     del workdir
     with _opened(path) as con:
-        yield from stream_tables(con, path, _check(con, path), _BATCH)
+        yield from _stream_tables(con, path, _check(con, path))
+
+
+def _stream_tables(
+    con: sqlite3.Connection, path: PathLike, tables: set[str]
+) -> Iterator[tuple[str, pl.DataFrame]]:
+    """`_read`'s tables in `_read`'s order, the big ones in sorted batches (`_nvprof_stream`);
+    each gets its whole-frame reader, which raises `read`'s error for a badly typed batch."""
+    pids: set[int] = set()
+    whole_api = lambda: _api_calls(con, path, tables)  # noqa: E731
+    for name, df in api_chunks(con, path, tables, _BATCH, whole_api):
+        pids.update(df["process_id"].drop_nulls().unique().to_list())
+        yield name, df
+    pid = next(iter(pids)) if len(pids) == 1 else None
+    devices = _devices(con, path, tables)
+    if devices is not None:
+        yield "devices", devices
+    yield "sources", _sources(con, tables)
+    whole_kernels = lambda: _kernels(con, path, tables, pid)  # noqa: E731
+    yield from kernel_chunks(con, path, tables, pid, _BATCH, whole_kernels)
+    whole_memcpy = lambda: _memcpy(con, path, tables, pid)  # noqa: E731
+    yield from memcpy_chunks(con, path, tables, pid, _BATCH, whole_memcpy)
+    markers = _markers(con, path, tables)
+    if markers is not None:
+        yield "markers", markers
+    samples = _gpu_samples(con, path, tables, devices)
+    if samples is not None:
+        yield "gpu_samples", samples
 
 
 @contextlib.contextmanager
@@ -263,18 +289,6 @@ def _memcpy(
     check_times(df, path=path, table=_MEMCPY_TABLE)
     warn_memcpy(*memcpy_counts(df), path)
     return memcpy_rows(df, pid).sort("start_ns", maintain_order=True, nulls_last=True)
-
-
-def _cbid_names(api: str) -> pl.DataFrame:
-    """The shipped CUPTI callback-id table for `api` ('runtime' or 'driver')."""
-    ref = resources.files("traceanalyze") / "data" / f"cupti_cbid_{api}.csv"
-    with resources.as_file(ref) as p:
-        df = pl.read_csv(
-            p,
-            comment_prefix="#",
-            schema={"cbid": _I(), "name": pl.String(), "cupti_enum": pl.String()},
-        )
-    return df.select(pl.col("cbid").alias("callback_id"), "name")
 
 
 def _api_calls(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.DataFrame:
