@@ -14,6 +14,8 @@ Task: SQLite export → kernels with the three names resolved → Parquet (zstd)
 zstd level 1, pyarrow's default level, i.e. what `pandas.to_parquet(compression="zstd")` writes
 (polars' own default level, 3, costs ours ~0.1–0.15 s more on 5 M rows).
 
+* `ta.read (auto)`: the public entry, `ta.read(path).kernels` → `write_parquet`: format
+  detection, the file's sha256 and the `sources` row on top of the reader, default options;
 * `traceanalyze (adbc)`: `read_nsys_sqlite(path, engine="adbc")` (every table, not only kernels)
   → `kernels` frame → `write_parquet`; the integer columns are read through `adbc-driver-sqlite`
   (read-only URI) in min(CPUs, 4) rowid ranges, the first in the reader's process and the others
@@ -30,7 +32,8 @@ zstd level 1, pyarrow's default level, i.e. what `pandas.to_parquet(compression=
   connectorx opens the database writable (a DELETE through it succeeds), which is why the reader
   does not use it on untrusted files.
 
-Each contender runs in its own subprocess, R times (default 1); the table shows the best time and
+Each contender runs in its own subprocess, R times (default 1); the table shows the best time
+(and its CPU seconds, workers included: on a shared machine they vary less than the wall time) and
 the largest peak RSS (`ru_maxrss` of the child, which includes the interpreter and imports). For
 `traceanalyze (adbc)` the reader's own worker processes are counted too: `workers MB` is the
 number of workers × the largest worker's peak (`RUSAGE_CHILDREN`), and `total MB` = parent peak +
@@ -137,6 +140,15 @@ def make_data(rows: int) -> Path:
 # --- children -------------------------------------------------------------------------------------
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and its reaped children (the reader's workers)."""
+    me, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
@@ -144,7 +156,22 @@ def _rss_mb() -> float:
 def _child(kind: str, path: str, outdir: str) -> None:
     res: dict[str, object] = {}
     pq = str(Path(outdir) / f"{kind}.parquet")
-    if kind in ("ours", "ours_serial", "ours_sqlite3"):
+    if kind == "ours_ta":
+        sys.path.insert(0, str(ROOT))
+        import traceanalyze as ta
+        import traceanalyze.readers.nsys_sqlite  # noqa: F401  (imports before the clock, as
+        # every other contender: `import traceanalyze` alone is lazy)
+
+        res["import_rss_mb"] = _rss_mb()
+        t0, c0 = time.perf_counter(), _cpu_s()
+        k = ta.read(path).kernels  # the public entry: detection, sha256, sources row
+        k.write_parquet(pq, compression="zstd", compression_level=ZSTD_LEVEL)
+        res["time_s"] = time.perf_counter() - t0
+        res["cpu_s"] = _cpu_s() - c0
+        res["rows"] = k.height
+        res["workers"] = max(1, _default_workers()) - 1
+        res["worker_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    elif kind in ("ours", "ours_serial", "ours_sqlite3"):
         sys.path.insert(0, str(ROOT))
         from traceanalyze.readers._sqlite_parallel import default_workers
         from traceanalyze.readers.nsys_sqlite import read_nsys_sqlite
@@ -159,10 +186,11 @@ def _child(kind: str, path: str, outdir: str) -> None:
                 print(json.dumps(res))
                 return
         res["import_rss_mb"] = _rss_mb()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu_s()
         k = read_nsys_sqlite(path, engine=engine, workers=workers).kernels
         k.write_parquet(pq, compression="zstd", compression_level=ZSTD_LEVEL)
         res["time_s"] = time.perf_counter() - t0
+        res["cpu_s"] = _cpu_s() - c0
         res["rows"] = k.height
         if engine == "adbc" and workers > 1:
             res["workers"] = workers - 1  # processes: the first range is read in this one
@@ -171,18 +199,20 @@ def _child(kind: str, path: str, outdir: str) -> None:
         import pandas as pd
 
         res["import_rss_mb"] = _rss_mb()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu_s()
         con = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
         df = pd.read_sql(JOIN_SQL, con)
         df.to_parquet(pq, compression="zstd", compression_level=ZSTD_LEVEL)
         res["time_s"] = time.perf_counter() - t0
+        res["cpu_s"] = _cpu_s() - c0
         res["rows"] = len(df)
     elif kind == "fetchall":
         res["import_rss_mb"] = _rss_mb()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu_s()
         con = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
         rows = con.execute(JOIN_SQL).fetchall()
         res["time_s"] = time.perf_counter() - t0
+        res["cpu_s"] = _cpu_s() - c0
         res["rows"] = len(rows)
     elif kind == "connectorx":
         try:
@@ -194,13 +224,21 @@ def _child(kind: str, path: str, outdir: str) -> None:
         import polars  # noqa: F401
 
         res["import_rss_mb"] = _rss_mb()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu_s()
         df = cx.read_sql(f"sqlite://{Path(path).resolve()}", JOIN_SQL, return_type="polars")
         df.write_parquet(pq, compression="zstd", compression_level=ZSTD_LEVEL)
         res["time_s"] = time.perf_counter() - t0
+        res["cpu_s"] = _cpu_s() - c0
         res["rows"] = df.height
     res["peak_rss_mb"] = _rss_mb()
     print(json.dumps(res))
+
+
+def _default_workers() -> int:
+    sys.path.insert(0, str(ROOT))
+    from traceanalyze.readers._sqlite_parallel import default_workers
+
+    return default_workers()
 
 
 def _run(kind: str, path: Path, repeat: int) -> dict[str, object]:
@@ -246,6 +284,7 @@ def _startup(path: Path) -> str:
 
 
 LABELS = {
+    "ours_ta": "ta.read (auto)",
     "ours": "traceanalyze (adbc)",
     "ours_serial": "traceanalyze (adbc, 1 proc)",
     "ours_sqlite3": "traceanalyze (sqlite3)",
@@ -275,7 +314,8 @@ def main() -> None:
     print(f"CPUs: {os.cpu_count()}, load average at the start (1, 5, 15 min): {os.getloadavg()}")
     results = {}
     for kind in a.only:
-        path = big if kind in ("ours", "ours_serial", "ours_sqlite3", "connectorx") else small
+        big_ones = ("ours_ta", "ours", "ours_serial", "ours_sqlite3", "connectorx")
+        path = big if kind in big_ones else small
         results[kind] = _run(kind, path, a.repeat)
         print(f"  {LABELS[kind]}: {results[kind]}", file=sys.stderr)
     print(_startup(big))
@@ -289,7 +329,8 @@ def main() -> None:
     print()
     print(
         f"{'contender':<28} {'file':<28} {'rows':>9} {'time s':>7} {'rows/s':>10} "
-        f"{'× pandas':>8} {'ours ×':>7} {'peak MB':>8} {'workers MB':>11} {'total MB':>9}"
+        f"{'× pandas':>8} {'ours ×':>7} {'cpu s':>6} {'peak MB':>8} {'workers MB':>11} "
+        f"{'total MB':>9}"
     )
     for kind, r in results.items():
         if "skipped" in r:
@@ -306,7 +347,8 @@ def main() -> None:
             workers, total = "-", f"{peak:.0f}"
         print(
             f"{LABELS[kind]:<28} {r['file']!s:<28} {r['rows']:>9,} {float(r['time_s']):>7.2f} "  # type: ignore[arg-type]
-            f"{x:>10,.0f} {vs_pandas:>8} {ours_x:>7} {peak:>8.0f} {workers:>11} {total:>9}"
+            f"{x:>10,.0f} {vs_pandas:>8} {ours_x:>7} {float(r.get('cpu_s', 0.0)):>6.2f} "  # type: ignore[arg-type]
+            f"{peak:>8.0f} {workers:>11} {total:>9}"
         )
 
 

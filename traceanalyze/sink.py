@@ -66,7 +66,11 @@ class TableSink:
         self._buf_rows[table] = self._buf_bytes[table] = 0
         if not frames:
             return
-        data = (pl.concat(frames) if len(frames) > 1 else frames[0]).to_arrow()
+        # Arrow string views (polars' own layout): exported without copying, so names that a
+        # reader gathered from a small string table stay one copy of each string, not a copy
+        # per row (a 32 MB row group of kernel names would otherwise be materialized here).
+        frame = pl.concat(frames) if len(frames) > 1 else frames[0]
+        data = frame.to_arrow(compat_level=pl.CompatLevel.newest())
         frames.clear()
         writer = self._writers.get(table)
         if writer is None:
@@ -84,6 +88,9 @@ class TableSink:
                 write_statistics=True,
                 use_dictionary=True,
                 memory_pool=pa.system_memory_pool(),
+                # Parquet's own types only (STRING, INT64, DOUBLE): no Arrow schema that would
+                # tell readers "string_view", an Arrow type older engines do not know
+                store_schema=False,
             )
             self._writers[table] = writer
             self._paths[table] = dest

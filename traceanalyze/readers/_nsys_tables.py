@@ -7,22 +7,46 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import polars as pl
 
 from . import _sqlite
 from ._common import check_times, table_columns, warn
 from ._nsys_enums import (
-    _API_LABELS,
     COPY_KIND_2X,
     EVENT_CLASS_2X,
     MEM_KIND_2X,
     _class_label,
     _copy_label,
     _enum,
-    _label,
     _mem_label,
+)
+from ._nsys_rows import (
+    API_COLS,
+    KERNEL_COLS,
+    KERNEL_NAMES,
+    MEMCPY_COLS,
+    MEMSET_COLS,
+    METRIC_COLS,
+    METRIC_SCHEMA,
+    NVTX_COLS,
+    NVTX_SCHEMA,
+    NVTX_WANTED,
+    ApiNotes,
+    NameNotes,
+    _drop_nul,
+    api_classify,
+    api_rows,
+    kernel_rows,
+    marker_rows,
+    memcpy_rows,
+    memset_rows,
+    metric_rows,
+    nvtx_domains,
+    nvtx_named,
+    nvtx_nul_texts,
+    warn_nul_texts,
 )
 from ._sqlite import Fast
 
@@ -32,10 +56,6 @@ MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 DRIVER = "CUPTI_ACTIVITY_KIND_DRIVER"
 NVTX = "NVTX_EVENTS"
-
-
-# NVTX eventType values (ENUM_NSYS_EVENT_TYPE): the ones that become markers, and DomainCreate.
-NVTX_MARK, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 34, 59, 60, 75
 
 # Columns without which a table's rows would be wrong, not just less complete (issue 9): they
 # are present in every export here (2.x and 3.x) and a missing or renamed one raises
@@ -54,9 +74,6 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "TARGET_INFO_GPU_METRICS": ("typeId", "metricId", "metricName"),
     "GPU_METRICS": ("timestamp", "typeId", "metricId", "value"),
 }
-# Tables only an nsys export has: a file with `StringIds` and a metadata table but none of these
-# (another program's database) is not claimed, and not read as an empty export.
-_API_VERSION_SUFFIX = r"_v\d+$"
 
 
 def _fetch(
@@ -71,6 +88,30 @@ def _fetch(
     """`_sqlite.fetch` with this export's required columns (`REQUIRED`)."""
     required = REQUIRED.get(table, ())
     return _sqlite.fetch(con, table, wanted, schema, required=required, where=where, fast=fast)
+
+
+def fetch_batches(
+    con: sqlite3.Connection,
+    table: str,
+    wanted: Mapping[str, str],
+    schema: Mapping[str, pl.DataType],
+    *,
+    where: str = "",
+    fast: Fast | None = None,
+    strict_batch: int = _sqlite.BATCH,
+) -> Iterator[pl.DataFrame]:
+    """`_sqlite.fetch_batches` with this export's required columns: `_fetch` a batch at a time."""
+    required = REQUIRED.get(table, ())
+    return _sqlite.fetch_batches(
+        con,
+        table,
+        wanted,
+        schema,
+        required=required,
+        where=where,
+        fast=fast,
+        strict_batch=strict_batch,
+    )
 
 
 def _meta(con: sqlite3.Connection, names: set[str]) -> dict[str, str]:
@@ -97,77 +138,8 @@ def _strings(con: sqlite3.Connection, names: set[str]) -> pl.DataFrame:
     return df.with_columns(_drop_nul(pl.col("value")))
 
 
-def _drop_nul(e: pl.Expr) -> pl.Expr:
-    # NUL-separated KEY=VALUE blocks are environments (formats.md §3.2): never emitted.
-    # (`when(keep).then(e)` keeps e's name; a null literal in `then` would rename the column.)
-    return pl.when(~e.str.contains("\x00", literal=True)).then(e)
-
-
-def _resolve(ids: pl.Expr, strings: pl.DataFrame) -> pl.Expr:
-    return ids.replace_strict(strings["id"], strings["value"], default=None, return_dtype=pl.String)
-
-
-def _warn_dropped(frame: pl.DataFrame, id_col: str, strings_raw: set[int], what: str) -> None:
-    if strings_raw and frame.height:
-        n = frame.filter(pl.col(id_col).is_in(list(strings_raw))).height
-        if n:
-            warn(
-                f"nsys_sqlite: {n} {what} named by a StringIds entry holding NUL bytes "
-                "(an environment block); their names are left null"
-            )
-
-
-def _warn_unresolved(
-    frame: pl.DataFrame, id_col: str, strings: pl.DataFrame, what: str, column: str
-) -> None:
-    """Warn with the count of rows whose StringIds id names no StringIds row (their name is
-    left null): a damaged or hand-edited export, never guessed."""
-    if not frame.height:
-        return
-    ids = pl.col(id_col)
-    n = frame.filter(ids.is_not_null() & ~ids.is_in(strings["id"].implode())).height
-    if n:
-        warn(
-            f"nsys_sqlite: {n} {what} whose {column} id is not in StringIds; "
-            "their names are left null"
-        )
-
-
-def _pid(col: str) -> pl.Expr:
-    # globalPid/globalTid pack (vm, pid, tid): pid = (g >> 24) & 0xFFFFFF (formats.md §3.2).
-    return ((pl.col(col) // (1 << 24)) % (1 << 24)).alias("process_id")
-
-
-def _tid(col: str) -> pl.Expr:
-    return (pl.col(col) % (1 << 24)).alias("thread_id")
-
-
-# --- tables -----------------------------------------------------------------------------------
-
 _I = pl.Int64()
 _S = pl.String()
-
-_KERNEL_COLS = {
-    "start_ns": "start",
-    "end_ns": "end",
-    "device_id": "deviceId",
-    "context_id": "contextId",
-    "stream_id": "streamId",
-    "correlation_id": "correlationId",
-    "global_pid": "globalPid",
-    "name_id": "demangledName",
-    "short_id": "shortName",
-    "mangled_id": "mangledName",
-    "registers_per_thread": "registersPerThread",
-    "grid_x": "gridX",
-    "grid_y": "gridY",
-    "grid_z": "gridZ",
-    "block_x": "blockX",
-    "block_y": "blockY",
-    "block_z": "blockZ",
-    "static_smem_bytes": "staticSharedMemory",
-    "dynamic_smem_bytes": "dynamicSharedMemory",
-}
 
 
 def _kernels(
@@ -179,98 +151,54 @@ def _kernels(
 ) -> pl.DataFrame | None:
     if KERNEL not in names:
         return None
-    df = _fetch(con, KERNEL, _KERNEL_COLS, dict.fromkeys(_KERNEL_COLS, _I), fast=fast)
+    df = _fetch(con, KERNEL, KERNEL_COLS, dict.fromkeys(KERNEL_COLS, _I), fast=fast)
     check_times(df, path=None, table=KERNEL)
-    for col in ("name_id", "short_id", "mangled_id"):
-        _warn_dropped(df, col, bad_ids, f"kernels' {col.removesuffix('_id')}s")
-        _warn_unresolved(df, col, strings, "kernels", _KERNEL_COLS[col])
-    return df.select(
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("kernel_id"),
-        _pid("global_pid"),
-        "device_id",
-        "context_id",
-        "stream_id",
-        "correlation_id",
-        _resolve(pl.col("name_id"), strings).alias("name"),
-        _resolve(pl.col("short_id"), strings).alias("short_name"),
-        _resolve(pl.col("mangled_id"), strings).alias("mangled_name"),
-        "start_ns",
-        "end_ns",
-        (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
-        *[c for c in _KERNEL_COLS if c.startswith(("grid_", "block_"))],
-        "registers_per_thread",
-        "static_smem_bytes",
-        "dynamic_smem_bytes",
-    )
+    notes = NameNotes(KERNEL_NAMES, strings, bad_ids)
+    notes.add(df)
+    notes.warn()
+    return kernel_rows(df, strings)
 
 
-_COPY_COMMON = {
-    "start_ns": "start",
-    "end_ns": "end",
-    "device_id": "deviceId",
-    "context_id": "contextId",
-    "stream_id": "streamId",
-    "correlation_id": "correlationId",
-    "global_pid": "globalPid",
-    "size_bytes": "bytes",
-}
+def mem_kinds(con: sqlite3.Connection, names: set[str]) -> dict[int, str | None]:
+    return _enum(con, names, "ENUM_CUDA_MEM_KIND", MEM_KIND_2X, _mem_label)
+
+
+def copy_kinds(con: sqlite3.Connection, names: set[str]) -> dict[int, str | None]:
+    return _enum(con, names, "ENUM_CUDA_MEMCPY_OPER", COPY_KIND_2X, _copy_label)
 
 
 def _memcpy(con: sqlite3.Connection, names: set[str], fast: Fast | None) -> pl.DataFrame | None:
     parts = []
-    mem_kinds = _enum(con, names, "ENUM_CUDA_MEM_KIND", MEM_KIND_2X, _mem_label)
-    head: list[pl.Expr | str] = [
-        _pid("global_pid"),
-        "device_id",
-        "context_id",
-        "stream_id",
-        "correlation_id",
-    ]
-    tail: list[pl.Expr | str] = [
-        "size_bytes",
-        "start_ns",
-        "end_ns",
-        (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
-    ]
+    mems = mem_kinds(con, names)
     if MEMCPY in names:
-        copy_kinds = _enum(con, names, "ENUM_CUDA_MEMCPY_OPER", COPY_KIND_2X, _copy_label)
-        cols = {**_COPY_COMMON, "copy_kind": "copyKind", "src": "srcKind", "dst": "dstKind"}
-        df = _fetch(con, MEMCPY, cols, dict.fromkeys(cols, _I), fast=fast)
+        copies = copy_kinds(con, names)
+        df = _fetch(con, MEMCPY, MEMCPY_COLS, dict.fromkeys(MEMCPY_COLS, _I), fast=fast)
         check_times(df, path=None, table=MEMCPY)
-        parts.append(
-            df.select(
-                *head,
-                _label(pl.col("copy_kind"), copy_kinds, "kind"),
-                _label(pl.col("src"), mem_kinds, "src_kind"),
-                _label(pl.col("dst"), mem_kinds, "dst_kind"),
-                *tail,
-            )
-        )
+        parts.append(memcpy_rows(df, copies, mems))
     if MEMSET in names:
-        cols = {**_COPY_COMMON, "mem_kind": "memKind"}
-        df = _fetch(con, MEMSET, cols, dict.fromkeys(cols, _I), fast=fast)
+        df = _fetch(con, MEMSET, MEMSET_COLS, dict.fromkeys(MEMSET_COLS, _I), fast=fast)
         check_times(df, path=None, table=MEMSET)
-        parts.append(
-            df.select(
-                *head,
-                pl.lit("memset", dtype=pl.String).alias("kind"),
-                pl.lit(None, dtype=pl.String).alias("src_kind"),
-                _label(pl.col("mem_kind"), mem_kinds, "dst_kind"),
-                *tail,
-            )
-        )
+        parts.append(memset_rows(df, mems))
     return pl.concat(parts, how="vertical") if parts else None
 
 
-_API_COLS = {
-    "start_ns": "start",
-    "end_ns": "end",
-    "global_tid": "globalTid",
-    "correlation_id": "correlationId",
-    "name_id": "nameId",
-    "return_code": "returnValue",
-    "event_class": "eventClass",
-}
+API_TABLES = ((RUNTIME, "runtime"), (DRIVER, "driver"))
+
+
+def api_classes(
+    con: sqlite3.Connection, names: set[str], table: str, classes: dict[int, str | None]
+) -> dict[int, str | None] | None:
+    """How `table`'s rows get their `api` label: by eventClass (`classes`) when it has the
+    column, else None (by the table)."""
+    return classes if "eventClass" in table_columns(con, table) else None
+
+
+def event_classes(con: sqlite3.Connection, names: set[str]) -> dict[int, str | None]:
+    return _enum(con, names, "ENUM_NSYS_EVENT_CLASS", EVENT_CLASS_2X, _class_label)
+
+
+def api_names(table: str) -> tuple[tuple[str, str, str, str]]:
+    return (("name_id", "API calls", f"{table} rows", "nameId"),)
 
 
 def _api_calls(
@@ -281,55 +209,32 @@ def _api_calls(
     fast: Fast | None,
 ) -> pl.DataFrame | None:
     parts = []
-    classes = _enum(con, names, "ENUM_NSYS_EVENT_CLASS", EVENT_CLASS_2X, _class_label)
-    for table, table_api in ((RUNTIME, "runtime"), (DRIVER, "driver")):
+    classes = event_classes(con, names)
+    for table, table_api in API_TABLES:
         if table not in names:
             continue
-        df = _fetch(con, table, _API_COLS, dict.fromkeys(_API_COLS, _I), fast=fast)
+        df = _fetch(con, table, API_COLS, dict.fromkeys(API_COLS, _I), fast=fast)
         check_times(df, path=None, table=table)
-        if "eventClass" in table_columns(con, table):
-            df = df.with_columns(_label(pl.col("event_class"), classes, "api"))
-            known = pl.col("api").is_in([*_API_LABELS, "backtrace"])
-            other = df.filter(~known.fill_null(False))
-            if other.height:
-                counts = other.group_by("event_class", "api").len().sort("event_class")
-                listed = ", ".join(
-                    f"{n} of class {c} ({a or 'unknown'})" for c, a, n in counts.iter_rows()
-                )
-                warn(f"nsys_sqlite: {table} rows of non-CUDA-API event classes dropped: {listed}")
-            df = df.filter(pl.col("api").is_in(_API_LABELS))
-        else:
-            df = df.with_columns(pl.lit(table_api, dtype=pl.String).alias("api"))
-        _warn_dropped(df, "name_id", bad_ids, "API calls")
-        _warn_unresolved(df, "name_id", strings, f"{table} rows", "nameId")
-        parts.append(
-            df.select(
-                _pid("global_tid"),
-                _tid("global_tid"),
-                "correlation_id",
-                "api",
-                _resolve(pl.col("name_id"), strings)
-                .str.replace(_API_VERSION_SUFFIX, "")
-                .alias("name"),
-                "return_code",
-                "start_ns",
-                "end_ns",
-                (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
-            )
-        )
+        other = ApiNotes(table)
+        df = api_classify(df, api_classes(con, names, table, classes), table_api, other)
+        other.warn()
+        notes = NameNotes(api_names(table), strings, bad_ids)
+        notes.add(df)
+        notes.warn()
+        parts.append(api_rows(df, strings))
     return pl.concat(parts, how="vertical") if parts else None
 
 
-_NVTX_COLS = {
-    "start_ns": "start",
-    "end_ns": "end",
-    "event_type": "eventType",
-    "text": "text",
-    "global_tid": "globalTid",
-    "text_id": "textId",
-    "domain_id": "domainId",
-}
-_NVTX_SCHEMA = {**dict.fromkeys(_NVTX_COLS, _I), "text": _S}
+def nvtx_where(con: sqlite3.Connection, only: Sequence[int] = NVTX_WANTED) -> str:
+    """The NVTX rows read: those of the `only` event types (all rows when there is no
+    eventType column: none of them is then a marker)."""
+    if "eventType" not in set(table_columns(con, NVTX)):
+        return ""
+    wanted = ", ".join(str(int(t)) for t in only)
+    return f"WHERE eventType IN ({wanted})"
+
+
+NVTX_NAMES = (("text_id", "NVTX events", "NVTX events", "textId"),)
 
 
 def _markers(
@@ -337,39 +242,15 @@ def _markers(
 ) -> pl.DataFrame | None:
     if NVTX not in names:
         return None
-    wanted = (NVTX_MARK, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE)
-    have = set(table_columns(con, NVTX))
-    where = f"WHERE eventType IN {wanted}" if "eventType" in have else ""
-    df = _fetch(con, NVTX, _NVTX_COLS, _NVTX_SCHEMA, where=where)
+    df = _fetch(con, NVTX, NVTX_COLS, NVTX_SCHEMA, where=nvtx_where(con))
     # marks and ranges still open at the end of the capture have no end (formats.md §3.2)
     check_times(df, path=None, table=NVTX, end_nullable=True)
-    n_nul = df.filter(pl.col("text").str.contains("\x00", literal=True)).height
-    if n_nul:
-        warn(f"nsys_sqlite: {n_nul} NVTX texts hold NUL bytes (environment blocks); left null")
-    _warn_dropped(df, "text_id", bad_ids, "NVTX events")
-    _warn_unresolved(df, "text_id", strings, "NVTX events", "textId")
-    df = df.with_columns(
-        pl.coalesce(_drop_nul(pl.col("text")), _resolve(pl.col("text_id"), strings)).alias("name")
-    )
-    domains = (
-        df.filter(pl.col("event_type") == NVTX_DOMAIN_CREATE, pl.col("domain_id") != 0)
-        .group_by("domain_id")
-        .agg(pl.col("name").drop_nulls().first().alias("domain"))
-    )
-    ev = df.filter(pl.col("event_type").is_in([NVTX_MARK, NVTX_PUSHPOP, NVTX_STARTEND]))
-    ev = ev.join(domains, on="domain_id", how="left", maintain_order="left")
-    is_mark = pl.col("event_type") == NVTX_MARK
-    end = pl.when(is_mark).then(None).otherwise(pl.col("end_ns"))
-    return ev.select(
-        _pid("global_tid"),
-        _tid("global_tid"),
-        "name",
-        "domain",
-        pl.lit("nvtx", dtype=pl.String).alias("category"),
-        "start_ns",
-        end.alias("end_ns"),
-        (end - pl.col("start_ns")).alias("duration_ns"),
-    )
+    warn_nul_texts(nvtx_nul_texts(df))
+    notes = NameNotes(NVTX_NAMES, strings, bad_ids)
+    notes.add(df)
+    notes.warn()
+    named = nvtx_named(df, strings)
+    return marker_rows(named, nvtx_domains(named))
 
 
 def _uuid(e: pl.Expr) -> pl.Expr:
@@ -508,7 +389,9 @@ def _metric_unit(name: str | None) -> str | None:
     return "%" if "%" in name else None
 
 
-def _gpu_metrics(con: sqlite3.Connection, names: set[str]) -> pl.DataFrame | None:
+def metric_info(con: sqlite3.Connection, names: set[str]) -> pl.DataFrame | None:
+    """TARGET_INFO_GPU_METRICS (metric names and units by (typeId, metricId)), or None when
+    GPU_METRICS cannot be named (warned) or is absent."""
     if "GPU_METRICS" not in names or "TARGET_INFO_GPU_METRICS" not in names:
         if "GPU_METRICS" in names:
             warn("nsys_sqlite: GPU_METRICS without TARGET_INFO_GPU_METRICS; metric names unknown")
@@ -520,28 +403,16 @@ def _gpu_metrics(con: sqlite3.Connection, names: set[str]) -> pl.DataFrame | Non
         info_cols,
         {"type_id": _I, "metric_id": _I, "metric_name": _S},
     ).unique(["type_id", "metric_id"], keep="first", maintain_order=True)
-    info = info.with_columns(
+    return info.with_columns(
         pl.col("metric_name").map_elements(_metric_unit, return_dtype=pl.String).alias("unit")
     )
-    cols = {
-        "timestamp_ns": "timestamp",
-        "type_id": "typeId",
-        "metric_id": "metricId",
-        "value": "value",
-    }
-    m = _fetch(
-        con,
-        "GPU_METRICS",
-        cols,
-        {"timestamp_ns": _I, "type_id": _I, "metric_id": _I, "value": pl.Float64()},
-    )
-    return m.join(info, on=["type_id", "metric_id"], how="left", maintain_order="left").select(
-        (pl.col("type_id") % 256).alias("device_id"),
-        "timestamp_ns",
-        "metric_name",
-        "unit",
-        "value",
-    )
+
+
+def _gpu_metrics(con: sqlite3.Connection, names: set[str]) -> pl.DataFrame | None:
+    info = metric_info(con, names)
+    if info is None:
+        return None
+    return metric_rows(_fetch(con, "GPU_METRICS", METRIC_COLS, METRIC_SCHEMA), info)
 
 
 def _sources(con: sqlite3.Connection, names: set[str]) -> pl.DataFrame:

@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from ..errors import MalformedInput, TraceanalyzeError
@@ -85,6 +84,22 @@ class AdbcConnection:
             stmt.set_sql_query(sql)
             handle, _ = stmt.execute_query()
             return pa.RecordBatchReader._import_from_c(handle.address).read_all()
+
+    def batches(self, sql: str, batch_rows: int) -> Iterator[Any]:
+        """The result of `sql` one pyarrow RecordBatch (of `batch_rows` rows) at a time: the
+        statement stays open between batches, so only one batch is held."""
+        import adbc_driver_manager
+        import pyarrow as pa
+
+        with adbc_driver_manager.AdbcStatement(self._con) as stmt:
+            stmt.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
+            stmt.set_sql_query(sql)
+            handle, _ = stmt.execute_query()
+            reader = pa.RecordBatchReader._import_from_c(handle.address)
+            try:
+                yield from reader
+            finally:
+                reader.close()
 
     def close(self) -> None:
         self._con.close()
@@ -203,16 +218,103 @@ def fetch(
         got = _fetch_adbc(fast.con, sql, list(present), fast.batch_rows)
         if got is not None:
             return _add_missing(got, wanted, present, schema)
-    cur = con.execute(sql)
-    parts: list[pl.DataFrame] = []
-    names = list(present)
     batch = fast.batch_rows if fast is not None else BATCH
-    while rows := cur.fetchmany(batch):
-        parts.append(_rows_to_frame(rows, names, out_schema, all_int, table))
+    parts = list(_strict_batches(con, sql, list(present), out_schema, table, batch))
     frame = (
         pl.concat(parts, how="vertical", rechunk=True) if parts else pl.DataFrame(schema=out_schema)
     )
     return _add_missing(frame, wanted, present, schema)
+
+
+def _strict_batches(
+    con: sqlite3.Connection,
+    sql: str,
+    names: list[str],
+    schema: Mapping[str, pl.DataType],
+    table: str,
+    batch: int,
+    skip: int = 0,
+) -> Iterator[pl.DataFrame]:
+    """`sql`'s rows through Python's sqlite3, `batch` rows per frame (`_rows_to_frame` decides,
+    and names, bad cells), without the first `skip` rows. The batches are cut from the first
+    row whatever `skip` is, so a bad cell gives the same error as in a whole read."""
+    all_int = all(dt == pl.Int64 for dt in schema.values())
+    cur = con.execute(sql)
+    while rows := cur.fetchmany(batch):
+        frame = _rows_to_frame(rows, names, schema, all_int, table)
+        if skip >= frame.height:
+            skip -= frame.height
+            continue
+        yield frame.slice(skip) if skip else frame
+        skip = 0
+
+
+def fetch_batches(
+    con: sqlite3.Connection,
+    table: str,
+    wanted: Mapping[str, str],
+    schema: Mapping[str, pl.DataType],
+    *,
+    required: Sequence[str] = (),
+    where: str = "",
+    fast: Fast | None = None,
+    strict_batch: int = BATCH,
+) -> Iterator[pl.DataFrame]:
+    """`fetch` one batch at a time, in table order: the frames concatenated equal `fetch`'s
+    frame, and a bad table raises the same error, but only a batch is held. All-integer
+    selections go through `fast`'s in-process connection one record batch (`fast.batch_rows`
+    rows) at a time, never worker processes (each costs ~60 MB of its own); the rest, and a
+    table whose cells the driver refuses, through Python's sqlite3 in batches of `strict_batch`
+    rows (pass the whole read's batch: the same cut gives the same error), read from its first
+    row and yielding only the rows not yielded yet."""
+    have = set(table_columns(con, table))
+    refuse_generated(con, table, wanted.values(), path=None)
+    require_columns(have, required, path=None, table=table)
+    present = {out: src for out, src in wanted.items() if src in have}
+    out_schema = {out: schema[out] for out in present}
+    batch = strict_batch
+    if not present:
+        n = con.execute(f"SELECT count(*) FROM {q(table)} {where}").fetchone()[0]
+        for lo in range(0, n, batch):
+            k = min(batch, n - lo)
+            yield pl.DataFrame({o: pl.Series(o, [None] * k, dtype=schema[o]) for o in wanted})
+        return
+    sql = f"SELECT {', '.join(q(s) for s in present.values())} FROM {q(table)} {where}"
+    names = list(present)
+    done = 0
+    if fast is not None and all(dt == pl.Int64 for dt in out_schema.values()):
+        for frame in _adbc_batches(fast, sql, names, fast.batch_rows):
+            if frame is None:
+                break  # refused: the strict path below decides
+            done += frame.height
+            yield _add_missing(frame, wanted, present, schema)
+        else:
+            return
+    for frame in _strict_batches(con, sql, names, out_schema, table, batch, skip=done):
+        yield _add_missing(frame, wanted, present, schema)
+
+
+def _adbc_batches(
+    fast: Fast, sql: str, names: list[str], batch: int
+) -> Iterator[pl.DataFrame | None]:
+    """Integer frames of `sql` through ADBC, one record batch each; a last None when the driver
+    refuses a batch or its cells are not all integers (as `_fetch_adbc`)."""
+    import adbc_driver_manager
+    import pyarrow as pa
+
+    try:
+        for rb in fast.con.batches(sql, batch):
+            df = pl.from_arrow(rb)
+            if not isinstance(df, pl.DataFrame) or df.width != len(names):
+                yield None
+                return
+            df.columns = names
+            if not all(dt == pl.Int64 or dt == pl.Null for dt in df.dtypes):
+                yield None
+                return
+            yield df.cast(pl.Int64)
+    except (adbc_driver_manager.Error, pa.ArrowException, OSError, pl.exceptions.PolarsError):
+        yield None
 
 
 def _add_missing(
@@ -301,6 +403,8 @@ def _rows_to_frame(
     if all_int:
         # Without a dtype, numpy infers int64 only when every cell is an integer; a NULL, REAL or
         # TEXT cell gives object/float/str, and the strict constructor below takes the batch.
+        import numpy as np  # here, not at import: format detection stays light
+
         mat = np.array(rows)
         if mat.dtype == np.int64 and mat.ndim == 2:
             return pl.DataFrame({n: mat[:, i] for i, n in enumerate(names)})

@@ -79,12 +79,26 @@ and hand back Arrow files that are memory-mapped, and the parts are concatenated
 the order of the serial scan. All paths give identical tables (tested).
 `benchmarks/bench_nsys_sqlite.py` measures them (5 M kernels on 2 cores: ~1.0 M rows/s to
 Parquet with 2 ranges, ~0.63 M rows/s in one process).
+
+Streaming (`stream_nsys_sqlite`, what `traceanalyze ingest` uses): the same tables, a batch of
+each source table at a time, in this process (ADBC record batches of `_STREAM_BATCH` rows),
+through the same row transforms (`_nsys_rows`, `_nsys_stream`). Table order is output order,
+so nothing is sorted or spilled; name ids stay integers until a batch's names are gathered from
+StringIds, and the gathered strings are views of StringIds' buffers until Parquet writes them
+dictionary-encoded. `benchmarks/bench_ingest_memory_nsys.py`: 2.5-10 M kernels ingest in
+~190-200 MB, flat in the input size (docs/scale.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
+
+import polars as pl
 
 from ..errors import MalformedInput
 from ..tables import Tables
@@ -96,6 +110,7 @@ from ._common import (
     head_bytes,
     reader_entry,
 )
+from ._nsys_stream import stream_tables
 from ._nsys_tables import (
     KERNEL,
     _api_calls,
@@ -109,6 +124,7 @@ from ._nsys_tables import (
     _strings,
 )
 from ._sqlite import connect_readonly, sqlite_tables
+from ._sqlite_stream import stream_entry
 
 # Tables only an nsys export has: a file with `StringIds` and a metadata table but none of these
 # (another program's database) is not claimed, and not read as an empty export.
@@ -118,6 +134,9 @@ _NSYS_FAMILIES = ("CUPTI_ACTIVITY_KIND_", "NVTX_", "TARGET_INFO_", "ENUM_NSYS_",
 _BATCH = _sqlite.BATCH
 PARALLEL_MIN_ROWS = _sqlite.PARALLEL_MIN_ROWS
 _LOCAL_HEAD_START = _sqlite.LOCAL_HEAD_START
+# The stream's ADBC record batch: 16k rows of kernels are ~2.5 MB of integers (the driver's
+# buffers and the frames made from them grow with it, by ~25 MB at 64k rows).
+_STREAM_BATCH = 1 << 14
 
 
 # --- sniffing ---------------------------------------------------------------------------------
@@ -173,6 +192,62 @@ def read_nsys_sqlite(
     by rowid range; None is min(CPUs, 4), 1 reads everything in this process. The result is the
     same either way.
     """
+    with _opened(path, engine, workers) as x:
+        con, names, fast = x.con, x.names, x.fast
+        kernels = _kernels(con, names, x.strings, x.bad_ids, fast)
+        memcpy = _memcpy(con, names, fast)
+        activity = [f["device_id"] for f in (kernels, memcpy) if f is not None]
+        frames = {
+            "sources": _sources(con, names),
+            "devices": _devices(con, names, activity),
+            "kernels": kernels,
+            "memcpy": memcpy,
+            "api_calls": _api_calls(con, names, x.strings, x.bad_ids, fast),
+            "markers": _markers(con, names, x.strings, x.bad_ids),
+            "gpu_metrics": _gpu_metrics(con, names),
+        }
+    return Tables.build(**{k: v for k, v in frames.items() if v is not None})
+
+
+@stream_entry("nsys_sqlite")
+def stream_nsys_sqlite(
+    path: PathLike,
+    *,
+    workdir: Path,
+    engine: Literal["auto", "sqlite3", "adbc"] = "auto",
+    workers: int | None = None,
+) -> Iterator[tuple[str, pl.DataFrame]]:
+    """`read_nsys_sqlite` as (table, chunk) pairs for `ingest`, one batch of a source table at
+    a time (`_STREAM_BATCH` rows through ADBC, `_BATCH` through sqlite3): the chunks of each
+    table, concatenated, are its tables (rows, order, `kernel_id`s), and bad input raises the
+    same errors. Memory is one batch plus the small tables (StringIds, enums, devices),
+    whatever the file's size.
+
+    `engine` as `read_nsys_sqlite`'s (ADBC record batches, else sqlite3 `fetchmany`). Every
+    table is read in this process: `workers` is accepted (the options are `read`'s) but no
+    worker process is started, since each costs ~60 MB of its own, more than the memory bound
+    leaves on a small file. `workdir` is not needed: nothing is sorted (table order is the
+    output order)."""
+    del workers, workdir  # see the docstring
+    with _opened(path, engine, 1, batch_rows=_STREAM_BATCH) as x:
+        yield from stream_tables(x.con, x.names, x.strings, x.bad_ids, x.fast, _BATCH)
+
+
+@dataclass
+class _Export:
+    con: sqlite3.Connection
+    names: set[str]
+    fast: _sqlite.Fast | None
+    strings: pl.DataFrame
+    bad_ids: set[int]
+
+
+@contextlib.contextmanager
+def _opened(
+    path: PathLike, engine: str, workers: int | None, *, batch_rows: int | None = None
+) -> Iterator[_Export]:
+    """The export opened and checked, with its StringIds; the errors of a damaged file raised
+    while the body reads it become MalformedInput naming it (for `read` and the stream)."""
     con = connect_readonly(path)
     fast = None
     try:
@@ -189,7 +264,7 @@ def read_nsys_sqlite(
             path,
             engine,
             workers,
-            batch_rows=_BATCH,
+            batch_rows=_BATCH if batch_rows is None else batch_rows,
             parallel_min_rows=PARALLEL_MIN_ROWS,
             local_head_start=_LOCAL_HEAD_START,
         )
@@ -198,18 +273,7 @@ def read_nsys_sqlite(
             "SELECT id FROM StringIds WHERE instr(CAST(value AS BLOB), x'00') > 0"
         ).fetchall()
         bad_ids = {int(r[0]) for r in raw_nul}
-        kernels = _kernels(con, names, strings, bad_ids, fast)
-        memcpy = _memcpy(con, names, fast)
-        activity = [f["device_id"] for f in (kernels, memcpy) if f is not None]
-        frames = {
-            "sources": _sources(con, names),
-            "devices": _devices(con, names, activity),
-            "kernels": kernels,
-            "memcpy": memcpy,
-            "api_calls": _api_calls(con, names, strings, bad_ids, fast),
-            "markers": _markers(con, names, strings, bad_ids),
-            "gpu_metrics": _gpu_metrics(con, names),
-        }
+        yield _Export(con, names, fast, strings, bad_ids)
     except MalformedInput as e:
         if e.path is None:  # raised below the entry point, which alone knows the path
             e.path = str(path)
@@ -224,4 +288,3 @@ def read_nsys_sqlite(
         if fast is not None:
             fast.con.close()
         con.close()
-    return Tables.build(**{k: v for k, v in frames.items() if v is not None})

@@ -62,13 +62,18 @@ Times are absolute Unix-epoch ns already: stored as is, `sources.time_origin_epo
 file states. GPU rows (kernels, memcpy) carry no pid: when the API tables hold exactly one
 `processId` (nvprof writes one DB per process, `%p`), that pid is filled in; otherwise it stays
 null.
+
+Streaming (`stream_nvprof_sqlite`, what `traceanalyze ingest` uses): the same tables, with
+kernels, copies and API calls read a batch at a time in output order, which SQLite's own
+external sort produces (`ORDER BY start, table, rowid`; see `_nvprof_sqlite_stream`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Mapping
-from importlib import resources
+from collections.abc import Iterator
+from pathlib import Path
 
 import polars as pl
 
@@ -78,23 +83,41 @@ from ._common import (
     PathLike,
     check_telemetry,
     check_times,
-    demangle_column,
     is_sqlite,
     reader_entry,
-    refuse_generated,
     require_columns,
     table_columns,
     warn,
 )
-from ._cupti import COPY_KINDS, MEMORY_KINDS
-from ._short_names import short_name as _short_name
+from ._nvprof_sql import (
+    _K,
+    _KERNEL_SCHEMA,
+    _MEMCPY_SCHEMA,
+    _MEMCPY_TABLE,
+    _STRINGS,
+    KERNEL_TABLES,
+    _cbid_names,
+    _select,
+    _string_join,
+    _warn_dangling,
+    _with_strings,
+    dangling,
+    kernel_names,
+    kernel_rows,
+    kernel_sql,
+    memcpy_counts,
+    memcpy_rows,
+    memcpy_sql,
+    note_dangling,
+    warn_memcpy,
+)
+from ._nvprof_sqlite_stream import api_chunks, kernel_chunks, memcpy_chunks
+from ._short_names import short_name as _short_name  # noqa: F401  (tests import it from here)
 from ._sqlite import connect_readonly, q, query_frame, sqlite_tables
+from ._sqlite_stream import stream_entry
 
 TOOL = "nvprof"
 
-_K = "CUPTI_ACTIVITY_KIND_"
-KERNEL_TABLES = (f"{_K}CONCURRENT_KERNEL", f"{_K}KERNEL")
-_STRINGS = "StringTable"
 
 # CUpti_ActivityFlag marker bits
 _MARKER_INSTANTANEOUS, _MARKER_START, _MARKER_END = 1, 2, 4
@@ -124,11 +147,63 @@ def sniff(path: PathLike) -> bool:
 @reader_entry("nvprof_sqlite")
 def read_nvprof_sqlite(path: PathLike) -> Tables:
     """Read an nvprof SQLite export into normalized tables."""
+    with _opened(path) as con:
+        return _read(con, path)
+
+
+# Rows per sqlite3 batch of the stream (tests shrink it).
+_BATCH = 1 << 14
+
+
+@stream_entry("nvprof_sqlite")
+def stream_nvprof_sqlite(path: PathLike, *, workdir: Path) -> Iterator[tuple[str, pl.DataFrame]]:
+    """`read_nvprof_sqlite` as (table, chunk) pairs for `ingest`: kernels, copies and API
+    calls a batch (`_BATCH` rows) at a time, sorted by SQLite (see `_nvprof_sqlite_stream`); the
+    chunks of each table, concatenated, are `read_nvprof_sqlite`'s table (rows, order,
+    `kernel_id`s) and bad input raises the same errors. `workdir` is not needed: SQLite's
+    sorter keeps its own temporary files."""
+    del workdir
+    with _opened(path) as con:
+        yield from _stream_tables(con, path, _check(con, path))
+
+
+def _stream_tables(
+    con: sqlite3.Connection, path: PathLike, tables: set[str]
+) -> Iterator[tuple[str, pl.DataFrame]]:
+    """`_read`'s tables in `_read`'s order, the big ones in sorted batches (see
+    `_nvprof_sqlite_stream`);
+    each gets its whole-frame reader, which raises `read`'s error for a badly typed batch."""
+    pids: set[int] = set()
+    whole_api = lambda: _api_calls(con, path, tables)  # noqa: E731
+    for name, df in api_chunks(con, path, tables, _BATCH, whole_api):
+        pids.update(df["process_id"].drop_nulls().unique().to_list())
+        yield name, df
+    pid = next(iter(pids)) if len(pids) == 1 else None
+    devices = _devices(con, path, tables)
+    if devices is not None:
+        yield "devices", devices
+    yield "sources", _sources(con, tables)
+    whole_kernels = lambda: _kernels(con, path, tables, pid)  # noqa: E731
+    yield from kernel_chunks(con, path, tables, pid, _BATCH, whole_kernels)
+    whole_memcpy = lambda: _memcpy(con, path, tables, pid)  # noqa: E731
+    yield from memcpy_chunks(con, path, tables, pid, _BATCH, whole_memcpy)
+    markers = _markers(con, path, tables)
+    if markers is not None:
+        yield "markers", markers
+    samples = _gpu_samples(con, path, tables, devices)
+    if samples is not None:
+        yield "gpu_samples", samples
+
+
+@contextlib.contextmanager
+def _opened(path: PathLike) -> Iterator[sqlite3.Connection]:
+    """The export opened read-only; errors of a damaged file met while the body reads it
+    become MalformedInput naming it."""
     if not is_sqlite(path):
         raise MalformedInput("not an SQLite database (nvprof -o export expected)", path=path)
     con = connect_readonly(path)
     try:
-        return _read(con, path)
+        yield con
     except sqlite3.DatabaseError as e:
         # a truncated or corrupt file fails only when a damaged page is reached
         raise MalformedInput(f"cannot read the SQLite database ({e})", path=path) from None
@@ -142,7 +217,8 @@ def read_nvprof_sqlite(path: PathLike) -> Tables:
         con.close()
 
 
-def _read(con: sqlite3.Connection, path: PathLike) -> Tables:
+def _check(con: sqlite3.Connection, path: PathLike) -> set[str]:
+    """The export's tables, once it is known to be an nvprof export."""
     tables = sqlite_tables(con)
     if not any(t in tables for t in KERNEL_TABLES):
         raise MissingColumn(
@@ -153,7 +229,11 @@ def _read(con: sqlite3.Connection, path: PathLike) -> Tables:
     if _STRINGS not in tables:
         raise MissingColumn("not an nvprof export: no StringTable", path=path, table=_STRINGS)
     require_columns(table_columns(con, _STRINGS), ["_id_", "value"], path=path, table=_STRINGS)
+    return tables
 
+
+def _read(con: sqlite3.Connection, path: PathLike) -> Tables:
+    tables = _check(con, path)
     api_calls = _api_calls(con, path, tables)
     pids = api_calls["process_id"].drop_nulls().unique()
     pid = int(pids[0]) if pids.len() == 1 else None
@@ -168,45 +248,6 @@ def _read(con: sqlite3.Connection, path: PathLike) -> Tables:
         "gpu_samples": _gpu_samples(con, path, tables, devices),
     }
     return Tables.build(**{name: df for name, df in frames.items() if df is not None})
-
-
-# --- SQL helpers ------------------------------------------------------------------------------
-
-
-def _select(
-    con: sqlite3.Connection,
-    path: PathLike,
-    table: str,
-    want: Mapping[str, str | None],
-    required: list[str],
-    alias: str = "t",
-) -> list[str]:
-    """`alias."col" AS out` for each wanted column; NULL for a column the table lacks (or None)."""
-    have = table_columns(con, table)
-    refuse_generated(con, table, [c for c in want.values() if c is not None], path=path)
-    require_columns(have, required, path=path, table=table)
-    return [
-        f"{alias}.{q(col)} AS {out}" if col is not None and col in have else f"NULL AS {out}"
-        for out, col in want.items()
-    ]
-
-
-def _with_strings(
-    con: sqlite3.Connection, path: PathLike, df: pl.DataFrame, ref: str, out: str, ids_sql: str
-) -> pl.DataFrame:
-    """Add column `out` = StringTable text of the ids in column `ref`; id 0 ('-- null --') is null.
-
-    Only the ids that `ids_sql` selects are fetched (never the whole table, whose id 1 is the
-    command line), and each distinct string is decoded once, not once per row."""
-    sql = f"SELECT _id_, value FROM {_STRINGS} WHERE _id_ <> 0 AND _id_ IN ({ids_sql})"
-    strings = query_frame(con, path, _STRINGS, sql, {ref: _I(), out: pl.String()})
-    return df.join(strings, on=ref, how="left", maintain_order="left")
-
-
-def _string_join(alias: str, column: str, out: str) -> tuple[str, str]:
-    """(select expr, join clause) resolving a StringTable id; id 0 ('-- null --') is null."""
-    s, ref = f"s_{out}", f"{alias}.{q(column)}"
-    return f"{s}.value AS {out}", f"LEFT JOIN {_STRINGS} {s} ON {s}._id_ = {ref} AND {ref} <> 0"
 
 
 # --- tables -----------------------------------------------------------------------------------
@@ -224,63 +265,16 @@ def _sources(con: sqlite3.Connection, tables: set[str]) -> pl.DataFrame:
     )
 
 
-_KERNEL_COLS = {
-    "device_id": "deviceId",
-    "context_id": "contextId",
-    "stream_id": "streamId",
-    "correlation_id": "correlationId",
-    "start_ns": "start",
-    "end_ns": "end",
-    "grid_x": "gridX",
-    "grid_y": "gridY",
-    "grid_z": "gridZ",
-    "block_x": "blockX",
-    "block_y": "blockY",
-    "block_z": "blockZ",
-    "registers_per_thread": "registersPerThread",
-    "static_smem_bytes": "staticSharedMemory",
-    "dynamic_smem_bytes": "dynamicSharedMemory",
-    "name_id": "name",
-}
-
-
 def _kernels(
     con: sqlite3.Connection, path: PathLike, tables: set[str], pid: int | None
 ) -> pl.DataFrame:
-    parts, used = [], []
-    for table in KERNEL_TABLES:
-        if table not in tables:
-            continue
-        cols = _select(con, path, table, _KERNEL_COLS, ["start", "end", "name"])
-        parts.append(f"SELECT {', '.join(cols)} FROM {q(table)} t")
-        used.append(table)
-    schema: dict[str, pl.DataType] = {c: _I() for c in _KERNEL_COLS}
-    df = query_frame(con, path, " + ".join(used), " UNION ALL ".join(parts), schema)
+    sql, used = kernel_sql(con, path, tables)
+    df = query_frame(con, path, " + ".join(used), sql, _KERNEL_SCHEMA)
     check_times(df, path=path, table=" + ".join(used))
-    ids = " UNION ".join(f"SELECT name FROM {q(t)}" for t in used)
-    df = _with_strings(con, path, df, "name_id", "raw_name", ids)
-    _warn_dangling(df, "raw_name", "name_id", "kernels", path)
-
-    raw = df["raw_name"]
-    demangled = demangle_column(raw)
-    uniq = demangled.unique().drop_nulls().to_list()
-    shorts = {n: _short_name(n) for n in uniq}
-    failed = raw.filter(raw.str.starts_with("_Z") & (demangled == raw)).n_unique()
-    if failed:
-        warn(f"{path}: {failed} distinct kernel name(s) could not be demangled; kept mangled")
+    rows = kernel_rows(df, kernel_names(con, path, used), pid)
+    note_dangling(dangling(rows, "raw_name", "name_id"), "kernels", path)
     return (
-        df.with_columns(
-            demangled.alias("name"),
-            demangled.replace_strict(shorts, default=None, return_dtype=pl.String).alias(
-                "short_name"
-            ),
-            pl.when(pl.col("raw_name").str.starts_with("_Z"))
-            .then(pl.col("raw_name"))
-            .alias("mangled_name"),
-            (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
-            pl.lit(pid, dtype=_I).alias("process_id"),
-        )
-        .drop("raw_name", "name_id")
+        rows.drop("raw_name", "name_id", "_t", "_r")
         .sort("start_ns", maintain_order=True, nulls_last=True)
         .with_columns(pl.int_range(pl.len(), dtype=_I).alias("kernel_id"))
     )
@@ -289,79 +283,13 @@ def _kernels(
 def _memcpy(
     con: sqlite3.Connection, path: PathLike, tables: set[str], pid: int | None
 ) -> pl.DataFrame | None:
-    common: dict[str, str | None] = {
-        "device_id": "deviceId",
-        "context_id": "contextId",
-        "stream_id": "streamId",
-        "correlation_id": "correlationId",
-        "size_bytes": "bytes",
-        "start_ns": "start",
-        "end_ns": "end",
-    }
-    copy_cols = {**common, "copy_kind": "copyKind", "src_mem": "srcKind", "dst_mem": "dstKind"}
-    # a memset has one memory kind, its destination
-    set_cols = {**common, "copy_kind": None, "src_mem": None, "dst_mem": "memoryKind"}
-    parts = []
-    for table, want in (
-        (f"{_K}MEMCPY", copy_cols),
-        (f"{_K}MEMCPY2", copy_cols),
-        (f"{_K}MEMSET", set_cols),
-    ):
-        if table in tables:
-            cols = _select(con, path, table, want, ["start", "end", "bytes"])
-            memset = 1 if table.endswith("MEMSET") else 0
-            parts.append(f"SELECT {', '.join(cols)}, {memset} AS is_memset FROM {q(table)} t")
-    if not parts:
+    sql = memcpy_sql(con, path, tables)
+    if sql is None:
         return None
-    schema: dict[str, pl.DataType] = {c: _I() for c in copy_cols}
-    schema["is_memset"] = _I()
-    df = query_frame(con, path, f"{_K}MEMCPY/MEMSET", " UNION ALL ".join(parts), schema)
-    check_times(df, path=path, table=f"{_K}MEMCPY/MEMSET")
-    unknown = df.filter(
-        (pl.col("is_memset") == 0) & ~pl.col("copy_kind").is_in(list(COPY_KINDS))
-    ).height
-    if unknown:
-        warn(f"{path}: {unknown} memcpy row(s) with an unknown CUPTI copyKind; kind left null")
-    odd = df.filter(
-        pl.any_horizontal(
-            pl.col(c).is_not_null() & ~pl.col(c).is_in([0, *MEMORY_KINDS])
-            for c in ("src_mem", "dst_mem")
-        )
-    ).height
-    if odd:
-        warn(f"{path}: {odd} memcpy/memset row(s) with an unknown CUPTI memory kind; left null")
-
-    def mem(c: str) -> pl.Expr:
-        return pl.col(c).replace_strict(MEMORY_KINDS, default=None, return_dtype=pl.String)
-
-    return (
-        df.with_columns(
-            pl.when(pl.col("is_memset") == 1)
-            .then(pl.lit("memset"))
-            .otherwise(
-                pl.col("copy_kind").replace_strict(COPY_KINDS, default=None, return_dtype=pl.String)
-            )
-            .alias("kind"),
-            mem("src_mem").alias("src_kind"),
-            mem("dst_mem").alias("dst_kind"),
-            (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
-            pl.lit(pid, dtype=_I).alias("process_id"),
-        )
-        .drop("copy_kind", "src_mem", "dst_mem", "is_memset")
-        .sort("start_ns", maintain_order=True, nulls_last=True)
-    )
-
-
-def _cbid_names(api: str) -> pl.DataFrame:
-    """The shipped CUPTI callback-id table for `api` ('runtime' or 'driver')."""
-    ref = resources.files("traceanalyze") / "data" / f"cupti_cbid_{api}.csv"
-    with resources.as_file(ref) as p:
-        df = pl.read_csv(
-            p,
-            comment_prefix="#",
-            schema={"cbid": _I(), "name": pl.String(), "cupti_enum": pl.String()},
-        )
-    return df.select(pl.col("cbid").alias("callback_id"), "name")
+    df = query_frame(con, path, _MEMCPY_TABLE, sql, _MEMCPY_SCHEMA)
+    check_times(df, path=path, table=_MEMCPY_TABLE)
+    warn_memcpy(*memcpy_counts(df), path)
+    return memcpy_rows(df, pid).sort("start_ns", maintain_order=True, nulls_last=True)
 
 
 def _api_calls(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.DataFrame:
@@ -583,10 +511,3 @@ def _gpu_samples(
         uuids = devices.select("device_id", pl.col("uuid").alias("device_uuid"))
         wide = wide.join(uuids, on="device_id", how="left", maintain_order="left")
     return check_telemetry(wide, path=path, reader="nvprof_sqlite")
-
-
-def _warn_dangling(df: pl.DataFrame, text: str, ref: str, what: str, path: PathLike) -> None:
-    """Warn about StringTable ids that the table does not hold (never guessed)."""
-    n = df.filter(pl.col(text).is_null() & pl.col(ref).is_not_null() & (pl.col(ref) != 0)).height
-    if n:
-        warn(f"{path}: {n} {what} row(s) name a StringTable id that is absent; name left null")
