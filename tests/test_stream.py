@@ -102,3 +102,12 @@ def test_a_failing_stream_leaves_no_file(tmp_path: Path, monkeypatch: pytest.Mon
     assert not st.root.exists() or not any(
         p for p in st.root.rglob("*") if p.is_file() and p.suffix == ".parquet"
     )
+
+
+def test_the_big_formats_stream() -> None:
+    """The formats whose files grow to GBs bound their memory in ingest (issue: scale); the
+    small ones (ncu CSV, iteration logs) are read whole."""
+    from traceanalyze.readers import READERS
+
+    big = {"kineto_json", "nsys_sqlite", "nvprof_sqlite", "nvprof_csv", "smi_csv"}
+    assert {s for s, r in READERS.items() if r.streams} == big
