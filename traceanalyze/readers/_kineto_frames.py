@@ -140,26 +140,23 @@ class _Roles(dict[Any, "int | None"]):
         return code
 
 
-_CAT = operator.attrgetter("cat")
+_CODES = (None, *range(len(_ROLE_NAMES)))
 
 
 def _split(events: list[Any]) -> dict[str, list[Any]]:
     """Events of one batch grouped by the table they feed (in file order)."""
     if events and isinstance(events[0], _AnyEvent):
         return _split_untagged(events)
-    roles = _Roles()
+    role = _Roles().__getitem__  # skipped phases have cat None as a class attribute: code None
+    groups: dict[int | None, list[Any]] = {code: [] for code in _CODES}
+    append = {code: g.append for code, g in groups.items()}
     try:
-        # C-level: the category of each event, then its role code (skipped phases have cat None
-        # as a class attribute and map to None)
-        codes = list(map(roles.__getitem__, map(_CAT, events)))
+        # One pass appending each event to its group: faster than a columnar group-by and a
+        # gather per table, and than computing the codes first (measured on the ResNet-50 trace).
+        for e in events:
+            append[role(e.cat)](e)
     except TypeError:  # an unhashable category (a list…): not Kineto, take the slow path
         return _split_untagged(events)
-    # One pass appending each event to its group: faster than a columnar group-by and a gather
-    # per table (measured on the ResNet-50 trace).
-    groups: dict[int | None, list[Any]] = {code: [] for code in roles.values()}
-    append = {code: g.append for code, g in groups.items()}
-    for e, code in zip(events, codes, strict=True):
-        append[code](e)
     return {_ROLE_NAMES[code]: g for code, g in groups.items() if code is not None and g}
 
 
