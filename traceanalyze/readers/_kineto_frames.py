@@ -53,6 +53,21 @@ def _check_times(df: pl.DataFrame, table: str, path: PathLike) -> None:
     Chrome trace events always carry `ts`, and Kineto always writes `dur` on complete events:
     anything else is a damaged or hand-edited trace, named here rather than turned into nulls.
     """
+    dur = df["dur"]
+    # Null counts are free: with no null start (then no null ts either) and end null exactly
+    # where dur is (a null dur gives a null end), every time converted; the filter (a query)
+    # only runs when something is wrong.
+    if df["start_ns"].null_count() or df["end_ns"].null_count() != dur.null_count():
+        _bad_times(df, table, path)
+    no_dur = dur.null_count()
+    if no_dur and "ph" in df.columns:  # instant events have no duration by definition
+        no_dur = df.filter(pl.col("ph") == "X")["dur"].null_count()
+    if no_dur:
+        warn(f"{path}: {table}: {no_dur} complete event(s) without dur: end and duration null")
+
+
+def _bad_times(df: pl.DataFrame, table: str, path: PathLike) -> None:
+    """Raise for the first event whose ts or dur did not convert (`_check_times`), if any."""
     bad = df.filter(
         pl.col("ts").is_null()
         | pl.col("start_ns").is_null()
@@ -68,11 +83,6 @@ def _check_times(df: pl.DataFrame, table: str, path: PathLike) -> None:
             why = f"has dur {e['dur']!r}, not a duration in µs that fits int64 ns"
         more = f" ({bad.height} such events)" if bad.height > 1 else ""
         raise MalformedInput(f"event {e['name']!r} {why}{more}", path=path, table=table)
-    no_dur = df["dur"].null_count()
-    if "ph" in df.columns:  # instant events have no duration by definition
-        no_dur = df.filter(pl.col("ph") == "X")["dur"].null_count()
-    if no_dur:
-        warn(f"{path}: {table}: {no_dur} complete event(s) without dur: end and duration null")
 
 
 def _text(values: list[Any], name: str) -> pl.Series:

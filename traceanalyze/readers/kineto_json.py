@@ -389,7 +389,8 @@ def read_kineto_json(path: PathLike) -> Tables:
         df = timed(pl.concat(frames, how="vertical_relaxed"), head.base_ns)
         frames.clear()
         _check_times(df, name, path)
-        df = df.drop("ts", "dur")
+        for raw in ("ts", "dur"):  # in place: no query
+            df.drop_in_place(raw)
         df = df.sort("start_ns", maintain_order=True, nulls_last=True)
         finish = _FINISH.get(name)
         return df if finish is None else finish(df)
