@@ -391,7 +391,10 @@ def read_kineto_json(path: PathLike) -> Tables:
         _check_times(df, name, path)
         for raw in ("ts", "dur"):  # in place: no query
             df.drop_in_place(raw)
-        df = df.sort("start_ns", maintain_order=True, nulls_last=True)
+        # Kernels and copies are often in start order already (a stable sort is then the
+        # identity; the check is a scan, ~1 µs per 1000 rows).
+        if not df["start_ns"].is_sorted(nulls_last=True):
+            df = df.sort("start_ns", maintain_order=True, nulls_last=True)
         finish = _FINISH.get(name)
         return df if finish is None else finish(df)
 
