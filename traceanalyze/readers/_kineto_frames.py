@@ -234,35 +234,57 @@ _NO_DIM = (None, None, None)
 
 def _memcpy(sub: list[Any]) -> pl.DataFrame:
     args = _args(sub)
+    names = _strs(sub, "name")
+    # per distinct (category, name): a batch holds a handful, so no per-table string queries
+    pairs = zip(_col(sub, "cat"), names.to_list(), strict=True)
+    kinds = list(map(_CopyKinds().__getitem__, pairs))
     return pl.DataFrame(
         [
-            _strs(sub, "cat"),
-            _strs(sub, "name"),
+            names,
             *_gpu_ids(sub, args),
+            *(
+                pl.Series(col, [k[i] for k in kinds], dtype=pl.String)
+                for i, col in enumerate(("kind", "src_kind", "dst_kind"))
+            ),
             _ints(args, "bytes", "size_bytes"),
             *_times(sub),
         ]
     )
 
 
+class _CopyKinds(dict[tuple[str, "str | None"], tuple["str | None", ...]]):
+    """(category, name) -> (kind, src_kind, dst_kind): `Memcpy HtoD (Pageable -> Device)` gives
+    HtoD, Pageable, Device; a memset category gives memset, null and the `Memset (Device)` name's
+    Device. `name` is the column's text (polars' rendering of a non-string name)."""
+
+    def __missing__(self, key: tuple[str, str | None]) -> tuple[str | None, ...]:
+        cat, name = key
+        if cat.lower() in _MEMSET:  # cat is a string: it chose the table
+            dst = None
+            if name is not None and name.startswith("Memset ("):
+                dst = name.removeprefix("Memset (").removesuffix(")")
+            out: tuple[str | None, ...] = ("memset", None, dst)
+        elif name is None:
+            out = (None, None, None)
+        else:
+            # polars' split_exact(sep, 1): the first two pieces of a full split
+            parts = name.removeprefix("Memcpy ").split(" (")
+            ends = parts[1].removesuffix(")").split(" -> ") if len(parts) > 1 else [None]
+            out = (parts[0], ends[0], ends[1] if len(ends) > 1 else None)
+        self[key] = out
+        return out
+
+
 def _finish_memcpy(df: pl.DataFrame) -> pl.DataFrame:
-    # "Memcpy HtoD (Pageable -> Device)", "Memset (Device)". Plain string kernels, not regexes:
-    # polars' regex engine costs ~4 MB of RSS the first time a process uses it.
-    is_set = pl.col("cat").str.to_lowercase().is_in(_MEMSET)
-    cp = pl.col("name").str.strip_prefix("Memcpy ").str.split_exact(" (", 1)
-    ends = cp.struct.field("field_1").str.strip_suffix(")").str.split_exact(" -> ", 1)
-    st = pl.col("name").str.strip_prefix("Memset (").str.strip_suffix(")")
+    # the kinds are made per batch (`_CopyKinds`); `name` was kept for `_check_times`
     return df.select(
         "device_id",
         "context_id",
         "stream_id",
         "correlation_id",
-        pl.when(is_set).then(pl.lit("memset")).otherwise(cp.struct.field("field_0")).alias("kind"),
-        pl.when(is_set).then(None).otherwise(ends.struct.field("field_0")).alias("src_kind"),
-        pl.when(is_set)
-        .then(pl.when(pl.col("name").str.starts_with("Memset (")).then(st))
-        .otherwise(ends.struct.field("field_1"))
-        .alias("dst_kind"),
+        "kind",
+        "src_kind",
+        "dst_kind",
         "size_bytes",
         *_TIMES,
     )
