@@ -351,14 +351,13 @@ def _markers(sub: list[Any]) -> pl.DataFrame:
 def _finish_markers(df: pl.DataFrame) -> pl.DataFrame:
     on_gpu = pl.col("category").str.to_lowercase() == "gpu_user_annotation"
     instant = pl.col("ph") != "X"
-    df = df.with_columns(pl.col("category").replace(_INSTANT, None))
     return df.select(
         pl.when(on_gpu).then(None).otherwise(pl.col("pid")).alias("process_id"),
         pl.when(on_gpu).then(None).otherwise(pl.col("tid")).alias("thread_id"),
         pl.when(on_gpu).then(pl.coalesce("device", "pid")).alias("device_id"),
         pl.when(on_gpu).then(pl.coalesce("stream", "tid")).alias("stream_id"),
         "name",
-        "category",
+        pl.col("category").replace(_INSTANT, None),
         "start_ns",
         pl.when(~instant).then(pl.col("end_ns")).alias("end_ns"),
         pl.when(~instant).then(pl.col("duration_ns")).alias("duration_ns"),
