@@ -391,28 +391,31 @@ def _iterations(
     ops: pl.DataFrame | None, markers: pl.DataFrame | None, rank: int | None
 ) -> pl.DataFrame | None:
     """`ProfilerStep#N` host ranges (user_annotation; a cpu_op in older PyTorch)."""
-    # The name test first (a prefix check), so that only the few step rows are lower-cased for
-    # the category test.
+    # The name test first (a prefix check, per frame), so that only the few step rows are
+    # lower-cased for the category test; then one query per step on the few rows.
     host = [
-        f.filter(pl.col("name").str.starts_with(_STEP)).filter(
-            pl.col("category").str.to_lowercase().is_in(("user_annotation", *_OPS))
-        )
+        f.filter(pl.col("name").str.starts_with(_STEP)).select("name", "category", *_TIMES)
         for f in (markers, ops)
         if f is not None
     ]
     if not host:
         return None
-    steps = pl.concat([f.select("name", *_TIMES) for f in host]).filter(
-        pl.col("end_ns").is_not_null()
-    )
     number = pl.col("name").str.strip_prefix(_STEP).cast(pl.Int64, strict=False)
-    steps = steps.with_columns(iteration=number)
-    steps = steps.filter(pl.col("iteration").is_not_null()).sort("start_ns", maintain_order=True)
-    # A step recorded both as an annotation and as a cpu_op: keep one.
-    steps = steps.unique("iteration", keep="first", maintain_order=True)
-    return steps.sort("iteration").select(
-        pl.lit(rank, dtype=pl.Int64).alias("rank"), "iteration", *_TIMES
+    steps = (
+        pl.concat(host)
+        .with_columns(iteration=number)
+        .filter(
+            pl.col("category").str.to_lowercase().is_in(("user_annotation", *_OPS))
+            & pl.col("end_ns").is_not_null()
+            & pl.col("iteration").is_not_null()
+        )
     )
+    # The earliest start of each step number (file order on ties: markers first) is the first
+    # row of its number once sorted stably by number then start. A step recorded both as an
+    # annotation and as a cpu_op is kept once.
+    steps = steps.sort("iteration", "start_ns", maintain_order=True)
+    steps = steps.unique("iteration", keep="first", maintain_order=True)
+    return steps.select(pl.lit(rank, dtype=pl.Int64).alias("rank"), "iteration", *_TIMES)
 
 
 def _devices(props: list[_Device] | None) -> pl.DataFrame | None:
