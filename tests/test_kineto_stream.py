@@ -271,3 +271,44 @@ def test_bad_input_through_ingest(tmp_path: Path, damage: str) -> None:
     assert str(streamed.value) == str(whole.value)
     assert streamed.value.path == str(path)
     assert _snapshot(st.root) == before, "the store changed"
+
+
+def test_one_start_time_for_most_rows_is_streamed_not_held(
+    tmp_path: Path, small_buckets: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trace where most kernels share one start time (a replayed or forged trace; the 4 GB
+    gzip bomb of the issue is one): those rows get a bucket of their own that is streamed in
+    file order, never read whole, and the result still equals the whole-file read."""
+    ev = []
+    for i in range(6000):  # 5,000 at one time, 1,000 before and after it
+        ts = 1_700_000_000_000_000 + (500 if i < 5000 else (i % 2) * 1000)
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": f"k{i % 7}",
+                "pid": 0,
+                "tid": 7,
+                "ts": ts,
+                "dur": 1 + i % 3,
+                "args": {"device": 0, "stream": 7, "correlation": i},
+            }
+        )
+    random.Random(3).shuffle(ev)
+    path = tmp_path / "ties.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+    held: list[int] = []
+    read = _kineto_stream._Spill.read
+
+    def spy(self: Any) -> pl.DataFrame:
+        df = read(self)
+        held.append(df.height)
+        return df
+
+    monkeypatch.setattr(_kineto_stream._Spill, "read", spy)
+    work = tmp_path / "work"
+    work.mkdir()
+    got = _assert_same(path, work)
+    at_once = got["kernels"].filter(pl.col("start_ns") == 1_700_000_000_000_500_000).height
+    assert at_once == 5000
+    assert held and max(held) < 2000, f"a bucket of {max(held)} rows was read whole"

@@ -77,6 +77,7 @@ class _Spill:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.rows = self.nbytes = 0
+        self.one_time = False  # a bucket whose rows all share one start time (see `_bounds`)
         self._writer: Any = None
         self._file: Any = None
         self._schema: Any = None
@@ -166,7 +167,9 @@ class Spiller:
         # every `stride`-th row of the table (counted across batches)
         ts = df["ts"].gather_every(stride, (-spill.rows) % stride)
         spill.write(df)
-        keys = ts.cast(pl.Float64, strict=False).drop_nulls().to_numpy()
+        # exact ns (relative to the base), so that a start time shared by many rows is a bound
+        # itself: `_bounds` gives it a bucket of its own
+        keys = ts.to_frame("ts").select(_ns_int(_us_to_ns("ts")))["ts"].drop_nulls().to_numpy()
         self._sample[table].append(keys)
         self._sampled[table] += len(keys)
         if self._sampled[table] > 2 * _SAMPLE_CAP:
@@ -175,7 +178,7 @@ class Spiller:
             self._stride[table] = stride * 2
 
     def sample(self, table: str) -> np.ndarray[Any, Any]:
-        """The sampled start times of `table`, in µs relative to the base, sorted."""
+        """The sampled start times of `table`, in ns relative to the base, sorted."""
         import numpy as np
 
         parts = self._sample.pop(table, [])
@@ -239,8 +242,12 @@ def _bounds(sample: np.ndarray[Any, Any], base_ns: int, spill: _Spill) -> np.nda
     if k <= 1 or len(sample) == 0:
         return np.empty(0, dtype=np.int64)
     qs = sample[[len(sample) * i // k for i in range(1, k)]]
-    ns = [min(max(round(float(q) * 1000) + base_ns, -(2**63)), _INT64_MAX) for q in qs]
-    return np.unique(np.array(ns, dtype=np.int64))
+    ns = [min(max(int(q) + base_ns, -(2**63)), _INT64_MAX) for q in qs]
+    # A start time that fills more than a bucket (it is several quantiles) gets a bucket of its
+    # own, [v, v + 1): its rows are already in order (file order among equal starts), so that
+    # bucket is streamed, never held, however many rows share the one time.
+    heavy = {v for v in ns if ns.count(v) > 1 and v < _INT64_MAX - 1}
+    return np.unique(np.array(ns + [v + 1 for v in heavy], dtype=np.int64))
 
 
 class _TimeCheck:
@@ -336,8 +343,10 @@ def _deal(
     step_rows = pl.concat(steps) if steps else None
     if not len(bounds):
         return [pl.concat(whole)], step_rows
-    for s in buckets:
+    for i, s in enumerate(buckets):
         s.close()
+        # [bounds[i-1], bounds[i]) holds one start time: no sort needed
+        s.one_time = 0 < i < len(bounds) and int(bounds[i]) == int(bounds[i - 1]) + 1
     return list(buckets), step_rows
 
 
@@ -349,6 +358,13 @@ def _sorted(
     try:
         for i, bucket in enumerate(buckets):
             buckets[i] = pl.DataFrame()  # drop the reference: one bucket in memory at a time
+            if isinstance(bucket, _Spill) and bucket.one_time:
+                for part in bucket.chunks(chunk):  # in order already: streamed, not held
+                    if name == "kernels":
+                        part = _FINISH["kernels"](part).with_columns(pl.col("kernel_id") + offset)
+                    offset += part.height
+                    yield name, part
+                continue
             df = bucket.read() if isinstance(bucket, _Spill) else bucket
             del bucket
             if df.height == 0:
