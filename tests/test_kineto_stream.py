@@ -312,3 +312,43 @@ def test_one_start_time_for_most_rows_is_streamed_not_held(
     at_once = got["kernels"].filter(pl.col("start_ns") == 1_700_000_000_000_500_000).height
     assert at_once == 5000
     assert held and max(held) < 2000, f"a bucket of {max(held)} rows was read whole"
+
+
+def test_a_few_start_times_repeated_periodically_are_streamed(
+    tmp_path: Path, small_buckets: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four events repeated in a cycle (the issue's 4 GB gzip bomb is built so): each start
+    time gets a bucket of its own, streamed. A sample of every stride-th row would see only one
+    of the four times and hold the other three in one bucket."""
+    base = 1_712_195_495_000_000
+    ev = [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": f"k{i % 4}",
+            "pid": 0,
+            "tid": 7,
+            "ts": base + 37 * (i % 4),
+            "dur": 3 + i % 4,
+            "args": {"device": 0, "stream": 7, "correlation": i},
+        }
+        for i in range(20000)  # 5,000 each: several buckets' worth (a bucket is >= 1,024 rows)
+    ]
+    path = tmp_path / "cycle.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+    # a small sample, thinned to 1 row in 4 or more: where a periodic pick would alias
+    monkeypatch.setattr(_kineto_stream, "_SAMPLE_CAP", 256)
+    held: list[int] = []
+    read = _kineto_stream._Spill.read
+
+    def spy(self: Any) -> pl.DataFrame:
+        df = read(self)
+        held.append(df.height)
+        return df
+
+    monkeypatch.setattr(_kineto_stream._Spill, "read", spy)
+    work = tmp_path / "work"
+    work.mkdir()
+    got = _assert_same(path, work)
+    assert got["kernels"]["start_ns"].n_unique() == 4
+    assert not held or max(held) < 2000, f"a bucket of {max(held)} rows was read whole"

@@ -164,10 +164,11 @@ class Spiller:
         import numpy as np
 
         spill, stride = self.spills[table], self._stride[table]
-        # 1 row in `stride`, drawn at random (seeded: the same file gives the same buckets); not
-        # every stride-th row, which aliases with a trace that repeats a few events periodically
+        # 1 row in `stride`, drawn at random and shuffled (seeded: the same file gives the same
+        # buckets), so that neither this pick nor the thinning by halves below (every other
+        # sample) aliases with a trace that repeats a few events periodically
         n = -(-df.height // stride)
-        ts = df["ts"].sample(n=min(n, df.height), seed=spill.rows)
+        ts = df["ts"].sample(n=min(n, df.height), shuffle=True, seed=spill.rows)
         spill.write(df)
         # exact ns (relative to the base), so that a start time shared by many rows is a bound
         # itself: `_bounds` gives it a bucket of its own
