@@ -273,8 +273,23 @@ def test_bad_input_through_ingest(tmp_path: Path, damage: str) -> None:
     assert _snapshot(st.root) == before, "the store changed"
 
 
+@pytest.fixture
+def held(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The row count of every spill (bucket) read whole into memory, in order."""
+    sizes: list[int] = []
+    read = _kineto_stream._Spill.read
+
+    def spy(self: Any) -> pl.DataFrame:
+        df = read(self)
+        sizes.append(df.height)
+        return df
+
+    monkeypatch.setattr(_kineto_stream._Spill, "read", spy)
+    return sizes
+
+
 def test_one_start_time_for_most_rows_is_streamed_not_held(
-    tmp_path: Path, small_buckets: list[Path], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, small_buckets: list[Path], held: list[int]
 ) -> None:
     """A trace where most kernels share one start time (a replayed or forged trace; the 4 GB
     gzip bomb of the issue is one): those rows get a bucket of their own that is streamed in
@@ -297,15 +312,6 @@ def test_one_start_time_for_most_rows_is_streamed_not_held(
     random.Random(3).shuffle(ev)
     path = tmp_path / "ties.json"
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
-    held: list[int] = []
-    read = _kineto_stream._Spill.read
-
-    def spy(self: Any) -> pl.DataFrame:
-        df = read(self)
-        held.append(df.height)
-        return df
-
-    monkeypatch.setattr(_kineto_stream._Spill, "read", spy)
     work = tmp_path / "work"
     work.mkdir()
     got = _assert_same(path, work)
@@ -315,7 +321,7 @@ def test_one_start_time_for_most_rows_is_streamed_not_held(
 
 
 def test_a_few_start_times_repeated_periodically_are_streamed(
-    tmp_path: Path, small_buckets: list[Path], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, small_buckets: list[Path], held: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Four events repeated in a cycle (the issue's 4 GB gzip bomb is built so): each start
     time gets a bucket of its own, streamed. A sample of every stride-th row would see only one
@@ -338,15 +344,6 @@ def test_a_few_start_times_repeated_periodically_are_streamed(
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
     # a small sample, thinned to 1 row in 4 or more: where a periodic pick would alias
     monkeypatch.setattr(_kineto_stream, "_SAMPLE_CAP", 256)
-    held: list[int] = []
-    read = _kineto_stream._Spill.read
-
-    def spy(self: Any) -> pl.DataFrame:
-        df = read(self)
-        held.append(df.height)
-        return df
-
-    monkeypatch.setattr(_kineto_stream._Spill, "read", spy)
     work = tmp_path / "work"
     work.mkdir()
     got = _assert_same(path, work)

@@ -28,15 +28,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..errors import MalformedInput, TraceanalyzeError
-from ._common import PathLike, as_bad_input, bad_input_errors, warn
+from ..errors import MalformedInput
+from ._common import PathLike, warn
 from ._kineto_frames import _FINISH, _ns_int, _us_to_ns
 from ._kineto_types import _STEP
 
@@ -205,26 +204,6 @@ class Spiller:
     def discard(self) -> None:
         for spill in self.spills.values():
             spill.discard()
-
-
-def stream_entry(
-    fn: Callable[..., Iterator[tuple[str, pl.DataFrame]]],
-) -> Callable[..., Iterator[tuple[str, pl.DataFrame]]]:
-    """`reader_entry` for a `stream_<slug>` generator: errors name the file, parser errors on
-    bad bytes become the MalformedInput `read_kineto_json` raises."""
-
-    @functools.wraps(fn)
-    def gen(path: PathLike, *, workdir: Path) -> Iterator[tuple[str, pl.DataFrame]]:
-        try:
-            yield from fn(path, workdir=workdir)
-        except TraceanalyzeError as e:
-            if e.path is None:
-                e.path = os.fspath(path)
-            raise
-        except bad_input_errors() as e:
-            raise as_bad_input(e, path=path, reader="kineto_json") from e
-
-    return gen
 
 
 def timed(df: pl.DataFrame, base_ns: int) -> pl.DataFrame:

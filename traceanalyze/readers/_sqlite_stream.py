@@ -1,7 +1,7 @@
 """What the two SQLite readers' streams (`stream_nsys_sqlite`, `stream_nvprof_sqlite`) share:
-the time rule applied over a table read in batches (`TimeChecks`), typed batches of one query
-(`query_batches`), and the decorator that gives a stream the errors of its whole-frame reader
-(`stream_entry`).
+the time rule applied over a table read in batches (`TimeChecks`) and typed batches of one query
+(`query_batches`). The decorator that gives a stream the errors of its whole-frame reader is
+`_stream_common.stream_entry`, shared by every streaming reader.
 
 A stream must raise what `read_<slug>` raises on the same bytes (its chunks are being written to
 a staging directory that the error throws away): the checks that `read` makes on a whole table
@@ -11,16 +11,14 @@ are made here on counts summed over the batches, and raised or warned when the t
 
 from __future__ import annotations
 
-import functools
-import os
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, ParamSpec, TypeVar
 
 import polars as pl
 
-from ..errors import MalformedInput, TraceanalyzeError
-from ._common import PathLike, as_bad_input, bad_input_errors, warn
+from ..errors import MalformedInput
+from ._common import PathLike, warn
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -106,28 +104,3 @@ def query_batches(
             raise MalformedInput(
                 f"a column holds values of the wrong type: {msg}", path=path, table=table
             ) from None
-
-
-def stream_entry(
-    slug: str,
-) -> Callable[[Callable[_P, Iterator[_T]]], Callable[_P, Iterator[_T]]]:
-    """`_common.reader_entry` for a `stream_<slug>` generator: a TraceanalyzeError raised while
-    it runs gets the path, a parser's error on bad bytes becomes the same one-line
-    MalformedInput `read_<slug>` raises."""
-
-    def wrap(fn: Callable[_P, Iterator[_T]]) -> Callable[_P, Iterator[_T]]:
-        @functools.wraps(fn)
-        def stream(*args: _P.args, **kwargs: _P.kwargs) -> Iterator[_T]:
-            path = args[0] if args else kwargs.get("path")
-            try:
-                yield from fn(*args, **kwargs)
-            except TraceanalyzeError as e:
-                if e.path is None and path is not None:
-                    e.path = os.fspath(path)  # type: ignore[call-overload]
-                raise
-            except bad_input_errors() as e:
-                raise as_bad_input(e, path=path, reader=slug) from e  # type: ignore[arg-type]
-
-        return stream
-
-    return wrap

@@ -94,7 +94,7 @@ from ._kineto_frames import (
     _range_rows,
     _split,
 )
-from ._kineto_stream import Spiller, stream_entry, timed
+from ._kineto_stream import Spiller, timed
 from ._kineto_types import (
     _BATCH_DECODER,
     _BATCH_DECODER_ANY,
@@ -106,6 +106,7 @@ from ._kineto_types import (
     _RANGE_DOC_DECODER,
     _RangeDoc,
 )
+from ._stream_common import stream_entry
 
 _inflate: Any
 try:  # ISA-L inflates ~2.5x faster than zlib (10 vs 27 ms for the ResNet trace); optional
@@ -426,7 +427,7 @@ def read_kineto_json(path: PathLike) -> Tables:
     return Tables.build(**{k: v for k, v in frames.items() if v is not None})
 
 
-@stream_entry
+@stream_entry("kineto_json")
 def stream_kineto_json(path: PathLike, *, workdir: Path) -> Iterator[tuple[str, pl.DataFrame]]:
     """`read_kineto_json` as `(table, chunk)` pairs with bounded memory, for `ingest`: the frames
     of each batch are spilled to `workdir` as the file is decoded, then every table is sorted

@@ -124,7 +124,7 @@ from ._nsys_tables import (
     _strings,
 )
 from ._sqlite import connect_readonly, sqlite_tables
-from ._sqlite_stream import stream_entry
+from ._stream_common import stream_entry
 
 # Tables only an nsys export has: a file with `StringIds` and a metadata table but none of these
 # (another program's database) is not claimed, and not read as an empty export.

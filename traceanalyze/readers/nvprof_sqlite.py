@@ -114,7 +114,7 @@ from ._nvprof_sql import (
 from ._nvprof_sqlite_stream import api_chunks, kernel_chunks, memcpy_chunks
 from ._short_names import short_name as _short_name  # noqa: F401  (tests import it from here)
 from ._sqlite import connect_readonly, q, query_frame, sqlite_tables
-from ._sqlite_stream import stream_entry
+from ._stream_common import stream_entry
 
 TOOL = "nvprof"
 
