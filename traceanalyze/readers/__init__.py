@@ -94,15 +94,20 @@ READERS: dict[str, Reader] = {slug: Reader(slug, desc) for slug, desc in _SLUGS.
 def detect_format(path: PathLike) -> str:
     """The slug of the one reader that claims the file; UnknownFormat for none or several.
 
+    Readers whose screen (`_screen`, a necessary condition of their sniff read from the file's
+    head) rules the file out are not imported or asked; the others' sniffs decide.
+
     When none claims it because the container itself is damaged (a gzip cut short before any
     reader could recognize its content, an SQLite file whose schema pages are gone), the error
     is MalformedInput saying so ("truncated gzip …", "unreadable SQLite database …").
     """
-    matches = [slug for slug, r in READERS.items() if r.sniff(path)]
+    from ._screen import candidates  # screens out readers without importing them
+
+    matches = [slug for slug in candidates(path, list(READERS)) if READERS[slug].sniff(path)]
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        from ._sqlite import sqlite_damage  # every reader was just imported to sniff
+        from ._sqlite import sqlite_damage
 
         damage = gzip_damage(path) or sqlite_damage(path)
         if damage is not None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import csv
 import mmap
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..errors import MalformedInput, MissingColumn
 from ._common import PathLike
+from ._screen import KEY_NAMES, content_lines
 
 # The file's bytes: a read-only memory map (pyarrow's threads fault pages in while parsing, no
 # serial copy first) or, for gzip and BOM files, bytes. Both slice to bytes and have find/rfind.
@@ -33,8 +33,9 @@ HEADER_NAMES: dict[str, frozenset[str]] = {
     "metrics": frozenset({"Device", "Kernel", "Invocations"}),
     "instance_metrics": frozenset({"Device", "Context", "Stream", "Kernel"}),
 }
-# One name of each kind's header, searched for as bytes to find a header among other lines.
-_KEY_NAMES = ("Duration", "Time(%)", "Invocations", "Kernel")
+# One name of each kind's header, searched for as bytes to find a header among other lines
+# (detection's screen relies on every header holding one: `_screen.KEY_NAMES`).
+_KEY_NAMES = KEY_NAMES
 # A header line longer than this is not looked at (a metric trace of `--metrics all` has a few
 # hundred columns, well under it); it bounds the work on a garbage line that starts with '"'.
 _MAX_HEADER_BYTES = 1 << 20
@@ -49,11 +50,7 @@ _DEVICE_ORDINAL = re.compile(r"\((\d+)\)$")
 # --- detection ------------------------------------------------------------------------------------
 
 
-def _content_lines(text: str) -> Iterator[str]:
-    for line in text.lstrip("\ufeff").splitlines():
-        if line.startswith("==") or not line.strip():
-            continue
-        yield line
+_content_lines = content_lines
 
 
 def header_kind(line: str) -> str | None:
