@@ -51,7 +51,9 @@ LINES = [
     "ms,us,,",
     # near misses and other formats' heads
     '{"schemaVersion": 1, "traceEvents": [',
+    # ncu_csv, quoted and not
     '"ID","Process ID","Process Name","Kernel Name"',
+    "ID,Process ID,Process Name,Kernel Name",
     "Iteration Duration 3 cuda:0 : 0.31",
     "Kernel",
     "",
@@ -74,12 +76,13 @@ def _claims(path: Path) -> list[str]:
 
 def _check(path: Path) -> None:
     claims = _claims(path)
+    kept = _screen.candidates(path, list(READERS))
     for slug in SCREENED:
         n, screen = _screen.SCREENS[slug]
         if slug in claims:
-            head = head_bytes(path, n)
-            assert screen(head), f"{path}: {slug}'s sniff claims it but its screen says no"
-    kept = _screen.candidates(path, list(READERS))
+            assert slug in kept, f"{path}: {slug}'s sniff claims it but it was screened out"
+            if not path.name.endswith(".ncu-rep"):  # a report is claimed by its name alone
+                assert screen(head_bytes(path, n)), f"{path}: {slug}'s screen says no"
     assert set(claims) <= set(kept)
     if len(claims) == 1:
         assert detect_format(path) == claims[0]
@@ -118,7 +121,7 @@ def test_every_smi_and_nvprof_variant_is_claimed_and_kept(tmp_path: Path) -> Non
         claims = _claims(p)
         seen.update(claims)
         assert set(claims) <= set(_screen.candidates(p, list(READERS)))
-    assert {"smi_csv", "nvprof_csv"} <= seen
+    assert {"smi_csv", "nvprof_csv", "ncu_csv"} <= seen
 
 
 @st.composite
@@ -148,12 +151,19 @@ def test_generated_heads(tmp_path: Path, raw: bytes) -> None:
     _check(p)
 
 
+def test_an_ncu_report_is_kept_by_its_name(tmp_path: Path) -> None:
+    p = tmp_path / "capture.ncu-rep"
+    p.write_bytes(b"\x00\x01binary report")
+    assert "ncu_csv" in _screen.candidates(p, list(READERS))
+    _check(p)
+
+
 def test_a_sqlite_head_keeps_only_sqlite_readers(tmp_path: Path) -> None:
     p = tmp_path / "x.sqlite"
     p.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
     kept = _screen.candidates(p, list(READERS))
     assert "nsys_sqlite" in kept and "nvprof_sqlite" in kept
-    assert "nvprof_csv" not in kept and "smi_csv" not in kept
+    assert not {"nvprof_csv", "smi_csv", "ncu_csv"} & set(kept)
 
 
 def test_detecting_a_kineto_trace_imports_no_screened_reader() -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import inspect
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -54,6 +53,8 @@ class Reader:
     @property
     def options(self) -> frozenset[str]:
         """The option names `read_<slug>` takes: its keyword parameters after the path."""
+        import inspect  # ~7 ms to import; only reads with options need it
+
         params = list(inspect.signature(self.function).parameters.values())[1:]
         kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         return frozenset(p.name for p in params if p.kind in kinds)

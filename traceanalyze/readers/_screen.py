@@ -2,13 +2,12 @@
 importing them (docs/detection.md).
 
 `detect_format` asks every reader's `sniff`, and importing a reader runs its module body (name
-tables, compiled patterns, decoders, its helper modules): ~55 ms for the four below, more than
+tables, compiled patterns, decoders, its helper modules): ~55 ms for the five below, more than
 reading a 1 MB trace. A screen here is a *necessary* condition of its reader's sniff, written
 from that sniff: whenever the sniff says yes, so does the screen. A reader whose screen says no
 is not imported or asked; every other reader is. The answer is therefore the sniffs' own,
 ambiguity included. `tests/test_screen.py` checks the implication on every real file and on
-generated heads. Readers that are cheap to import (iterlog, kineto_json, ncu_csv) are not
-screened.
+generated heads. Readers that are cheap to import (iterlog, kineto_json) are not screened.
 """
 
 from __future__ import annotations
@@ -61,6 +60,12 @@ def _smi_csv(head: bytes) -> bool:
     return "] Power: " in text or " with energy " in text
 
 
+def _ncu_csv(head: bytes) -> bool:
+    # `_ncu_locate._HEADER_START` (`ID,"Process ID",`, quoted or not) in the head, or a report
+    # named `.ncu-rep` (checked by `candidates`, which never screens such a name out).
+    return b"\x00" not in head and b"Process ID" in head
+
+
 # slug -> (bytes of head its sniff reads, the screen of that head). Each screen gets the very
 # head its sniff reads, not a prefix of a longer one: on a damaged gzip a longer head can come
 # out shorter (`_gunzip_prefix` drops the output of the call that meets the damage).
@@ -69,6 +74,7 @@ SCREENS: dict[str, tuple[int, Callable[[bytes], bool]]] = {
     "nvprof_sqlite": (16, _sqlite),
     "nvprof_csv": (65536, _nvprof_csv),
     "smi_csv": (16384, _smi_csv),
+    "ncu_csv": (65536, _ncu_csv),
 }
 
 
@@ -77,7 +83,7 @@ def candidates(path: PathLike, slugs: list[str]) -> list[str]:
     heads: dict[int, bytes] = {}
     out = []
     for slug in slugs:
-        if slug in SCREENS:
+        if slug in SCREENS and not (slug == "ncu_csv" and str(path).endswith(".ncu-rep")):
             n, screen = SCREENS[slug]
             if n not in heads:
                 heads[n] = head_bytes(path, n)
