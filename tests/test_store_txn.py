@@ -422,6 +422,14 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _state(pid: int) -> str:
+    """A process's state letter from /proc (R, S, T stopped, Z zombie; '' once reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
 def _workers_of(pid: int) -> list[int]:
     """The reader workers among `pid`'s children (matched on their own command line, not on
     their parent's, which a child has between fork and exec)."""
@@ -458,8 +466,11 @@ def test_sigkill_of_the_parent_mid_read_leaves_no_worker_and_no_file(tmp_path: P
         "import sys\n"
         "import traceanalyze.readers._sqlite_parallel as sp\n"
         "sp._scratch_dir = lambda need=0: sys.argv[2]\n"
-        "from traceanalyze.readers.nsys_sqlite import read_nsys_sqlite\n"
-        "while True: read_nsys_sqlite(sys.argv[1], engine='adbc', workers=3)\n"
+        "import traceanalyze.readers.nsys_sqlite as ns\n"
+        # ~330 record batches per worker, not ~3: under load, a worker let run until its first
+        # write must still be far from the end of its range when it is frozen again.
+        "ns._BATCH = 512\n"
+        "while True: ns.read_nsys_sqlite(sys.argv[1], engine='adbc', workers=3)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     _subreaper(True)
@@ -477,13 +488,17 @@ def test_sigkill_of_the_parent_mid_read_leaves_no_worker_and_no_file(tmp_path: P
         for w in workers:
             fd = Path(f"/proc/{w}/cmdline").read_bytes().split(b"fd:")[1].rstrip(b"\x00")
             outs.append(Path(f"/proc/{w}/fd/{fd.decode()}"))
-        # Freeze both, then let each run until its first batch is in its file (it has more to
-        # read: a range is about two batches) and freeze it again.
+        # Freeze both, then let each run until its file has begun (it has ~330 batches to
+        # read) and freeze it again; it must be stopped, not finished, when the parent dies.
         for w, o in zip(workers, outs, strict=True):
             os.kill(w, signal.SIGCONT)
             while o.stat().st_size == 0 and time.monotonic() < deadline:
                 pass
             os.kill(w, signal.SIGSTOP)
+        for w in workers:
+            while _state(w) not in ("T", "t") and time.monotonic() < deadline:
+                pass
+            assert _state(w) in ("T", "t"), f"worker {w} is {_state(w)!r}, not stopped"
         assert list(scratch.iterdir()) == []  # the workers' output files have no name
         parent.send_signal(signal.SIGKILL)
         assert parent.wait(timeout=30) == -signal.SIGKILL

@@ -1,5 +1,5 @@
 """Detection's first pass: which readers could claim a file, judged from its first 64 KiB without
-importing them (docs/detection.md).
+importing them (docs/scale.md, "Speed on one file").
 
 `detect_format` asks every reader's `sniff`, and importing a reader runs its module body (name
 tables, compiled patterns, decoders, its helper modules): ~55 ms for the five below, more than
