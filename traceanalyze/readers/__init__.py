@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import mmap
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -130,22 +129,15 @@ def file_sha256(path: PathLike) -> str:
 
 
 def _sha256_of(path: PathLike, stopped: Callable[[], bool]) -> str:
-    """The file's SHA-256, hashed through a read-only memory map in 4 MiB views (no copy of the
-    file into bytes objects: ~10% less time on a 490 MB export). `stopped()` is asked between
-    views; a file that says it is empty (a FIFO, a /proc file) is read instead."""
+    """The file's SHA-256, read into one reused 1 MiB buffer (memory stays flat whatever the
+    file's size). Not a memory map: mapped pages count in the process's RSS, and a file cut
+    short by another process while mapped kills the reader with SIGBUS. `stopped()` is asked
+    between reads."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            while chunk := f.read(1 << 20):  # a FIFO or /proc file says 0 and still has bytes
-                h.update(chunk)
-            return h.hexdigest()
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m, memoryview(m) as view:
-            for at in range(0, len(m), 1 << 22):
-                if stopped():
-                    break
-                with view[at : at + (1 << 22)] as part:
-                    h.update(part)
+    buf = bytearray(1 << 20)
+    with open(path, "rb", buffering=0) as f, memoryview(buf) as view:
+        while not stopped() and (n := f.readinto(buf)):
+            h.update(view[:n])
     return h.hexdigest()
 
 
