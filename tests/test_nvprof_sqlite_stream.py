@@ -140,13 +140,14 @@ def _with_markers(tmp_path: Path) -> tuple[Path, list[tuple[Any, ...]]]:
     return p, rows
 
 
-def _expected_markers(path: Path) -> list[tuple[Any, ...]]:
+def _expected_markers(path: Path, domain: bool = True) -> list[tuple[Any, ...]]:
     """(name, domain, start, end, pid, tid) by sqlite3 and Python: start and mark rows by
     (timestamp, rowid), each range's end the first end row (by rowid) of its id."""
     con = sqlite3.connect(path)
+    dom = "(SELECT value FROM StringTable WHERE _id_ = s.domain AND s.domain <> 0)"
     rows = con.execute(
         f"SELECT (SELECT value FROM StringTable WHERE _id_ = s.name AND s.name <> 0), "
-        "(SELECT value FROM StringTable WHERE _id_ = s.domain AND s.domain <> 0), "
+        f"{dom if domain else 'NULL'}, "
         "s.timestamp, "
         f"CASE WHEN s.flags & 2 THEN (SELECT e.timestamp FROM {M} e WHERE e.id = s.id "
         "AND e.flags & 4 ORDER BY e._id_ LIMIT 1) END, s.objectKind, s.objectId "
@@ -217,6 +218,20 @@ def test_markers_bad_cell_same_error(tmp_path: Path, batch: int, where: str) -> 
     assert str(streamed.value) == str(whole.value)
 
 
+def test_markers_without_domain_column(tmp_path: Path, batch: int) -> None:
+    p, _ = _with_markers(tmp_path)
+    con = sqlite3.connect(p)
+    con.execute(f"ALTER TABLE {M} DROP COLUMN domain")
+    con.commit()
+    con.close()
+    per, _ = _assert_equal(p)
+    got = pl.concat(per["markers"])
+    assert got["domain"].null_count() == got.height
+    assert got.select("name", "start_ns", "end_ns").rows() == [
+        (n, s, e) for n, _, s, e, _, _ in _expected_markers(p, domain=False)
+    ]
+
+
 def test_markers_null_id_read_whole(tmp_path: Path, batch: int) -> None:
     p, _ = _with_markers(tmp_path)
     con = sqlite3.connect(p)
@@ -262,6 +277,8 @@ ENV_ROWS: list[tuple[int, int, int, bytes]] = [
     (0, 1000, 4, _blob(30)),
     (0, 1000, 2, _blob(99)),  # a second temperature of one sample: the first is kept
     (1, 0, 7, b""),  # unknown kind without a timestamp
+    *[(0, 5000, 2, _blob(60 + i)) for i in range(7)],  # one sample over several batches
+    (0, 5000, 4, _blob(20)),
 ]
 FIELDS = ["sm", "mem", "reasons", "temp", "power", "limit", "fan"]
 

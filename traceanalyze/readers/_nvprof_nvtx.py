@@ -332,14 +332,21 @@ def _decoded(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _merged(wide: pl.DataFrame, devices: pl.DataFrame | None) -> pl.DataFrame:
-    """Decoded records of one (device, timestamp) merged into one row, by time then device."""
+def _merge(wide: pl.DataFrame) -> pl.DataFrame:
+    """Decoded records of one (device, timestamp) merged into one row (each value the first
+    non-null one), by time then device. Merging merged rows with more records of theirs gives
+    what merging all the records at once gives."""
     values = [c for c in wide.columns if c not in ("device_id", "timestamp_ns")]
-    wide = (
+    return (
         wide.group_by("device_id", "timestamp_ns", maintain_order=True)
         .agg(pl.col(c).drop_nulls().first() for c in values)
         .sort("timestamp_ns", "device_id", maintain_order=True)
     )
+
+
+def _merged(wide: pl.DataFrame, devices: pl.DataFrame | None) -> pl.DataFrame:
+    """`_merge`, with the devices' uuids."""
+    wide = _merge(wide)
     if devices is not None and devices.height:
         uuids = devices.select("device_id", pl.col("uuid").alias("device_uuid"))
         wide = wide.join(uuids, on="device_id", how="left", maintain_order="left")
@@ -382,7 +389,7 @@ def sample_chunks(
             # the last sample may go on in the next batch
             d, t = rows.row(-1)[:2]
             last = (pl.col("timestamp_ns") == t) & pl.col("device_id").eq_missing(d)
-            held = rows.filter(last)
+            held = _merge(rows.filter(last))  # one row, however many records
             done = rows.filter(~last)
             if done.height:
                 yield "gpu_samples", plausible.check(_merged(done, devices))

@@ -65,7 +65,9 @@ null.
 
 Streaming (`stream_nvprof_sqlite`, what `traceanalyze ingest` uses): the same tables, with
 kernels, copies and API calls read a batch at a time in output order, which SQLite's own
-external sort produces (`ORDER BY start, table, rowid`; see `_nvprof_sqlite_stream`).
+external sort produces (`ORDER BY start, table, rowid`; see `_nvprof_sqlite_stream`), and NVTX
+markers and environment samples the same way, SQLite pairing start and end rows (see
+`_nvprof_nvtx`). Only small tables are held whole (kernel names, devices, sources).
 """
 
 from __future__ import annotations
