@@ -6,10 +6,11 @@ Markers: the whole read pairs each start row with the first end row of its `id` 
 in polars (the fastest way to pair a table held whole). The stream has SQLite pair them: a LEFT
 JOIN of the start and mark rows to the first end row of each id (a GROUP BY with `min(rowid)`,
 whose bare column is that row's, sqlite.org/lang_select.html#bareagg), read in the whole
-read's order (`ORDER BY timestamp, rowid`, what its stable sort by start gives; the export's
-index on `timestamp` serves it). SQLite keeps the GROUP BY and the automatic index on `id` in
-its own temporary B-trees (cache-sized memory, temp files), so a batch is all this process
-holds. The counts warned over the whole table (ranges without an end, ends without a start,
+read's order (`ORDER BY timestamp, rowid`, what its stable sort by start gives). SQLite's
+external sorter makes that order (`NOT INDEXED`: the export's index on `timestamp` would cost a
+random row lookup per row, ~1.8x the time) and it keeps the GROUP BY and the automatic index on
+`id` in its own temporary B-trees (cache-sized memory, temp files), so a batch is all this
+process holds. The counts warned over the whole table (ranges without an end, ends without a start,
 names absent from StringTable) are summed over the batches or counted by SQLite, and warned
 once at the end with the whole read's text. Strings are fetched per batch (its distinct ids).
 
@@ -203,7 +204,7 @@ def marker_chunks(
         return
     end, start = f"(e.flags & {_MARKER_END}) != 0", f"(t.flags & {_MARKER_START}) != 0"
     sql = (
-        f"SELECT {', '.join(cols)}, e.end_ns FROM {q(table)} t LEFT JOIN "
+        f"SELECT {', '.join(cols)}, e.end_ns FROM {q(table)} t NOT INDEXED LEFT JOIN "
         f"(SELECT e.id AS id, e.timestamp AS end_ns, min(e.{rowid}) FROM {q(table)} e "
         f"WHERE {end} GROUP BY e.id) e ON e.id = t.id AND {start} "
         f"WHERE (t.flags & {_MARKER_END}) = 0 ORDER BY t.timestamp, t.{rowid}"
@@ -374,7 +375,7 @@ def sample_chunks(
             yield "gpu_samples", df
         return
     order = f"{_col(have, 'timestamp')}, {_col(have, 'deviceId')}, t.{rowid}"
-    sql = f"SELECT {', '.join(cols)} FROM {q(table)} t ORDER BY {order}"
+    sql = f"SELECT {', '.join(cols)} FROM {q(table)} t NOT INDEXED ORDER BY {order}"
     counts = [0, 0, 0]
     plausible = _Plausible(path)
     held: pl.DataFrame | None = None
