@@ -24,8 +24,9 @@ import pytest
 from conftest import all_shared_files, shared
 
 from traceanalyze.errors import MalformedInput
-from traceanalyze.readers import _nvprof_nvtx, nvprof_sqlite, stream
+from traceanalyze.readers import _nvprof_nvtx, nvprof_sqlite, read, stream
 from traceanalyze.readers.nvprof_sqlite import read_nvprof_sqlite
+from traceanalyze.store import Store, ingest
 
 NV = "nvprof_sqlite/profilinglm_pytorch_lm_v100_pyprof_net.sql"
 M = "CUPTI_ACTIVITY_KIND_MARKER"
@@ -399,3 +400,24 @@ def test_marker_stream_does_not_read_whole(tmp_path: Path, monkeypatch: pytest.M
     per, _ = _stream(p)
     assert len(per["markers"]) > 1 and len(per["gpu_samples"]) > 1
     assert _nvprof_nvtx.MARKER_TABLE == M
+
+
+def test_ingest_reads_back_equal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The synthetic markers and samples through a real `ingest` (the sink's row groups), read
+    back with `Store.table`, equal `ta.read`'s tables."""
+    p, _ = _with_markers(tmp_path)
+    con = sqlite3.connect(p)
+    con.executemany(
+        f"INSERT INTO {ENV} (deviceId, timestamp, environmentKind, data) VALUES (?, ?, ?, ?)",
+        ENV_ROWS,
+    )
+    con.commit()
+    con.close()
+    monkeypatch.setattr(nvprof_sqlite, "_BATCH", 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole = read(p)
+        ingest(p, tmp_path / "store")
+    st = Store(tmp_path / "store")
+    for name in ("markers", "gpu_samples"):
+        assert st.table(name).equals(whole[name]), name
