@@ -224,12 +224,8 @@ def memcpy_rows(df: pl.DataFrame, pid: int | None) -> pl.DataFrame:
     ).drop("copy_kind", "src_mem", "dst_mem", "is_memset", "_t", "_r")
 
 
-def _warn_dangling(df: pl.DataFrame, text: str, ref: str, what: str, path: PathLike) -> None:
-    """Warn about StringTable ids that the table does not hold (never guessed)."""
-    note_dangling(dangling(df, text, ref), what, path)
-
-
 def note_dangling(n: int, what: str, path: PathLike) -> None:
+    """Warn about `n` rows naming StringTable ids that the table does not hold (never guessed)."""
     if n:
         warn(f"{path}: {n} {what} row(s) name a StringTable id that is absent; name left null")
 

@@ -12,9 +12,8 @@ over a whole table are counted batch by batch and raised or warned at its end. A
 cells of the wrong type re-reads its tables the whole-frame way (`whole`), to raise exactly
 that error.
 
-Held whole (small by nature): the kernel-name table (one row per distinct name), devices,
-sources, and the NVTX markers and environment samples, whose start/end pairing and per-sample
-merging need the whole table.
+Held whole (small by nature): the kernel-name table (one row per distinct name), devices and
+sources. NVTX markers and environment samples stream too, in `_nvprof_nvtx`.
 """
 
 from __future__ import annotations

@@ -541,7 +541,7 @@ def sqlite_tables(path_or_con: PathLike | sqlite3.Connection) -> set[str]:
 # SELECT and column reads, `_sqlite_parallel._authorize`) plus the PRAGMAs that list columns and
 # the few functions the readers call. Everything else (ATTACH, writes, other PRAGMAs, functions)
 # is refused when a statement is prepared.
-_SQL_FUNCTIONS = frozenset({"count", "min", "max", "instr"})
+_SQL_FUNCTIONS = frozenset({"count", "min", "max", "instr", "typeof"})
 _SQL_PRAGMAS = frozenset({"table_info", "table_xinfo"})
 # Limits (sqlite.org/limits.html) well above anything an export holds: no ATTACH at all, and a
 # string or BLOB over 256 MiB (an nsys environment block is a few KiB) is an error, not memory.

@@ -65,7 +65,9 @@ null.
 
 Streaming (`stream_nvprof_sqlite`, what `traceanalyze ingest` uses): the same tables, with
 kernels, copies and API calls read a batch at a time in output order, which SQLite's own
-external sort produces (`ORDER BY start, table, rowid`; see `_nvprof_sqlite_stream`).
+external sort produces (`ORDER BY start, table, rowid`; see `_nvprof_sqlite_stream`), and NVTX
+markers and environment samples the same way, SQLite pairing start and end rows (see
+`_nvprof_nvtx`). Only small tables are held whole (kernel names, devices, sources).
 """
 
 from __future__ import annotations
@@ -81,7 +83,6 @@ from ..errors import MalformedInput, MissingColumn
 from ..tables import Tables
 from ._common import (
     PathLike,
-    check_telemetry,
     check_times,
     is_sqlite,
     reader_entry,
@@ -89,6 +90,7 @@ from ._common import (
     table_columns,
     warn,
 )
+from ._nvprof_nvtx import gpu_samples, marker_chunks, markers, sample_chunks
 from ._nvprof_sql import (
     _K,
     _KERNEL_SCHEMA,
@@ -99,8 +101,6 @@ from ._nvprof_sql import (
     _cbid_names,
     _select,
     _string_join,
-    _warn_dangling,
-    _with_strings,
     dangling,
     kernel_names,
     kernel_rows,
@@ -118,15 +118,6 @@ from ._stream_common import stream_entry
 
 TOOL = "nvprof"
 
-
-# CUpti_ActivityFlag marker bits
-_MARKER_INSTANTANEOUS, _MARKER_START, _MARKER_END = 1, 2, 4
-# CUpti_ActivityObjectKind
-_OBJECT_PROCESS, _OBJECT_THREAD = 1, 2
-# CUpti_ActivityEnvironmentKind
-_ENV_SPEED, _ENV_TEMPERATURE, _ENV_POWER, _ENV_COOLING = 1, 2, 3, 4
-# CUpti_EnvironmentClocksThrottleReason values that mean "no reading"
-_THROTTLE_UNKNOWN, _THROTTLE_UNSUPPORTED = 0x80000000, 0x40000000
 
 _I = pl.Int64
 
@@ -187,12 +178,9 @@ def _stream_tables(
     yield from kernel_chunks(con, path, tables, pid, _BATCH, whole_kernels)
     whole_memcpy = lambda: _memcpy(con, path, tables, pid)  # noqa: E731
     yield from memcpy_chunks(con, path, tables, pid, _BATCH, whole_memcpy)
-    markers = _markers(con, path, tables)
-    if markers is not None:
-        yield "markers", markers
-    samples = _gpu_samples(con, path, tables, devices)
-    if samples is not None:
-        yield "gpu_samples", samples
+    yield from marker_chunks(con, path, tables, _BATCH, lambda: markers(con, path, tables))
+    whole_samples = lambda: gpu_samples(con, path, tables, devices)  # noqa: E731
+    yield from sample_chunks(con, path, tables, devices, _BATCH, whole_samples)
 
 
 @contextlib.contextmanager
@@ -244,8 +232,8 @@ def _read(con: sqlite3.Connection, path: PathLike) -> Tables:
         "kernels": _kernels(con, path, tables, pid),
         "memcpy": _memcpy(con, path, tables, pid),
         "api_calls": api_calls,
-        "markers": _markers(con, path, tables),
-        "gpu_samples": _gpu_samples(con, path, tables, devices),
+        "markers": markers(con, path, tables),
+        "gpu_samples": gpu_samples(con, path, tables, devices),
     }
     return Tables.build(**{name: df for name, df in frames.items() if df is not None})
 
@@ -334,73 +322,6 @@ def _api_calls(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.
     )
 
 
-def _u32(blob: str, offset: int) -> pl.Expr:
-    """Little-endian uint32 at `offset` of a BLOB column; null when the BLOB is too short."""
-    return pl.col(blob).bin.slice(offset, 4).bin.reinterpret(dtype=pl.UInt32, endianness="little")
-
-
-def _markers(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.DataFrame | None:
-    table = f"{_K}MARKER"
-    if table not in tables:
-        return None
-    want = {
-        "flags": "flags",
-        "timestamp": "timestamp",
-        "id": "id",
-        "object_kind": "objectKind",
-        "object_id": "objectId",
-        "name_id": "name",
-        "domain_id": "domain",
-    }
-    cols = _select(con, path, table, want, ["flags", "timestamp", "id", "name"])
-    schema: dict[str, pl.DataType] = {c: _I() for c in want}
-    schema["object_id"] = pl.Binary()
-    df = query_frame(con, path, table, f"SELECT {', '.join(cols)} FROM {q(table)} t", schema)
-    check_times(df, path=path, table=table, start="timestamp", end=None, columns=("timestamp", ""))
-    # end rows carry name 0; only start/mark rows' strings are fetched
-    ids = f"SELECT name FROM {q(table)} WHERE (flags & {_MARKER_END}) = 0"
-    df = _with_strings(con, path, df, "name_id", "name", ids)
-    _warn_dangling(df, "name", "name_id", "markers", path)
-    if "domain" in table_columns(con, table):
-        ids = f"SELECT DISTINCT domain FROM {q(table)}"
-        df = _with_strings(con, path, df, "domain_id", "domain", ids)
-    else:
-        df = df.with_columns(pl.lit(None, dtype=pl.String).alias("domain"))
-    df = df.drop("name_id", "domain_id")
-    is_end = (pl.col("flags") & _MARKER_END) != 0
-    ends = (
-        df.filter(is_end)
-        .select("id", pl.col("timestamp").alias("end_ns"))
-        .unique("id", keep="first", maintain_order=True)
-    )
-    starts = df.filter(~is_end)
-    is_range = (pl.col("flags") & _MARKER_START) != 0
-    out = starts.join(ends, on="id", how="left", maintain_order="left").with_columns(
-        pl.when(is_range).then(pl.col("end_ns")).alias("end_ns")
-    )
-    open_ranges = out.filter(is_range & pl.col("end_ns").is_null()).height
-    if open_ranges:
-        warn(f"{path}: {open_ranges} NVTX range(s) without an end row; end left null")
-    orphans = ends.join(starts.filter(is_range), on="id", how="anti").height
-    if orphans:
-        warn(f"{path}: {orphans} NVTX end row(s) without a start row; dropped")
-    kind = pl.col("object_kind")
-    return (
-        out.with_columns(
-            pl.when(kind.is_in([_OBJECT_PROCESS, _OBJECT_THREAD]))
-            .then(_u32("object_id", 0))
-            .cast(_I)
-            .alias("process_id"),
-            pl.when(kind == _OBJECT_THREAD).then(_u32("object_id", 4)).cast(_I).alias("thread_id"),
-            pl.col("timestamp").alias("start_ns"),
-            (pl.col("end_ns") - pl.col("timestamp")).alias("duration_ns"),
-            pl.lit("nvtx").alias("category"),
-        )
-        .drop("flags", "timestamp", "id", "object_kind", "object_id")
-        .sort("start_ns", maintain_order=True, nulls_last=True)
-    )
-
-
 def _devices(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.DataFrame | None:
     table = f"{_K}DEVICE"
     if table not in tables:
@@ -447,67 +368,3 @@ def _devices(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.Da
         .drop("uuid_blob", "cc_major", "cc_minor")
         .sort("device_id")
     )
-
-
-def _gpu_samples(
-    con: sqlite3.Connection, path: PathLike, tables: set[str], devices: pl.DataFrame | None
-) -> pl.DataFrame | None:
-    table = f"{_K}ENVIRONMENT"
-    if table not in tables:
-        return None
-    want = {
-        "device_id": "deviceId",
-        "timestamp_ns": "timestamp",
-        "env_kind": "environmentKind",
-        "data": "data",
-    }
-    cols = _select(con, path, table, want, ["timestamp", "environmentKind", "data"])
-    schema: dict[str, pl.DataType] = {c: _I() for c in want}
-    schema["data"] = pl.Binary()
-    df = query_frame(con, path, table, f"SELECT {', '.join(cols)} FROM {q(table)} t", schema)
-    if df.height == 0:
-        return None
-    known = [_ENV_SPEED, _ENV_TEMPERATURE, _ENV_POWER, _ENV_COOLING]
-    unknown = df.filter(~pl.col("env_kind").is_in(known)).height
-    if unknown:
-        warn(f"{path}: {unknown} environment sample(s) of an unknown kind; dropped")
-    no_time = df.filter(pl.col("timestamp_ns").is_null() | (pl.col("timestamp_ns") == 0)).height
-    if no_time:
-        # CUPTI: a timestamp of 0 means it could not be collected
-        warn(f"{path}: {no_time} environment sample(s) without a timestamp; dropped")
-    k = pl.col("env_kind")
-    # bytes each kind's struct needs: speed 5 x uint32, temperature 1, power 2, cooling 1
-    need = k.replace_strict({1: 20, 2: 4, 3: 8, 4: 4}, default=0, return_dtype=pl.Int64)
-    short = df.filter(k.is_in(known) & (pl.col("data").bin.size().fill_null(0) < need)).height
-    if short:
-        warn(f"{path}: {short} environment sample(s) with a short data BLOB; values left null")
-
-    def field(kind: int, offset: int) -> pl.Expr:
-        return pl.when(k == kind).then(_u32("data", offset)).cast(pl.Float64)
-
-    reasons = pl.when(k == _ENV_SPEED).then(_u32("data", 16)).cast(_I)
-    wide = (
-        df.filter(k.is_in(known) & (pl.col("timestamp_ns") > 0))
-        .with_columns(
-            field(_ENV_SPEED, 0).alias("sm_clock_mhz"),
-            field(_ENV_SPEED, 4).alias("mem_clock_mhz"),
-            pl.when(~reasons.is_in([_THROTTLE_UNKNOWN, _THROTTLE_UNSUPPORTED]))
-            .then(reasons)
-            .alias("clock_event_reasons"),
-            field(_ENV_TEMPERATURE, 0).alias("temperature_c"),
-            (field(_ENV_POWER, 0) / 1000.0).alias("power_w"),
-            (field(_ENV_POWER, 4) / 1000.0).alias("power_limit_w"),
-            field(_ENV_COOLING, 0).alias("fan_pct"),
-        )
-        .drop("env_kind", "data")
-    )
-    values = [c for c in wide.columns if c not in ("device_id", "timestamp_ns")]
-    wide = (
-        wide.group_by("device_id", "timestamp_ns", maintain_order=True)
-        .agg(pl.col(c).drop_nulls().first() for c in values)
-        .sort("timestamp_ns", "device_id", maintain_order=True)
-    )
-    if devices is not None and devices.height:
-        uuids = devices.select("device_id", pl.col("uuid").alias("device_uuid"))
-        wide = wide.join(uuids, on="device_id", how="left", maintain_order="left")
-    return check_telemetry(wide, path=path, reader="nvprof_sqlite")
