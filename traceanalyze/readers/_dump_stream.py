@@ -58,9 +58,9 @@ _Chunks = Iterator[tuple[str, pl.DataFrame]]
 ENERGY_CAP = 50_000
 # Rows sorted in memory per spilled run, and held over all runs while they are merged: about
 # 70 bytes a row (nine 8-byte columns), so some 40 MB each, twice that while polars sorts.
-RUN_ROWS = 1 << 19
-MERGE_ROWS = 1 << 19
-_BATCH_ROWS = 8192  # rows per Arrow batch in a run file (the merge reads runs by batches)
+RUN_ROWS = 1 << 17
+MERGE_ROWS = 1 << 17
+_BATCH_ROWS = 2048  # rows per Arrow batch in a run file (the merge reads runs by batches)
 
 # Any stamp text: a superset of the sample lines' stamps (the sample regex can hold it once).
 _STAMP_HINT = re.compile(r"Timestamp_ns: (-?\d+), Temp: ")
@@ -83,10 +83,10 @@ def _scan(path: Any) -> _Scan:
     sc = _Scan()
     for block, _ in line_blocks(path):
         text = block.decode("utf-8", "replace")
-        if sc.device is None:
+        if sc.device is None and "Selected device" in text:
             sc.device = DUMP_DEVICE.search(text)
         try:
-            rows = dump_energy_rows(text)
+            rows = _energy_of(text)
         except (ValueError, OverflowError):
             rows, sc.odd = [], True
         if any(t > _INT64_MAX for t, _ in rows):
@@ -129,6 +129,11 @@ def stream_dump(path: Any, st: _State, log: SmiLog) -> _Chunks:
         if df.height:
             yield from st.samples(df.with_columns(dev))
     yield from st.finish(dump_sources())
+
+
+def _energy_of(text: str) -> list[tuple[int, float]]:
+    # (the energy regex is slow to find nothing in a block of samples: a plain search first)
+    return dump_energy_rows(text) if "with energy" in text else []
 
 
 def _samples_of(block: bytes, log: SmiLog) -> pl.DataFrame:
@@ -196,7 +201,7 @@ _SCHEMA = {
 def _keyed(block: bytes, log: SmiLog, n_s: int, n_e: int) -> pl.DataFrame:
     """The block's samples and energy rows with their sort key."""
     s = _samples_of(block, log)
-    e = dump_energy_frame(dump_energy_rows(block.decode("utf-8", "replace")))
+    e = dump_energy_frame(_energy_of(block.decode("utf-8", "replace")))
     parts = [
         s.with_columns(
             pl.lit(0, pl.Int8).alias("_g"), pl.int_range(n_s, n_s + s.height).alias("_i")
@@ -268,6 +273,20 @@ def _at_most(bound: tuple[int, int, int]) -> pl.Expr:
     return (ts < t) | ((ts == t) & ((gc < g) | ((gc == g) & (ic <= i))))
 
 
+def _key(df: pl.DataFrame, i: int) -> tuple[int, int, int]:
+    row = df.row(i)
+    return row[0], row[-2], row[-1]  # timestamp_ns, _g, _i (the first and last columns)
+
+
+def _cut(buf: pl.DataFrame, bound: tuple[int, int, int] | None) -> int:
+    """How many rows of the sorted `buf` have a key up to `bound` (all for None)."""
+    if bound is None or _key(buf, -1) <= bound:
+        return buf.height
+    if _key(buf, 0) > bound:
+        return 0
+    return int(buf.select(_at_most(bound).sum()).item())
+
+
 def _merge(paths: list[Path]) -> Iterator[pl.DataFrame]:
     """The rows of the sorted runs in key order, holding about `MERGE_ROWS` rows."""
     per_run = max(_BATCH_ROWS, MERGE_ROWS // max(len(paths), 1))
@@ -278,19 +297,17 @@ def _merge(paths: list[Path]) -> Iterator[pl.DataFrame]:
         while live := [r for r in runs if r.buf.height]:
             # Rows not yet read from a run come after its buffer's last key: every row up to
             # the smallest such key is in the buffers.
-            open_ends = [r.buf.select(_KEY).row(-1) for r in live if not r.done]
+            open_ends = [_key(r.buf, -1) for r in live if not r.done]
             bound = min(open_ends) if open_ends else None
             taken = []
             for r in live:
-                cut = (
-                    r.buf.height
-                    if bound is None
-                    else int(r.buf.select(_at_most(bound).sum()).item())
-                )
-                taken.append(r.buf.slice(0, cut))
-                r.buf = r.buf.slice(cut)
-                r.fill(per_run)
-            yield pl.concat(taken).sort(_KEY).drop("_g", "_i")
+                cut = _cut(r.buf, bound)
+                if cut:
+                    taken.append(r.buf.slice(0, cut))
+                    r.buf = r.buf.slice(cut)
+                    r.fill(per_run)
+            out = taken[0] if len(taken) == 1 else pl.concat(taken).sort(_KEY)
+            yield out.drop("_g", "_i")
 
 
 def _sorted(path: Any, log: SmiLog, workdir: Path) -> Iterator[pl.DataFrame]:
