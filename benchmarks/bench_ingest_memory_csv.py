@@ -176,7 +176,7 @@ def measure(path: Path) -> float:
         shutil.rmtree(store, ignore_errors=True)
     bound = 0.25 * size + 150 * MB
     print(
-        f"{path.name:<31} {size / MB:7.0f} {rows:11,} {secs:6.1f} {peak / MB:8.0f} "
+        f"{path.name:<38} {size / MB:7.0f} {rows:11,} {secs:6.1f} {peak / MB:8.0f} "
         f"{bound / MB:8.0f} {peak / bound:6.2f}"
         + ("" if dictionary is None else f"  kernels.name dictionary: {dictionary}")
     )
@@ -209,7 +209,7 @@ def main() -> int:
         "dump_backwards": lambda out, size: build_dump(out, size, backwards=True),
     }
     print(
-        f"{'input':<31} {'MB':>7} {'rows':>11} {'s':>6} {'peak MB':>8} {'bound MB':>8} {'ratio':>6}"
+        f"{'input':<38} {'MB':>7} {'rows':>11} {'s':>6} {'peak MB':>8} {'bound MB':>8} {'ratio':>6}"
     )
     worst = 0.0
     for kind in args.kinds:

@@ -472,3 +472,13 @@ def test_dump_bad_input_fails_as_read(lines, write, tmp_path, small_blocks, smal
     e = _assert_same_failure(p, tmp_path)
     if "Power: 1e" not in "".join(lines):
         assert "no dumpGpuPower sample lines" in str(e)
+
+
+@pytest.mark.parametrize("name", ["in_order_energy_around", "backwards", "ties"])
+def test_dump_gzip_streams_as_read(name, write, monkeypatch, small_runs) -> None:
+    monkeypatch.setattr(_stream_common, "BLOCK_BYTES", 1)
+    text = "\n".join(DUMPS[name]) + "\n"
+    p = write(f"{name}.txt.gz", gzip.compress(b"\xef\xbb\xbf" + text.encode()))
+    n = assert_stream_equals_read(p)
+    assert n["gpu_samples"] > 5
+    assert bool(small_runs) == (name == "backwards")
