@@ -57,7 +57,10 @@ _Chunks = Iterator[tuple[str, pl.DataFrame]]
 # Energy rows held for the merge (a real log has two); a log with more goes the sort way.
 ENERGY_CAP = 50_000
 # Rows sorted in memory per spilled run, and held over all runs while they are merged: about
-# 70 bytes a row (nine 8-byte columns), so some 40 MB each, twice that while polars sorts.
+# 70 bytes a row (nine 8-byte columns), so some 9 MB each, twice that while polars sorts. With
+# these, the sort way's peak RSS is within ~25 MB of the merge's (0.5-1 GB logs,
+# benchmarks/bench_ingest_memory_csv.py --kinds dump dump_backwards); larger runs were faster
+# (fewer runs to merge) but cost ~100 MB at 512k rows.
 RUN_ROWS = 1 << 17
 MERGE_ROWS = 1 << 17
 _BATCH_ROWS = 2048  # rows per Arrow batch in a run file (the merge reads runs by batches)
