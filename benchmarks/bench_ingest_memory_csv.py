@@ -10,7 +10,13 @@ Builds, under the git-ignored `bench-data/` (or `--data DIR`), from real rows of
   (`smi_logs/roofline_custom_nvml_sampler_rtx5070.csv`, ~108 ms apart) written as nvidia-smi
   prints them (`2026/07/22 21:41:45.304, 0, GPU-…, NVIDIA GeForce RTX 5070, 25.86 W, 40, …`),
   for 4 GPUs, one repetition a minute later than the previous (no real nvidia-smi log is in
-  `../shared`: MANIFEST.md).
+  `../shared`: MANIFEST.md);
+* dumpGpuPower stdout (`--kinds dump dump_backwards`): the same sampler rows as the program
+  prints them (`[n] Power: 25.8640, Util: 2, CoreClockMhz: 1027, MemClockMHz: 14001,
+  Timestamp_ns: …, Temp: 40`) between its `Selected device` and `Starting power measurement` /
+  `Closing profiler` energy lines, one repetition after the previous (`dump`: samples in time
+  order, the streaming merge), or the repetitions written last first (`dump_backwards`: stamps
+  going back at each repetition, so the rows are sorted by spilled runs).
 
 Each file is ingested by `python -m traceanalyze ingest FILE --store DIR` in its own process;
 its peak RSS is `ru_maxrss` of `os.wait4` on it (the process and any children it waited for).
@@ -21,6 +27,7 @@ be dictionary-encoded.
 
     python benchmarks/bench_ingest_memory_csv.py                 # 0.25, 0.5, 1 GB of each
     python benchmarks/bench_ingest_memory_csv.py --sizes 0.1 --kinds nvprof
+    python benchmarks/bench_ingest_memory_csv.py --sizes 0.5 1 --kinds dump dump_backwards
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,6 +96,43 @@ def build_smi(out: Path, size: int) -> None:
             rep += 1
 
 
+def build_dump(out: Path, size: int, backwards: bool = False) -> None:
+    rows = [ln.split(",") for ln in SAMPLER.read_text().splitlines()[1:]]
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    ns = [
+        (datetime.fromisoformat(r[0].replace("Z", "+00:00")) - epoch)
+        // timedelta(microseconds=1)
+        * 1000
+        for r in rows
+    ]
+    span = ns[-1] - ns[0] + 100_000_000
+    line = (
+        "[{}] Power: {:.4f}, Util: {}, CoreClockMhz: {}, MemClockMHz: {}, "
+        "Timestamp_ns: {}, Temp: {}\n"
+    )
+    one = sum(
+        len(line.format(0, float(r[1]), r[5], r[3], r[4], t, r[2]))
+        for r, t in zip(rows, ns, strict=True)
+    )
+    reps = max(1, size // one)
+    with open(out, "w") as f:
+        f.write("Initializing NVML... Success\n")
+        f.write("Getting device... Selected device 0: NVIDIA GeForce RTX 5070\n\n\n")
+        f.write(f"Starting power measurement with energy 123456789 at {ns[0] - 1000}\n")
+        n = 0
+        for rep in reversed(range(reps)) if backwards else range(reps):
+            f.write(
+                "".join(
+                    line.format(n + i, float(r[1]), r[5], r[3], r[4], t + rep * span, r[2])
+                    for i, (r, t) in enumerate(zip(rows, ns, strict=True))
+                )
+            )
+            n += len(rows)
+        end = ns[-1] + (reps - 1) * span + 1000
+        f.write(f"Application terminated. Closing profiler with energy 987654321 at {end}\n")
+        f.write("Shutting down NVML... Success\n")
+
+
 def ingest(path: Path, store: Path) -> tuple[float, int]:
     """(seconds, peak RSS bytes) of one `traceanalyze ingest` process."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -132,7 +176,7 @@ def measure(path: Path) -> float:
         shutil.rmtree(store, ignore_errors=True)
     bound = 0.25 * size + 150 * MB
     print(
-        f"{path.name:<31} {size / MB:7.0f} {rows:11,} {secs:6.1f} {peak / MB:8.0f} "
+        f"{path.name:<38} {size / MB:7.0f} {rows:11,} {secs:6.1f} {peak / MB:8.0f} "
         f"{bound / MB:8.0f} {peak / bound:6.2f}"
         + ("" if dictionary is None else f"  kernels.name dictionary: {dictionary}")
     )
@@ -144,7 +188,12 @@ def measure(path: Path) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", type=float, nargs="+", default=[0.25, 0.5, 1.0], help="GB")
-    ap.add_argument("--kinds", nargs="+", default=["nvprof", "smi"], choices=["nvprof", "smi"])
+    ap.add_argument(
+        "--kinds",
+        nargs="+",
+        default=["nvprof", "smi"],
+        choices=["nvprof", "smi", "dump", "dump_backwards"],
+    )
     ap.add_argument("--data", type=Path, default=ROOT / "bench-data")
     ap.add_argument("--keep", action="store_true", help="keep the generated inputs")
     ap.add_argument("--gzip", action="store_true", help="also ingest each input gzipped")
@@ -153,14 +202,20 @@ def main() -> int:
         print(f"skipped: {TRACES} is absent")
         return 0
     args.data.mkdir(parents=True, exist_ok=True)
-    builders = {"nvprof": build_nvprof, "smi": build_smi}
+    builders = {
+        "nvprof": build_nvprof,
+        "smi": build_smi,
+        "dump": build_dump,
+        "dump_backwards": lambda out, size: build_dump(out, size, backwards=True),
+    }
     print(
-        f"{'input':<31} {'MB':>7} {'rows':>11} {'s':>6} {'peak MB':>8} {'bound MB':>8} {'ratio':>6}"
+        f"{'input':<38} {'MB':>7} {'rows':>11} {'s':>6} {'peak MB':>8} {'bound MB':>8} {'ratio':>6}"
     )
     worst = 0.0
     for kind in args.kinds:
         for gb in args.sizes:
-            path = args.data / f"ingest_mem_{kind}_{gb:g}GB.csv"
+            ext = "txt" if kind.startswith("dump") else "csv"
+            path = args.data / f"ingest_mem_{kind}_{gb:g}GB.{ext}"
             if not path.exists():
                 tmp = path.with_suffix(".tmp")
                 builders[kind](tmp, int(gb * 1e9))

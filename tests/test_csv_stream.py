@@ -308,3 +308,177 @@ def test_kernel_names_dictionary_encoded(tmp_path: Path) -> None:
     for rg in range(meta.num_row_groups):
         enc = meta.row_group(rg).column(name).encodings
         assert "RLE_DICTIONARY" in enc or "PLAIN_DICTIONARY" in enc
+
+
+# --- dumpGpuPower text: samples sorted with the energy lines, read twice --------------------------
+
+from traceanalyze.readers import _dump_stream  # noqa: E402
+
+
+def _dl(n: int, ts: int, power: float = 100.0) -> str:
+    """A dumpGpuPower sample line."""
+    return (
+        f"[{n}] Power: {power:.4f}, Util: 50, CoreClockMhz: 1380, MemClockMHz: 877, "
+        f"Timestamp_ns: {ts}, Temp: 50"
+    )
+
+
+def _start(mj: int, ts: int) -> str:
+    return f"Starting power measurement with energy {mj} at {ts}"
+
+
+def _close(mj: int, ts: int) -> str:
+    return f"Application terminated. Closing profiler with energy {mj} at {ts}"
+
+
+T0 = 1650000000000000000
+_IN_ORDER = [_dl(i, T0 + 1000 * i, 40 + i % 30) for i in range(60)]
+_BACKWARDS = [_dl(i, T0 + 1000 * ((i * 37) % 60), 40 + i % 30) for i in range(60)]
+DUMPS = {
+    "in_order_energy_around": [
+        "Initializing NVML... Success",
+        "Getting device... Selected device 2: Tesla V100-SXM2-16GB",
+        _start(1000000, T0 - 5),
+        *_IN_ORDER[:30],
+        _close(1010000, T0 + 1000 * 12 + 1),  # among the samples, written late
+        *_IN_ORDER[30:],
+        _close(1025000, T0 + 10**6),
+        "Shutting down NVML... Success",
+    ],
+    # energy stamps equal to sample stamps: samples first, each kind in line order; runs of
+    # equal stamps across block ends
+    "ties": [
+        _start(1, T0 + 3000),
+        *[_dl(i, T0 + 1000 * (i // 7), i) for i in range(50)],
+        _start(2, T0 + 3000),
+        _close(3, T0),
+        _close(4, T0 + 6000),
+        _close(5, T0 + 1000 * (49 // 7)),
+        "Selected device 0: A",
+    ],
+    "backwards": [_start(1, T0 + 17000), *_BACKWARDS, _close(2, T0 + 17000), _close(3, T0)],
+    "backwards_no_energy": ["Selected device 3: H100", *_BACKWARDS],
+    "in_order_no_energy": [*_IN_ORDER[:20], "Selected device 1: late", *_IN_ORDER[20:]],
+    "no_device_line": [_start(7, T0 + 30500), *_IN_ORDER, _close(9, T0 + 59000)],
+    "device_repeated": [
+        *_IN_ORDER[:10],
+        "Selected device 5: first",
+        _start(7, T0 + 30500),
+        *_IN_ORDER[10:],
+        "Selected device 6: second",
+    ],
+    "negative_stamps": [_start(1, 0), *[_dl(i, -500 + 10 * i) for i in range(60)], _close(2, 5)],
+}
+
+
+@pytest.fixture
+def small_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Runs of a few rows, merged a few rows at a time; records the size of each run."""
+    monkeypatch.setattr(_dump_stream, "RUN_ROWS", 7)
+    monkeypatch.setattr(_dump_stream, "MERGE_ROWS", 5)
+    monkeypatch.setattr(_dump_stream, "_BATCH_ROWS", 2)
+    sizes: list[int] = []
+    write = _dump_stream._Runs.write
+
+    def spy(self, parts):
+        sizes.append(sum(p.height for p in parts))
+        write(self, parts)
+
+    monkeypatch.setattr(_dump_stream._Runs, "write", spy)
+    return sizes
+
+
+@pytest.mark.parametrize("crlf", [False, True], ids=["lf", "crlf"])
+@pytest.mark.parametrize("block", [1, 300, 4096])
+@pytest.mark.parametrize("name", sorted(DUMPS))
+def test_dump_layouts_stream_as_read(name, block, crlf, write, monkeypatch, small_runs) -> None:
+    monkeypatch.setattr(_stream_common, "BLOCK_BYTES", block)
+    text = ("\r\n" if crlf else "\n").join(DUMPS[name]) + "\n"
+    n = assert_stream_equals_read(write(f"{name}.txt", text))
+    whole = readers.read(write(f"{name}.txt", text))
+    assert whole.gpu_samples.height == sum(
+        1 for ln in DUMPS[name] if "Power:" in ln or "with energy" in ln
+    )
+    if block == 1:
+        assert n["gpu_samples"] > 5  # many chunks
+    # The sort way is taken exactly when stamps go backwards and energy lines exist.
+    assert bool(small_runs) == (name == "backwards")
+    if small_runs:
+        assert len(small_runs) >= 2  # several runs merged
+
+
+def test_dump_hand_computed(write, small_blocks, small_runs) -> None:
+    """Expected rows worked out by hand from the lines: stable by stamp, samples before energy
+    rows at equal stamps, the device from the late `Selected device` line."""
+    lines = [
+        _start(5000, 100),
+        _dl(0, 100, 1),
+        _dl(1, 100, 2),
+        "Getting device... Selected device 1: NVIDIA A100-SXM4-40GB",
+        _close(6000, 100),
+        _dl(2, 50, 3),  # backwards
+        _dl(3, 200, 4),
+        _close(7000, 150),
+    ]
+    p = write("hand.txt", "\n".join(lines) + "\n")
+    want = [
+        (50, 3.0, None),
+        (100, 1.0, None),
+        (100, 2.0, None),
+        (100, None, 5.0),
+        (100, None, 6.0),
+        (150, None, 7.0),
+        (200, 4.0, None),
+    ]
+    for blocks in (1, 2048):
+        _stream_common.BLOCK_BYTES = blocks  # (restored by small_blocks' monkeypatch)
+        chunks, _ = _stream(p)
+        gs = pl.concat(chunks["gpu_samples"])
+        assert gs.select("timestamp_ns", "power_w", "energy_j").rows() == want
+        assert gs["device_id"].to_list() == [1] * 7
+        assert pl.concat(chunks["devices"]).select("device_id", "name").rows() == [
+            (1, "NVIDIA A100-SXM4-40GB")
+        ]
+    assert small_runs  # went the sort way
+    assert_stream_equals_read(p)
+
+
+def test_dump_gzip_and_many_energy_lines(write, monkeypatch, small_runs) -> None:
+    """Past ENERGY_CAP energy rows go the sort way (as samples); gzip streamed, twice."""
+    monkeypatch.setattr(_stream_common, "BLOCK_BYTES", 500)
+    monkeypatch.setattr(_dump_stream, "ENERGY_CAP", 3)
+    lines = [_dl(0, T0)] + [_close(i, T0 + 1000 * (i % 9)) for i in range(40)] + _IN_ORDER
+    p = write("many.txt.gz", gzip.compress(("\n".join(lines) + "\n").encode()))
+    assert_stream_equals_read(p)
+    assert small_runs
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ["Selected device 0: A", _start(1, 5), _close(2, 9)],  # no stamp text at all
+        # stamp text, but no line is a sample: found only after the whole second pass
+        ["[x] Power: 1, Util: 2, CoreClockMhz: 3, MemClockMHz: 4, Timestamp_ns: 5, Temp: 6"] * 30
+        + [_start(1, 5)],
+        [_dl(i, T0 + i) for i in range(30)]  # a bad power value in the middle
+        + [_dl(30, T0 + 30).replace("Power: 100.0000", "Power: 1e")]
+        + [_dl(i, T0 + i) for i in range(31, 60)]
+        + [_start(1, 5)],
+    ],
+    ids=["energy_only", "no_valid_sample", "bad_power"],
+)
+def test_dump_bad_input_fails_as_read(lines, write, tmp_path, small_blocks, small_runs) -> None:
+    p = write("bad_dump.txt", "\n".join(lines) + "\n")
+    e = _assert_same_failure(p, tmp_path)
+    if "Power: 1e" not in "".join(lines):
+        assert "no dumpGpuPower sample lines" in str(e)
+
+
+@pytest.mark.parametrize("name", ["in_order_energy_around", "backwards", "ties"])
+def test_dump_gzip_streams_as_read(name, write, monkeypatch, small_runs) -> None:
+    monkeypatch.setattr(_stream_common, "BLOCK_BYTES", 1)
+    text = "\n".join(DUMPS[name]) + "\n"
+    p = write(f"{name}.txt.gz", gzip.compress(b"\xef\xbb\xbf" + text.encode()))
+    n = assert_stream_equals_read(p)
+    assert n["gpu_samples"] > 5
+    assert bool(small_runs) == (name == "backwards")

@@ -5,7 +5,7 @@ What the whole-file read knows of the whole log is kept as small state: the head
 units), the time zone (resolved once), the rows before the block (for line numbers), the
 devices seen, per-entity sample counts (dcgmi), and the counts behind notes (merged by
 `_stream_common.Notes`). dumpGpuPower text, whose samples are sorted by time with the energy
-lines, is read whole (a program's stdout, small).
+lines, is read twice (`_dump_stream`).
 """
 
 from __future__ import annotations
@@ -152,7 +152,11 @@ def _dispatch(
         chunks = _generic(path, st, tz, log)
     elif kind == "dcgmi" and interval_ms is not None:
         chunks = _dcgmi(path, first, st, interval_ms, log)
-    else:  # errors (empty, binary, unknown, a missing option), dumpGpuPower text: read whole
+    elif kind == "dump":
+        from ._dump_stream import stream_dump
+
+        chunks = stream_dump(path, st, log)
+    else:  # errors (empty, binary, unknown, a missing option): read whole
         chunks = iter(log.whole().items())
     yield from chunks
 

@@ -221,16 +221,31 @@ def _generic_columns(df: pl.DataFrame, ts: pl.Series) -> tuple[pl.DataFrame, lis
 # --- dumpGpuPower -----------------------------------------------------------------------------
 
 
+DUMP_NO_SAMPLES = "no dumpGpuPower sample lines ('[n] Power: …')"
+DUMP_DEVICE = re.compile(r"Selected device (\d+): (.+)")
+
+
 def read_dump(raw: bytes, path: PathLike) -> Tables:
     text = raw.decode("utf-8", "replace")
+    samples = dump_sample_rows(text)
+    if samples.height == 0:
+        raise MalformedInput(DUMP_NO_SAMPLES, path=path)
+    dev = DUMP_DEVICE.search(text)
+    device_id = int(dev.group(1)) if dev else None
+    energy = dump_energy_rows(text)
+    if energy:
+        e = dump_energy_frame(energy)
+        samples = pl.concat([samples, e], how="diagonal").sort("timestamp_ns", maintain_order=True)
+    samples = samples.with_columns(pl.lit(device_id, dtype=pl.Int64).alias("device_id"))
+    return build_tables(sources=dump_sources(), gpu_samples=samples, devices=dump_devices(dev))
+
+
+def dump_sample_rows(text: str) -> pl.DataFrame:
+    """The sample lines of `text` as `gpu_samples` columns (no device_id), in line order."""
     lines = pl.Series("line", text.splitlines(), dtype=pl.String)
     g = lines.str.extract_groups(_DUMP_LINE.pattern)
     df = pl.DataFrame(g.struct.unnest()).drop_nulls("1")
-    if df.height == 0:
-        raise MalformedInput("no dumpGpuPower sample lines ('[n] Power: …')", path=path)
-    dev = re.search(r"Selected device (\d+): (.+)", text)
-    device_id = int(dev.group(1)) if dev else None
-    samples = df.select(
+    return df.select(
         pl.col("6").cast(pl.Int64).alias("timestamp_ns"),
         pl.col("2").cast(pl.Float64).alias("power_w"),
         pl.col("3").cast(pl.Float64).alias("gpu_util_pct"),
@@ -238,26 +253,28 @@ def read_dump(raw: bytes, path: PathLike) -> Tables:
         pl.col("5").cast(pl.Float64).alias("mem_clock_mhz"),
         pl.col("7").cast(pl.Float64).alias("temperature_c"),
     )
-    energy = _DUMP_ENERGY.findall(text)
-    if energy:
-        e = pl.DataFrame(
-            {
-                "timestamp_ns": [int(t) for _, t in energy],
-                "energy_j": [int(mj) / 1000.0 for mj, _ in energy],
-            }
-        )
-        samples = pl.concat([samples, e], how="diagonal").sort("timestamp_ns", maintain_order=True)
-    samples = samples.with_columns(pl.lit(device_id, dtype=pl.Int64).alias("device_id"))
-    devices = None
-    if dev:
-        devices = pl.DataFrame(
-            {"device_id": [device_id], "name": [dev.group(2).strip()], "vendor": ["NVIDIA"]}
-        )
-    return build_tables(
-        sources=pl.DataFrame({"tool": ["dumpGpuPower"], "time_origin_epoch_ns": [0]}),
-        gpu_samples=samples,
-        devices=devices,
+
+
+def dump_energy_rows(text: str) -> list[tuple[int, float]]:
+    """`(timestamp_ns, energy_j)` of the framing lines of `text`, in text order."""
+    return [(int(t), int(mj) / 1000.0) for mj, t in _DUMP_ENERGY.findall(text)]
+
+
+def dump_energy_frame(rows: list[tuple[int, float]]) -> pl.DataFrame:
+    return pl.DataFrame({"timestamp_ns": [t for t, _ in rows], "energy_j": [e for _, e in rows]})
+
+
+def dump_devices(dev: re.Match[str] | None) -> pl.DataFrame | None:
+    """The `devices` row of the first `Selected device` line, None without one."""
+    if dev is None:
+        return None
+    return pl.DataFrame(
+        {"device_id": [int(dev.group(1))], "name": [dev.group(2).strip()], "vendor": ["NVIDIA"]}
     )
+
+
+def dump_sources() -> pl.DataFrame:
+    return pl.DataFrame({"tool": ["dumpGpuPower"], "time_origin_epoch_ns": [0]})
 
 
 # --- dcgmi dmon -------------------------------------------------------------------------------
