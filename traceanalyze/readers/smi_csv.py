@@ -57,7 +57,8 @@ memory. Both paths end in `_smi_assemble`, which also holds the fields and units
 Ingest streams (`stream_smi_csv`, `_smi_stream`): the log is read 2 MiB of text at a time
 (gzip decompressed as it streams) and each block goes through the functions above, so memory
 stays flat; the chunks equal `read_smi_csv`'s tables row for row (tests/test_csv_stream.py).
-dumpGpuPower text is read whole (its samples are sorted with the energy lines).
+dumpGpuPower text streams too, read twice (`_dump_stream`: the device line, energy rows and
+sample order first; then a merge, or sorted runs spilled to the workdir).
 
 Whatever the variant, a value outside `schema.PLAUSIBLE_RANGES` (1e308 °C, -64 W, a 20 GHz clock,
 150 % utilization, NaN) is set to null with one warning per column giving the count
