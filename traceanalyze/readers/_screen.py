@@ -2,12 +2,13 @@
 importing them (docs/scale.md, "Speed on one file").
 
 `detect_format` asks every reader's `sniff`, and importing a reader runs its module body (name
-tables, compiled patterns, decoders, its helper modules): ~55 ms for the five below, more than
-reading a 1 MB trace. A screen here is a *necessary* condition of its reader's sniff, written
-from that sniff: whenever the sniff says yes, so does the screen. A reader whose screen says no
-is not imported or asked; every other reader is. The answer is therefore the sniffs' own,
-ambiguity included. `tests/test_screen.py` checks the implication on every real file and on
-generated heads. Readers that are cheap to import (iterlog, kineto_json) are not screened.
+tables, compiled patterns, decoders, its helper modules): ~50 ms for the five below, half of
+what loading the 15 MB ResNet-50 Kineto trace takes. A screen here is a *necessary* condition of
+its reader's sniff, written from that sniff: whenever the sniff says yes, so does the screen. A
+reader whose screen says no is not imported or asked; every other reader is. The answer is
+therefore the sniffs' own, ambiguity included. `tests/test_screen.py` checks the implication on
+every real file and on generated heads. Readers that are cheap to import (iterlog, kineto_json)
+are not screened.
 """
 
 from __future__ import annotations
