@@ -26,6 +26,7 @@ dictionary-encoded (pyarrow's column-chunk metadata).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sqlite3
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,30 +61,41 @@ def make_nvprof(rows: int) -> Path:
     out = DATA / f"nvprof_kernels_{rows}.sql"
     if out.exists():
         return out
+    with _nvprof_copy(out) as con:
+        cols = [r[1] for r in con.execute(f"PRAGMA table_info({NV_KERNEL})") if r[1] != "_id_"]
+        copy = 0
+        while True:
+            n = con.execute(f"SELECT count(*) FROM {NV_KERNEL}").fetchone()[0]
+            if n >= rows:
+                break
+            copy += 1
+            shift = {"start": f"start + {copy * 997}", "end": f'"end" + {copy * 997}'}
+            sel = ", ".join(shift.get(c, f'"{c}"') for c in cols)
+            names = ", ".join(f'"{c}"' for c in cols)
+            con.execute(
+                f"INSERT INTO {NV_KERNEL} ({names}) SELECT {sel} FROM {NV_KERNEL} LIMIT {rows - n}"
+            )
+            con.commit()
+    return out
+
+
+@contextlib.contextmanager
+def _nvprof_copy(out: Path) -> Iterator[sqlite3.Connection]:
+    """A writable copy of the real nvprof export under `out`'s temporary name, committed and
+    renamed to `out` when the body is done (an interrupted build leaves no `out`)."""
     DATA.mkdir(exist_ok=True)
     tmp = out.with_suffix(".tmp")
     shutil.copyfile(NVPROF_SOURCE, tmp)
     tmp.chmod(0o644)
     con = sqlite3.connect(tmp)
-    con.execute("PRAGMA journal_mode = OFF")
-    con.execute("PRAGMA synchronous = OFF")
-    cols = [r[1] for r in con.execute(f"PRAGMA table_info({NV_KERNEL})") if r[1] != "_id_"]
-    copy = 0
-    while True:
-        n = con.execute(f"SELECT count(*) FROM {NV_KERNEL}").fetchone()[0]
-        if n >= rows:
-            break
-        copy += 1
-        shift = {"start": f"start + {copy * 997}", "end": f'"end" + {copy * 997}'}
-        sel = ", ".join(shift.get(c, f'"{c}"') for c in cols)
-        names = ", ".join(f'"{c}"' for c in cols)
-        con.execute(
-            f"INSERT INTO {NV_KERNEL} ({names}) SELECT {sel} FROM {NV_KERNEL} LIMIT {rows - n}"
-        )
+    try:
+        con.execute("PRAGMA journal_mode = OFF")
+        con.execute("PRAGMA synchronous = OFF")
+        yield con
         con.commit()
-    con.close()
+    finally:
+        con.close()
     tmp.replace(out)
-    return out
 
 
 NV_MARKER = "CUPTI_ACTIVITY_KIND_MARKER"
@@ -106,35 +119,26 @@ def make_nvprof_nvtx(rows: int) -> Path:
     out = DATA / f"nvprof_nvtx_{rows}.sql"
     if out.exists():
         return out
-    DATA.mkdir(exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    shutil.copyfile(NVPROF_SOURCE, tmp)
-    tmp.chmod(0o644)
-    con = sqlite3.connect(tmp)
-    con.execute("PRAGMA journal_mode = OFF")
-    con.execute("PRAGMA synchronous = OFF")
-    cols = [r[1] for r in con.execute(f"PRAGMA table_info({NV_MARKER})") if r[1] != "_id_"]
-    names = ", ".join(f'"{c}"' for c in cols)
-    copy = 0
-    while (n := con.execute(f"SELECT count(*) FROM {NV_MARKER}").fetchone()[0]) < rows:
-        copy += 1
-        lo, hi = con.execute(f"SELECT min(id), max(id) FROM {NV_MARKER}").fetchone()
-        shift = {"timestamp": f"timestamp + {copy * 997}", "id": f"id + {hi - lo + 1}"}
-        sel = ", ".join(shift.get(c, f'"{c}"') for c in cols)
-        con.execute(
-            f"INSERT INTO {NV_MARKER} ({names}) SELECT {sel} FROM {NV_MARKER} "
-            f"ORDER BY _id_ LIMIT {rows - n}"
+    with _nvprof_copy(out) as con:
+        cols = [r[1] for r in con.execute(f"PRAGMA table_info({NV_MARKER})") if r[1] != "_id_"]
+        names = ", ".join(f'"{c}"' for c in cols)
+        copy = 0
+        while (n := con.execute(f"SELECT count(*) FROM {NV_MARKER}").fetchone()[0]) < rows:
+            copy += 1
+            lo, hi = con.execute(f"SELECT min(id), max(id) FROM {NV_MARKER}").fetchone()
+            shift = {"timestamp": f"timestamp + {copy * 997}", "id": f"id + {hi - lo + 1}"}
+            sel = ", ".join(shift.get(c, f'"{c}"') for c in cols)
+            con.execute(
+                f"INSERT INTO {NV_MARKER} ({names}) SELECT {sel} FROM {NV_MARKER} "
+                f"ORDER BY _id_ LIMIT {rows - n}"
+            )
+            con.commit()
+        base = [r[0] for r in con.execute(f"SELECT timestamp FROM {NV_MARKER} LIMIT {rows}")]
+        env = (
+            (0, t + (i % 997) * 100, i % 4 + 1, _ENV_BLOBS[i % 4 + 1]) for i, t in enumerate(base)
         )
-        con.commit()
-    base = [r[0] for r in con.execute(f"SELECT timestamp FROM {NV_MARKER} LIMIT {rows}")]
-    env = ((0, t + (i % 997) * 100, i % 4 + 1, _ENV_BLOBS[i % 4 + 1]) for i, t in enumerate(base))
-    con.executemany(
-        f"INSERT INTO {NV_ENV} (deviceId, timestamp, environmentKind, data) VALUES (?, ?, ?, ?)",
-        env,
-    )
-    con.commit()
-    con.close()
-    tmp.replace(out)
+        cols_env = "deviceId, timestamp, environmentKind, data"
+        con.executemany(f"INSERT INTO {NV_ENV} ({cols_env}) VALUES (?, ?, ?, ?)", env)
     return out
 
 

@@ -23,7 +23,7 @@ import polars as pl
 from .. import schema
 from ..errors import MalformedInput, TraceanalyzeError, UnknownFormat, UnsupportedOption
 from ..tables import Tables
-from ._common import PathLike, as_bad_input, bad_input_errors, gzip_damage
+from ._common import PathLike, gzip_damage, naming_errors
 
 # Slug -> one-line description. Order is the order `--format` lists them in.
 _SLUGS: dict[str, str] = {
@@ -250,16 +250,12 @@ def read(
     format = _resolve(path, format, options)
     hashing = None if sha256 else _Sha256(path)
     try:
-        tables = READERS[format].read(path, **options)
-    except BaseException as e:
+        # a reader's entry point names the file too; this covers what is raised outside it
+        with naming_errors(format, path):
+            tables = READERS[format].read(path, **options)
+    except BaseException:
         if hashing is not None:
             hashing.cancel()
-        if isinstance(e, TraceanalyzeError):
-            if e.path is None:  # raised below a reader's entry point, which alone knows the path
-                e.path = os.fspath(path)
-            raise
-        if isinstance(e, bad_input_errors()):  # a reader not behind `reader_entry`
-            raise as_bad_input(e, path=path, reader=format) from e
         raise
     sha = hashing.result() if hashing is not None else sha256
     assert sha is not None
@@ -284,7 +280,7 @@ def stream(
     sid = source_id_for(sha)
     lit = pl.lit(sid, dtype=pl.String).alias("source_id")
     sources: list[pl.DataFrame] = []
-    try:
+    with naming_errors(format, path):
         for name, df in READERS[format].stream(path, workdir, **options):
             if name == "sources":
                 sources.append(df)
@@ -293,12 +289,6 @@ def stream(
         src = pl.concat(sources, how="diagonal_relaxed") if sources else None
         tables = Tables.build(**({} if src is None else {"sources": src}))
         done = finalize(tables, path=Path(path), format=format, sha256=sha)
-    except TraceanalyzeError as e:
-        if e.path is None:
-            e.path = os.fspath(path)
-        raise
-    except bad_input_errors() as e:
-        raise as_bad_input(e, path=path, reader=format) from e
     yield "sources", done.sources
 
 

@@ -459,22 +459,40 @@ def check_telemetry(samples: pl.DataFrame, *, path: PathLike, reader: str) -> pl
     The rule every reader applies to telemetry: a reading of 1e308 °C or -64 W is not a reading.
     It is nulled, not the row dropped, so the other fields of the sample stay.
     """
+    fixed, hits = null_implausible(samples)
+    warn_implausible(hits, path=path, reader=reader)
+    return fixed
+
+
+def null_implausible(samples: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, tuple[int, Any]]]:
+    """`check_telemetry` without its warnings: the nulled frame and, per column that had any,
+    (how many values were nulled, the first of them)."""
     from ..schema import PLAUSIBLE_RANGES
 
-    fixes = []
+    fixes, hits = [], {}
     for col, (lo, hi) in PLAUSIBLE_RANGES.items():
         if col not in samples.columns or not samples.schema[col].is_numeric():
             continue
         c = pl.col(col).cast(pl.Float64)
         bad = c.is_not_null() & (c.is_nan() | (c < lo) | (c > hi))
-        hits = samples.filter(bad)
-        if hits.height:
-            warn(
-                f"{path}: {reader}: {hits.height} {col} value(s) outside the plausible range "
-                f"[{lo:g}, {hi:g}] (first: {hits[col][0]!r}); set to null"
-            )
+        found = samples.filter(bad)
+        if found.height:
+            hits[col] = (found.height, found[col][0])
             fixes.append(pl.when(bad).then(None).otherwise(pl.col(col)).alias(col))
-    return samples.with_columns(fixes) if fixes else samples
+    return (samples.with_columns(fixes) if fixes else samples), hits
+
+
+def warn_implausible(hits: dict[str, tuple[int, Any]], *, path: PathLike, reader: str) -> None:
+    """`check_telemetry`'s warnings for `null_implausible`'s counts, in the ranges' order."""
+    from ..schema import PLAUSIBLE_RANGES
+
+    for col, (lo, hi) in PLAUSIBLE_RANGES.items():
+        if col in hits:
+            n, first = hits[col]
+            warn(
+                f"{path}: {reader}: {n} {col} value(s) outside the plausible range "
+                f"[{lo:g}, {hi:g}] (first: {first!r}); set to null"
+            )
 
 
 def check_times(
@@ -607,15 +625,24 @@ def reader_entry(slug: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
         @functools.wraps(fn)
         def read(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             path = args[0] if args else kwargs.get("path")
-            try:
+            with naming_errors(slug, path):  # type: ignore[arg-type]
                 return fn(*args, **kwargs)
-            except TraceanalyzeError as e:
-                if e.path is None and path is not None:
-                    e.path = os.fspath(path)  # type: ignore[call-overload]
-                raise
-            except bad_input_errors() as e:
-                raise as_bad_input(e, path=path, reader=slug) from e  # type: ignore[arg-type]
 
         return read
 
     return wrap
+
+
+@contextlib.contextmanager
+def naming_errors(slug: str, path: PathLike | None) -> Iterator[None]:
+    """What `reader_entry` does, for any block that reads `path` with reader `slug`: a
+    TraceanalyzeError gets the path when it has none; a parser's error on bad bytes
+    (`bad_input_errors()`) becomes a one-line MalformedInput."""
+    try:
+        yield
+    except TraceanalyzeError as e:
+        if e.path is None and path is not None:
+            e.path = os.fspath(path)
+        raise
+    except bad_input_errors() as e:
+        raise as_bad_input(e, path=path, reader=slug) from e  # type: ignore[arg-type]

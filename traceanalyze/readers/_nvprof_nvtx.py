@@ -35,7 +35,15 @@ from typing import Any
 import polars as pl
 
 from ..errors import MalformedInput
-from ._common import PathLike, check_telemetry, check_times, table_columns, warn
+from ._common import (
+    PathLike,
+    check_telemetry,
+    check_times,
+    null_implausible,
+    table_columns,
+    warn,
+    warn_implausible,
+)
 from ._nvprof_sql import _K, _STRINGS, _select, _with_strings, dangling, note_dangling
 from ._sqlite import q, query_frame
 from ._sqlite_parallel import rowid_alias
@@ -415,28 +423,11 @@ class _Plausible:
         self.hits: dict[str, tuple[int, Any]] = {}
 
     def check(self, samples: pl.DataFrame) -> pl.DataFrame:
-        from ..schema import PLAUSIBLE_RANGES
-
-        fixes = []
-        for col, (lo, hi) in PLAUSIBLE_RANGES.items():
-            if col not in samples.columns or not samples.schema[col].is_numeric():
-                continue
-            c = pl.col(col).cast(pl.Float64)
-            bad = c.is_not_null() & (c.is_nan() | (c < lo) | (c > hi))
-            hits = samples.filter(bad)
-            if hits.height:
-                n, first = self.hits.get(col, (0, hits[col][0]))
-                self.hits[col] = (n + hits.height, first)
-                fixes.append(pl.when(bad).then(None).otherwise(pl.col(col)).alias(col))
-        return samples.with_columns(fixes) if fixes else samples
+        fixed, hits = null_implausible(samples)
+        for col, (n, first) in hits.items():
+            before, first = self.hits.get(col, (0, first))
+            self.hits[col] = (before + n, first)
+        return fixed
 
     def finish(self) -> None:
-        from ..schema import PLAUSIBLE_RANGES
-
-        for col, (lo, hi) in PLAUSIBLE_RANGES.items():
-            if col in self.hits:
-                n, first = self.hits[col]
-                warn(
-                    f"{self.path}: nvprof_sqlite: {n} {col} value(s) outside the plausible range "
-                    f"[{lo:g}, {hi:g}] (first: {first!r}); set to null"
-                )
+        warn_implausible(self.hits, path=self.path, reader="nvprof_sqlite")

@@ -200,15 +200,10 @@ def fetch(
     batch with NULLs or non-integer cells falls back to polars' strict row constructor, which
     raises MalformedInput on bad cells.
     """
-    have = set(table_columns(con, table))
-    refuse_generated(con, table, wanted.values(), path=None)
-    require_columns(have, required, path=None, table=table)
-    present = {out: src for out, src in wanted.items() if src in have}
-    out_schema = {out: schema[out] for out in present}
+    present, out_schema, sql = _selection(con, table, wanted, schema, required, where)
     if not present:
         n = con.execute(f"SELECT count(*) FROM {q(table)} {where}").fetchone()[0]
-        return pl.DataFrame({o: pl.Series(o, [None] * n, dtype=schema[o]) for o in wanted})
-    sql = f"SELECT {', '.join(q(s) for s in present.values())} FROM {q(table)} {where}"
+        return _nulls(wanted, schema, n)
     all_int = all(dt == pl.Int64 for dt in out_schema.values())
     if fast is not None and all_int and not where:
         got = _fetch_parallel(con, fast, table, sql, list(present))
@@ -224,6 +219,31 @@ def fetch(
         pl.concat(parts, how="vertical", rechunk=True) if parts else pl.DataFrame(schema=out_schema)
     )
     return _add_missing(frame, wanted, present, schema)
+
+
+def _selection(
+    con: sqlite3.Connection,
+    table: str,
+    wanted: Mapping[str, str],
+    schema: Mapping[str, pl.DataType],
+    required: Sequence[str],
+    where: str,
+) -> tuple[dict[str, str], dict[str, pl.DataType], str]:
+    """What `fetch` and `fetch_batches` read, after their checks (generated columns refused,
+    required ones present): {output name: source column} of the columns the table has, their
+    schema, and the SELECT of them ('' when there are none)."""
+    have = set(table_columns(con, table))
+    refuse_generated(con, table, wanted.values(), path=None)
+    require_columns(have, required, path=None, table=table)
+    present = {out: src for out, src in wanted.items() if src in have}
+    cols = ", ".join(q(s) for s in present.values())
+    sql = f"SELECT {cols} FROM {q(table)} {where}" if present else ""
+    return present, {out: schema[out] for out in present}, sql
+
+
+def _nulls(wanted: Mapping[str, str], schema: Mapping[str, pl.DataType], n: int) -> pl.DataFrame:
+    """`n` rows of nulls: a table that has none of the wanted columns."""
+    return pl.DataFrame({o: pl.Series(o, [None] * n, dtype=schema[o]) for o in wanted})
 
 
 def _strict_batches(
@@ -267,19 +287,13 @@ def fetch_batches(
     table whose cells the driver refuses, through Python's sqlite3 in batches of `strict_batch`
     rows (pass the whole read's batch: the same cut gives the same error), read from its first
     row and yielding only the rows not yielded yet."""
-    have = set(table_columns(con, table))
-    refuse_generated(con, table, wanted.values(), path=None)
-    require_columns(have, required, path=None, table=table)
-    present = {out: src for out, src in wanted.items() if src in have}
-    out_schema = {out: schema[out] for out in present}
+    present, out_schema, sql = _selection(con, table, wanted, schema, required, where)
     batch = strict_batch
     if not present:
         n = con.execute(f"SELECT count(*) FROM {q(table)} {where}").fetchone()[0]
         for lo in range(0, n, batch):
-            k = min(batch, n - lo)
-            yield pl.DataFrame({o: pl.Series(o, [None] * k, dtype=schema[o]) for o in wanted})
+            yield _nulls(wanted, schema, min(batch, n - lo))
         return
-    sql = f"SELECT {', '.join(q(s) for s in present.values())} FROM {q(table)} {where}"
     names = list(present)
     done = 0
     if fast is not None and all(dt == pl.Int64 for dt in out_schema.values()):

@@ -18,16 +18,14 @@ from typing import Any, BinaryIO, ParamSpec, TypeVar
 
 import polars as pl
 
-from ..errors import TraceanalyzeError
 from ._common import (
     GZIP_MAGIC,
     InputLimits,
     PathLike,
     _gunzip_lines_checked,
-    as_bad_input,
-    bad_input_errors,
     check_line_lengths,
     current_limits,
+    naming_errors,
 )
 
 # The content is parsed this many (decompressed) bytes at a time, cut at a line end. Memory is
@@ -235,14 +233,8 @@ def stream_entry(
         @functools.wraps(fn)
         def gen(*args: _P.args, **kwargs: _P.kwargs) -> Iterator[_T]:
             path = args[0] if args else kwargs.get("path")
-            try:
+            with naming_errors(slug, path):  # type: ignore[arg-type]
                 yield from fn(*args, **kwargs)
-            except TraceanalyzeError as e:
-                if e.path is None and path is not None:
-                    e.path = os.fspath(path)  # type: ignore[call-overload]
-                raise
-            except bad_input_errors() as e:
-                raise as_bad_input(e, path=path, reader=slug) from e  # type: ignore[arg-type]
 
         return gen
 
