@@ -19,15 +19,20 @@ Contenders:
 * `traceanalyze`: `ta.read(path)`, the public call (format detection, SHA-256 of the file, every
   table built and conformed to the schema);
 * `traceanalyze (format given)`: `ta.read(path, format="kineto_json")`, which skips detection
-  (detection imports every reader to ask it; the whole-process figure shows what that costs);
+  (detection screens the file's head and asks the readers that could claim it: the
+  whole-process figures of the two rows show what that costs);
 * `HTA 0.5.0`: `TraceAnalysis(trace_dir=DIR)`, in its own venv (`bench-data/hta-venv`, created on
   the first run with `pip install HolisticTraceAnalysis==0.5.0`), so its pins never touch the
   project's environment. DIR holds a copy of the trace made once, before timing.
 
-Before timing, this checkout's `traceanalyze` is byte-compiled (`compileall`), as `pip install`
-does for an installed package (HTA's venv was compiled when pip installed it): a development
-checkout in an environment with PYTHONDONTWRITEBYTECODE=1 (this workplace sets it) would
-otherwise recompile every changed module in every interpreter, ~10 ms no user pays.
+`traceanalyze` runs from a regular install of this checkout (`benchmarks/_installed.py`:
+`bench-data/ta-venv`, this environment's dependency versions, a wheel of the tree rebuilt and
+reinstalled on every run), as a user's `pip install` would leave it: the development venv's
+editable-install hook costs every interpreter there ~13 ms at start-up that no installed copy
+pays, and HTA is measured from a regular install too. `--checkout` runs the checkout in this
+venv instead (byte-compiled first: this workplace sets PYTHONDONTWRITEBYTECODE=1, under which
+every changed module would be recompiled in every interpreter). Every child runs in an empty
+directory, so that nothing in the working directory shadows an installed module.
 
 Ratios are HTA / traceanalyze for time and traceanalyze / HTA for RSS, per repetition; the summary
 gives their median and range (min–max) over the repetitions, the same ratios of CPU time (user +
@@ -47,6 +52,8 @@ import tempfile
 import time
 import venv
 from pathlib import Path
+
+from _installed import installed_python
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE = (
@@ -106,9 +113,13 @@ def _hta_python() -> Path | None:
     return py
 
 
+_CHECKOUT = False  # --checkout: run this checkout (PYTHONPATH) rather than an installed copy
+_CWD = ""  # every child's working directory: an empty one (set by main)
+
+
 def _env() -> dict[str, str]:
-    # this checkout's traceanalyze, whatever is installed in the venv
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {**env, "PYTHONPATH": str(ROOT)} if _CHECKOUT else env
 
 
 def _compile() -> None:
@@ -123,7 +134,7 @@ def whole(python: Path | str, kind: str, target: str) -> tuple[float, float, flo
     imp, load = LOADS[kind]
     code = f"{imp}\n{load.format(p=repr(target))}"
     t0 = time.perf_counter()
-    proc = subprocess.Popen([str(python), "-c", code], env=_env(), stderr=subprocess.PIPE)
+    proc = subprocess.Popen([str(python), "-c", code], env=_env(), stderr=subprocess.PIPE, cwd=_CWD)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     err = proc.stderr.read().decode() if proc.stderr else ""
@@ -138,7 +149,12 @@ def warm(python: Path | str, kind: str, target: str, k: int) -> tuple[float, flo
     imp, load = LOADS[kind]
     code = WARM.format(imp=imp, load=load.format(p=repr(target)), k=k)
     out = subprocess.run(
-        [str(python), "-c", code], env=_env(), capture_output=True, text=True, check=False
+        [str(python), "-c", code],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=_CWD,
     )
     for line in out.stdout.splitlines():
         if line.startswith("WARM "):
@@ -157,18 +173,32 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5, help="repetitions (alternating contenders)")
     ap.add_argument("--warm", type=int, default=3, help="warm loads timed per repetition")
     ap.add_argument("--no-hta", action="store_true", help="skip Holistic Trace Analysis")
+    ap.add_argument(
+        "--checkout",
+        action="store_true",
+        help="run this checkout in this venv instead of an installed copy (bench-data/ta-venv)",
+    )
     args = ap.parse_args()
+    global _CHECKOUT, _CWD
     trace: Path = args.trace.resolve()
     if not trace.exists():
         print(f"trace not found: {trace}")
         return 1
     hta = None if args.no_hta else _hta_python()
-    _compile()
+    _CHECKOUT = args.checkout
+    ours: Path | str
+    if _CHECKOUT:
+        _compile()
+        ours = sys.executable
+    else:
+        ours = installed_python()
+    print(f"traceanalyze: {'this checkout' if _CHECKOUT else 'installed in ' + str(ours)}")
     contenders: list[tuple[str, Path | str, str]] = [
-        ("ours", sys.executable, str(trace)),
-        ("ours-fmt", sys.executable, str(trace)),
+        ("ours", ours, str(trace)),
+        ("ours-fmt", ours, str(trace)),
     ]
     tmp = tempfile.mkdtemp(prefix="bench-hta-")
+    _CWD = tempfile.mkdtemp(prefix="bench-cwd-")
     try:
         if hta is not None:
             shutil.copy(trace, tmp)
@@ -184,6 +214,7 @@ def main() -> int:
             print(f"repetition {rep + 1}/{args.repeat} done", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(_CWD, ignore_errors=True)
     _report(trace, res, args)
     return 0
 

@@ -202,3 +202,44 @@ def test_no_room_for_the_output_is_unavailable(
 
 def test_scratch_dir_needs_room() -> None:
     assert sp._scratch_dir(1 << 62) is None  # no /dev/shm holds 4 EiB: the default tmp dir
+
+
+_IMPORT_PYARROW = """
+import sys
+sys.path.insert(0, {readers!r})
+import _sqlite_parallel as sp
+pa = sp._pyarrow_without_numpy()
+print(pa.__name__, getattr(pa, "FAKE", False), "numpy" in sys.modules)
+import numpy  # the block is lifted once pyarrow is in
+print("numpy", numpy.__name__)
+"""
+
+
+def _import_in_fresh_python(extra_path: Path | None = None) -> list[str]:
+    import subprocess
+
+    readers = Path(sp.__file__).parent
+    code = _IMPORT_PYARROW.format(readers=str(readers))
+    if extra_path is not None:  # a fake pyarrow first on the path
+        code = f"import sys; sys.path.insert(0, {str(extra_path)!r})\n" + code
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    return out.stdout.split("\n")
+
+
+def test_worker_imports_pyarrow_without_numpy() -> None:
+    # the real pyarrow: imported without numpy (a worker never needs it), numpy still importable
+    first, second = _import_in_fresh_python()[:2]
+    assert first == "pyarrow False False"
+    assert second == "numpy numpy"
+
+
+def test_worker_pyarrow_that_needs_numpy_is_imported_normally(tmp_path: Path) -> None:
+    # a pyarrow whose import needs numpy: imported again, with numpy, not an ImportError
+    fake = tmp_path / "pyarrow"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("import numpy\nFAKE = True\n")
+    first, second = _import_in_fresh_python(tmp_path)[:2]
+    assert first == "pyarrow True True"
+    assert second == "numpy numpy"

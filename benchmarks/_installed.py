@@ -1,0 +1,71 @@
+"""This checkout installed as a user installs it, in a venv of its own, for whole-process figures.
+
+A development setup (`pip install -e .`, what `make` does) puts an import hook in `site`: the
+editable finder that setuptools writes (`__editable___traceanalyze_*_finder.py`, loaded from a
+`.pth` file) imports pathlib, re, urllib.parse, ipaddress and importlib.util in every interpreter
+of that venv before the first line of user code runs, ~13 ms on this machine (`python -c pass`:
+0.025 s in `.venv`, 0.011 s in a plain venv). No user who runs `pip install traceanalyze` pays
+it, and the peers' venvs (HTA's, `bench-data/hta-venv`) do not have it. So the figures that count
+interpreter start-up run this checkout from a regular install:
+
+* `bench-data/ta-venv` is created once, with this environment's versions of every dependency
+  (constraints from its installed distributions), so the installed copy runs on the same polars,
+  msgspec, isal... as the test suite;
+* each call rebuilds a wheel from the checkout and reinstalls it (`--no-deps --force-reinstall`):
+  the figures are always of the code in the tree. pip byte-compiles what it installs.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+import tempfile
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = ROOT / "bench-data" / "ta-venv"
+
+
+def _pins() -> list[str]:
+    """name==version of every distribution in this environment but traceanalyze itself."""
+    pins = set()
+    for d in importlib.metadata.distributions():
+        name = d.metadata["Name"]
+        if name and name.lower() != "traceanalyze":
+            pins.add(f"{name}=={d.version}")
+    return sorted(pins)
+
+
+def _pip(py: Path, *args: str) -> None:
+    out = subprocess.run(
+        [str(py), "-m", "pip", "-q", "--disable-pip-version-check", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode:
+        raise RuntimeError(f"pip {' '.join(args[:3])}... failed:\n{out.stderr[-2000:]}")
+
+
+def installed_python() -> Path:
+    """The python of `bench-data/ta-venv`, holding the current checkout as a regular install."""
+    py = VENV / "bin" / "python"
+    with tempfile.TemporaryDirectory(prefix="ta-wheel-") as tmp:
+        constraints = Path(tmp) / "constraints.txt"
+        constraints.write_text("\n".join(_pins()) + "\n")
+        if not py.exists():
+            print(f"creating {VENV} with this environment's dependency versions (once) ...")
+            venv.create(VENV, with_pip=True)
+            _pip(py, "install", "-c", str(constraints), str(ROOT))
+        # the tree as it is now: a fresh wheel, installed over the last one
+        _pip(py, "wheel", "--no-deps", "-w", tmp, str(ROOT))
+        wheel = next(Path(tmp).glob("traceanalyze-*.whl"))
+        _pip(py, "install", "--no-deps", "--force-reinstall", str(wheel))
+    return py
+
+
+if __name__ == "__main__":
+    print(installed_python())
+    sys.exit(0)
