@@ -928,3 +928,24 @@ def test_parallel_without_room_for_worker_files_reads_serially(
     assert calls  # tried, the worker could not write, and the serial read took over
     for (name, x), (_, y) in zip(serial.items(), par.items(), strict=True):
         assert x.equals(y, null_equal=True), name
+
+
+def test_reading_an_export_through_adbc_imports_neither_pyarrow_nor_numpy() -> None:
+    # polars takes ADBC's Arrow C stream directly (PyCapsule): a small export is read without
+    # pyarrow and numpy, and gives the same kernels as Python's sqlite3 path
+    import subprocess
+
+    path = shared(F2026_2)
+    code = (
+        "import sys, traceanalyze as ta\n"
+        f"k = ta.read({str(path)!r}, engine='adbc').kernels\n"
+        "print(k.height, k['duration_ns'].sum(), 'pyarrow' in sys.modules, 'numpy' in sys.modules)"
+    )
+    root = Path(__file__).resolve().parents[1]
+    got = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
+    ).stdout.split()
+    ref = read_nsys_sqlite(path, engine="sqlite3").kernels
+    expected = _sql(path, 'SELECT count(*), sum("end" - start) FROM CUPTI_ACTIVITY_KIND_KERNEL')[0]
+    assert [int(got[0]), int(got[1])] == [ref.height, ref["duration_ns"].sum()] == list(expected)
+    assert got[2:] == ["False", "False"]

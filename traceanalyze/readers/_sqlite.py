@@ -74,16 +74,22 @@ class AdbcConnection:
             self._db.close()
             raise
 
-    def read(self, sql: str, batch_rows: int) -> Any:
-        """The whole result of `sql` as a pyarrow Table."""
+    def read(self, sql: str, batch_rows: int) -> pl.DataFrame:
+        """The whole result of `sql`, one chunk per record batch.
+
+        polars takes the driver's Arrow C stream through the PyCapsule interface
+        (`__arrow_c_stream__`), not through pyarrow: reading a small export then imports neither
+        pyarrow nor numpy (~70 ms, and numpy's OpenBLAS threads spin ~0.1 s of CPU). polars
+        releases the GIL while the driver decodes, which `_fetch_parallel`'s local read needs.
+        A cell the driver refuses after its inference batch raises polars' ComputeError.
+        """
         import adbc_driver_manager
-        import pyarrow as pa
 
         with adbc_driver_manager.AdbcStatement(self._con) as stmt:
             stmt.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
             stmt.set_sql_query(sql)
             handle, _ = stmt.execute_query()
-            return pa.RecordBatchReader._import_from_c(handle.address).read_all()
+            return pl.DataFrame(handle)
 
     def batches(self, sql: str, batch_rows: int) -> Iterator[Any]:
         """The result of `sql` one pyarrow RecordBatch (of `batch_rows` rows) at a time: the
@@ -133,19 +139,16 @@ def _fetch_adbc(
     """Integer columns via ADBC; None when the driver or the cells disagree (mixed types, …), so
     the caller's strict stdlib path decides what is wrong with the table."""
     import adbc_driver_manager
-    import pyarrow as pa
 
     try:
         # Big record batches: the driver's default (1,024 rows) leaves thousands of chunks.
-        df = pl.from_arrow(fast.read(sql, batch_rows * 4))
-        if not isinstance(df, pl.DataFrame):
-            return None
+        df = fast.read(sql, batch_rows * 4)
         df.columns = names
         ok = all(dt == pl.Int64 or dt == pl.Null for dt in df.dtypes)
         return df.cast(pl.Int64) if ok else None
-    except (adbc_driver_manager.Error, pa.ArrowException, OSError, pl.exceptions.PolarsError):
-        # A type change after the driver's inference batch arrives through the C stream
-        # interface as OSError ('[SQLite] Type mismatch in column …').
+    except (adbc_driver_manager.Error, OSError, pl.exceptions.PolarsError):
+        # A type change after the driver's inference batch arrives through the C stream as
+        # polars' ComputeError ('[SQLite] Type mismatch in column …').
         return None
 
 
@@ -369,13 +372,12 @@ def _fetch_parallel(
         return None
     ranges = _sqlite_parallel.split_ranges(lo, hi, fast.workers, head_start=fast.local_head_start)
 
-    def local_read(range_sql: str) -> Any:
+    def local_read(range_sql: str) -> pl.DataFrame:
         import adbc_driver_manager
-        import pyarrow as pa
 
         try:
             return fast.con.read(range_sql, fast.batch_rows)
-        except (adbc_driver_manager.Error, pa.ArrowException, OSError) as e:
+        except (adbc_driver_manager.Error, OSError, pl.exceptions.PolarsError) as e:
             raise _sqlite_parallel.DriverRefused(str(e)) from None
 
     try:
@@ -396,7 +398,8 @@ def _fetch_parallel(
         raise MalformedInput(f"parallel read failed: {e}", table=table) from None
     frames = []
     for part in parts:
-        df = pl.from_arrow(part, rechunk=False)
+        # the local range is a polars frame already; the workers' are mapped pyarrow Tables
+        df = part if isinstance(part, pl.DataFrame) else pl.from_arrow(part, rechunk=False)
         if not isinstance(df, pl.DataFrame) or df.width != len(names):
             return None
         df.columns = names

@@ -286,10 +286,12 @@ def read_ranges(
     scratch_bytes: int = 0,
 ) -> list[Any]:
     """Run `sql WHERE <alias> BETWEEN lo AND hi` for each range in its own worker process and
-    return the pyarrow Tables in range order.
+    return the frames in range order (the local one as `local_read` gave it, the workers' as
+    pyarrow Tables).
 
     With `local_read`, the first range is read in this process instead, by
-    `local_read(<its full SQL>)` (a pyarrow Table; it must release the GIL, as ADBC does), while
+    `local_read(<its full SQL>)` (any frame, returned as it is: the reader's is a polars
+    DataFrame; it must release the GIL, as ADBC's C stream read by polars does), while
     the workers read the others: one process start (~0.1 s of CPU) and one Arrow file less. It
     should raise DriverRefused when its driver refuses the cells.
 
