@@ -6,7 +6,6 @@ import contextlib
 import functools
 import importlib
 import os
-import sqlite3
 import types
 import warnings
 import zlib
@@ -14,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
-from typing import Any, BinaryIO, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, ParamSpec, TypeVar
 
 import polars as pl
 
@@ -24,6 +23,9 @@ from ..errors import (
     TraceanalyzeError,
     UnknownUnit,
 )
+
+if TYPE_CHECKING:
+    import sqlite3
 
 PathLike = str | os.PathLike[str]
 
@@ -553,6 +555,7 @@ def bad_input_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that parsers we call raise on bad bytes (not on bugs of ours)."""
     import gzip
     import lzma
+    import sqlite3  # here, not at import: a JSON or CSV read never needs it (~1.4 ms)
 
     import orjson  # a runtime dependency; its decode error subclasses ValueError
 
