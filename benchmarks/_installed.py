@@ -18,6 +18,7 @@ interpreter start-up run this checkout from a regular install:
 from __future__ import annotations
 
 import importlib.metadata
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -49,20 +50,29 @@ def _pip(py: Path, *args: str) -> None:
         raise RuntimeError(f"pip {' '.join(args[:3])}... failed:\n{out.stderr[-2000:]}")
 
 
-def installed_python() -> Path:
-    """The python of `bench-data/ta-venv`, holding the current checkout as a regular install."""
+def installed_python() -> Path | None:
+    """The python of `bench-data/ta-venv`, holding the current checkout as a regular install;
+    None, saying why, when it cannot be made (the first install needs the package index)."""
     py = VENV / "bin" / "python"
-    with tempfile.TemporaryDirectory(prefix="ta-wheel-") as tmp:
-        constraints = Path(tmp) / "constraints.txt"
-        constraints.write_text("\n".join(_pins()) + "\n")
-        if not py.exists():
-            print(f"creating {VENV} with this environment's dependency versions (once) ...")
-            venv.create(VENV, with_pip=True)
-            _pip(py, "install", "-c", str(constraints), str(ROOT))
-        # the tree as it is now: a fresh wheel, installed over the last one
-        _pip(py, "wheel", "--no-deps", "-w", tmp, str(ROOT))
-        wheel = next(Path(tmp).glob("traceanalyze-*.whl"))
-        _pip(py, "install", "--no-deps", "--force-reinstall", str(wheel))
+    try:
+        with tempfile.TemporaryDirectory(prefix="ta-wheel-") as tmp:
+            if not py.exists():
+                print(f"creating {VENV} with this environment's dependency versions (once) ...")
+                constraints = Path(tmp) / "constraints.txt"
+                constraints.write_text("\n".join(_pins()) + "\n")
+                try:
+                    venv.create(VENV, with_pip=True)
+                    _pip(py, "install", "-c", str(constraints), str(ROOT))
+                except BaseException:
+                    shutil.rmtree(VENV, ignore_errors=True)  # never a half-made venv
+                    raise
+            # the tree as it is now: a fresh wheel, installed over the last one
+            _pip(py, "wheel", "--no-deps", "-w", tmp, str(ROOT))
+            wheel = next(Path(tmp).glob("traceanalyze-*.whl"))
+            _pip(py, "install", "--no-deps", "--force-reinstall", str(wheel))
+    except (RuntimeError, OSError, StopIteration) as e:
+        print(f"no installed copy ({type(e).__name__}: {str(e)[-300:]})")
+        return None
     return py
 
 

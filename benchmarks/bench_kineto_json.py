@@ -185,13 +185,14 @@ def main() -> int:
         print(f"trace not found: {trace}")
         return 1
     hta = None if args.no_hta else _hta_python()
-    _CHECKOUT = args.checkout
+    installed = None if args.checkout else installed_python()
+    _CHECKOUT = installed is None  # --checkout, or no installed copy could be made
     ours: Path | str
-    if _CHECKOUT:
+    if installed is None:
         _compile()
         ours = sys.executable
     else:
-        ours = installed_python()
+        ours = installed
     print(f"traceanalyze: {'this checkout' if _CHECKOUT else 'installed in ' + str(ours)}")
     contenders: list[tuple[str, Path | str, str]] = [
         ("ours", ours, str(trace)),
@@ -223,8 +224,13 @@ def _report(trace: Path, res: dict[str, dict[str, list[float]]], args: argparse.
     print(f"\ntrace: {trace.name} ({trace.stat().st_size / 1e6:.2f} MB on disk)")
     print(f"{args.repeat} alternating repetitions; median (min–max); warm = median of {args.warm}")
     print(f"load {os.getloadavg()[0]:.2f} (1-min average, {os.cpu_count()} CPUs)\n")
-    cols = (("whole", "whole process s"), ("whole_cpu", "its CPU s"), ("warm", "warm load s"))
-    cols += (("warm_cpu", "its CPU s"), ("rss", "peak RSS MB"))
+    cols: tuple[tuple[str, str], ...] = (
+        ("whole", "whole process s"),
+        ("whole_cpu", "its CPU s"),
+        ("warm", "warm load s"),
+        ("warm_cpu", "its CPU s"),
+        ("rss", "peak RSS MB"),
+    )
     print(f"{'contender':<29}" + "".join(f" {title:>22}" for _, title in cols))
     for kind, r in res.items():
         cells = [_rng(r[f], ".0f" if f == "rss" else ".3f") for f, _ in cols]

@@ -45,6 +45,7 @@ def one(args: list[str], path: Path) -> tuple[float, float]:
     from (Linux carries the old address space's high-water mark across `exec`), and this one
     (~20 MB) is bigger than `python -c pass`. GNU time, ~2 MB, forks the measured process."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    python: str | Path
     if path.is_dir():
         python, cwd = sys.executable, path
         env["PYTHONPATH"] = str(path)
@@ -74,8 +75,9 @@ def main() -> int:
     ap.add_argument("--no-installed", action="store_true", help="skip the installed copy")
     a = ap.parse_args()
     trees = {"this": ROOT} | ({"compare": a.compare.resolve()} if a.compare else {})
-    if not a.no_installed:
-        trees["installed"] = installed_python()
+    installed = None if a.no_installed else installed_python()
+    if installed is not None:
+        trees["installed"] = installed
     import compileall
 
     for path in trees.values():
