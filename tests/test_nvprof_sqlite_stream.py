@@ -67,6 +67,15 @@ def _assert_equal(path: Path) -> tuple[dict[str, list[pl.DataFrame]], list[str]]
     return per, read_notes
 
 
+def _assert_same_error(path: Path) -> None:
+    """The whole read refuses the file, and the stream refuses it with the same message."""
+    with pytest.raises(MalformedInput) as whole:
+        _read(path)
+    with pytest.raises(MalformedInput) as streamed:
+        _stream(path)
+    assert str(streamed.value) == str(whole.value)
+
+
 @pytest.fixture(params=BATCHES, ids=[f"batch{b}" for b in BATCHES])
 def batch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
     monkeypatch.setattr(nvprof_sqlite, "_BATCH", request.param)
@@ -212,11 +221,7 @@ def test_markers_bad_cell_same_error(tmp_path: Path, batch: int, where: str) -> 
     con.execute(f"UPDATE {M} SET timestamp = 'soon' WHERE id = 9005 AND {where}")
     con.commit()
     con.close()
-    with pytest.raises(MalformedInput) as whole:
-        _read(p)
-    with pytest.raises(MalformedInput) as streamed:
-        _stream(p)
-    assert str(streamed.value) == str(whole.value)
+    _assert_same_error(p)
 
 
 def test_markers_without_domain_column(tmp_path: Path, batch: int) -> None:
@@ -374,11 +379,7 @@ def test_samples_all_dropped(tmp_path: Path, batch: int) -> None:
 
 def test_samples_text_cell_same_error(tmp_path: Path, batch: int) -> None:
     p = _with_env(tmp_path, [*ENV_ROWS, (0, "soon", 2, _blob(40))])  # type: ignore[list-item]
-    with pytest.raises(MalformedInput) as whole:
-        _read(p)
-    with pytest.raises(MalformedInput) as streamed:
-        _stream(p)
-    assert str(streamed.value) == str(whole.value)
+    _assert_same_error(p)
 
 
 def test_samples_real_cell_read_whole(tmp_path: Path, batch: int) -> None:

@@ -191,6 +191,32 @@ def _warn_markers(open_ranges: int, orphans: int, path: PathLike) -> None:
         warn(f"{path}: {orphans} NVTX end row(s) without a start row; dropped")
 
 
+def _plan(
+    con: sqlite3.Connection,
+    path: PathLike,
+    table: str,
+    want: dict[str, str | None],
+    required: list[str],
+    blobs: set[str],
+) -> tuple[list[str], list[str], str] | None:
+    """(select list, the table's columns, its rowid alias) of a table the stream can read in
+    batches; None when the whole read must take it (no rowid: WITHOUT ROWID; a cell that is
+    not an integer, or a BLOB for `blobs`). A missing required column raises, as in `read`."""
+    cols = _select(con, path, table, want, required)
+    have = table_columns(con, table)
+    rowid = rowid_alias(have)
+    if rowid is None or not _clean(con, table, want, blobs):
+        return None
+    return cols, have, rowid
+
+
+def _whole_table(name: str, whole: Callable[[], pl.DataFrame | None]) -> Iterator[Chunk]:
+    """The table read whole, as one chunk (nothing when the whole read has none)."""
+    df = whole()
+    if df is not None:
+        yield name, df
+
+
 def marker_chunks(
     con: sqlite3.Connection,
     path: PathLike,
@@ -202,14 +228,11 @@ def marker_chunks(
     table = MARKER_TABLE
     if table not in tables:
         return
-    cols = _select(con, path, table, _MARKER_WANT, _MARKER_REQUIRED)
-    have = table_columns(con, table)
-    rowid = rowid_alias(have)
-    if rowid is None or not _clean(con, table, _MARKER_WANT, {"object_id"}) or _null_keys(con):
-        df = whole()
-        if df is not None:
-            yield "markers", df
+    plan = _plan(con, path, table, _MARKER_WANT, _MARKER_REQUIRED, {"object_id"})
+    if plan is None or _null_keys(con):
+        yield from _whole_table("markers", whole)
         return
+    cols, _, rowid = plan
     end, start = f"(e.flags & {_MARKER_END}) != 0", f"(t.flags & {_MARKER_START}) != 0"
     sql = (
         f"SELECT {', '.join(cols)}, e.end_ns FROM {q(table)} t NOT INDEXED LEFT JOIN "
@@ -374,14 +397,11 @@ def sample_chunks(
     table = ENV_TABLE
     if table not in tables:
         return
-    cols = _select(con, path, table, _ENV_WANT, _ENV_REQUIRED)
-    have = table_columns(con, table)
-    rowid = rowid_alias(have)
-    if rowid is None or not _clean(con, table, _ENV_WANT, {"data"}):
-        df = whole()
-        if df is not None:
-            yield "gpu_samples", df
+    plan = _plan(con, path, table, _ENV_WANT, _ENV_REQUIRED, {"data"})
+    if plan is None:
+        yield from _whole_table("gpu_samples", whole)
         return
+    cols, have, rowid = plan
     order = f"{_col(have, 'timestamp')}, {_col(have, 'deviceId')}, t.{rowid}"
     sql = f"SELECT {', '.join(cols)} FROM {q(table)} t NOT INDEXED ORDER BY {order}"
     counts = [0, 0, 0]
