@@ -132,6 +132,56 @@ def test_python_dash_m(tmp_path: Path) -> None:
     assert r.stdout.splitlines()[0] == "table,column,type,nullable,description"
 
 
+@pytest.mark.parametrize("entry, freezes", [("run", True), ("main", False)])
+def test_only_the_console_script_freezes_the_collector_at_exit(
+    tmp_path: Path, entry: str, freezes: bool
+) -> None:
+    """`run` (the console script, `python -m traceanalyze`) leaves shutdown's collections
+    nothing to walk; `main` (what CliRunner and a user's own process call) changes nothing."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "iters.log"
+    log.write_text(LOG)
+    code = (
+        "import atexit, gc, sys\n"
+        "from traceanalyze import cli\n"
+        f"sys.argv = ['traceanalyze', 'ingest', {str(log)!r}, '--store', {str(tmp_path / 's')!r}]\n"
+        "try:\n"
+        f"    cli.{entry}()\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n"
+        "before = gc.get_freeze_count()\n"
+        "atexit._run_exitfuncs()\n"
+        "print(before, gc.get_freeze_count())\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after = map(int, r.stdout.split()[-2:])
+    assert before == 0
+    assert (after > 0) is freezes
+
+
+def test_console_script_output_is_whole_after_exit(tmp_path: Path) -> None:
+    """The store written by a `python -m traceanalyze ingest` process that exits through the
+    frozen shutdown holds every row of the file."""
+    import subprocess
+    import sys
+
+    import traceanalyze as ta
+
+    log = tmp_path / "iters.log"
+    log.write_text(LOG)
+    st = tmp_path / "s"
+    subprocess.run(
+        [sys.executable, "-m", "traceanalyze", "ingest", str(log), "--store", str(st)],
+        capture_output=True,
+        check=True,
+    )
+    got = ta.Store(st).tables()["iterations"]
+    seconds = [float(line.rsplit(":", 1)[1]) for line in LOG.splitlines()]
+    assert sorted(got["duration_ns"].to_list()) == sorted(round(x * 1e9) for x in seconds)
+
+
 def _store_tables(st: Path):
     import traceanalyze as ta
 
