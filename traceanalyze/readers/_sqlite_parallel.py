@@ -445,4 +445,11 @@ def _raise_first_failure(
 
 
 if __name__ == "__main__":
+    # A worker's objects die with it: its last exit handler freezes them, so that the
+    # interpreter's shutdown does not walk and free pyarrow's modules one by one (the output is
+    # closed by then). A worker that reads nothing: 0.097 -> 0.084 s.
+    import atexit
+    import gc
+
+    atexit.register(gc.freeze)
     sys.exit(_worker(sys.argv[1:]))
