@@ -25,7 +25,11 @@ FIGURES: dict[str, tuple[str, tuple[str, ...], str]] = {
         (),
         "Kineto ResNet-50 trace vs HTA 0.5.0: whole process, warm load, peak RSS",
     ),
-    "startup": ("bench_startup.py", (), "`import traceanalyze` and `traceanalyze --help`"),
+    "startup": (
+        "bench_startup.py",
+        (),
+        "`import traceanalyze`, `traceanalyze --help`, `traceanalyze summary` of a small trace",
+    ),
     "nsys-speed": ("bench_nsys_sqlite.py", (), "nsys SQLite kernel ingest vs hand-written peers"),
     "bombs": ("bench_bombs.py", (), "decompression bombs refused: time and peak RSS"),
     "parallel-ingest": ("bench_parallel_ingest.py", (), "`ingest -j 1` vs `-j 2` speed-up"),
