@@ -85,7 +85,7 @@ class _Scan:
 def _scan(path: Any) -> _Scan:
     sc = _Scan()
     for block, _ in line_blocks(path):
-        text = block.decode("utf-8", "replace")
+        text = _text(block)
         if sc.device is None and "Selected device" in text:
             sc.device = DUMP_DEVICE.search(text)
         try:
@@ -139,10 +139,14 @@ def _energy_of(text: str) -> list[tuple[int, float]]:
     return dump_energy_rows(text) if "with energy" in text else []
 
 
-def _samples_of(block: bytes, log: SmiLog) -> pl.DataFrame:
+def _text(block: bytes) -> str:
+    return block.decode("utf-8", "replace")
+
+
+def _samples_of(text: str, log: SmiLog) -> pl.DataFrame:
     """The block's sample rows; a failure is answered by the whole-file read's error."""
     try:
-        return dump_sample_rows(block.decode("utf-8", "replace"))
+        return dump_sample_rows(text)
     except Exception:
         log.whole()  # raises what the whole read says of the log
         raise
@@ -155,7 +159,7 @@ def _no_samples(path: Any) -> MalformedInput:
 def _plain(path: Any, log: SmiLog) -> Iterator[pl.DataFrame]:
     n = 0
     for block, _ in line_blocks(path):
-        s = _samples_of(block, log)
+        s = _samples_of(_text(block), log)
         n += s.height
         yield s
     if not n:
@@ -168,7 +172,7 @@ def _merged(path: Any, log: SmiLog, energy: list[tuple[int, float]]) -> Iterator
     stamps = [t for t, _ in energy]
     pos, n = 0, 0
     for block, _ in line_blocks(path):
-        s = _samples_of(block, log)
+        s = _samples_of(_text(block), log)
         if not s.height:
             continue
         n += s.height
@@ -203,8 +207,9 @@ _SCHEMA = {
 
 def _keyed(block: bytes, log: SmiLog, n_s: int, n_e: int) -> pl.DataFrame:
     """The block's samples and energy rows with their sort key."""
-    s = _samples_of(block, log)
-    e = dump_energy_frame(_energy_of(block.decode("utf-8", "replace")))
+    text = _text(block)
+    s = _samples_of(text, log)
+    e = dump_energy_frame(_energy_of(text))
     parts = [
         s.with_columns(
             pl.lit(0, pl.Int8).alias("_g"), pl.int_range(n_s, n_s + s.height).alias("_i")
@@ -320,7 +325,7 @@ def _sorted(path: Any, log: SmiLog, workdir: Path) -> Iterator[pl.DataFrame]:
         held, n_s, n_e = 0, 0, 0
         for block, _ in line_blocks(path):
             df = _keyed(block, log, n_s, n_e)
-            k = df.filter(pl.col("_g") == 0).height
+            k = int((df["_g"] == 0).sum())
             n_s, n_e = n_s + k, n_e + df.height - k
             parts.append(df)
             held += df.height

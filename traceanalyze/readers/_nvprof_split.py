@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ..errors import MalformedInput, MissingColumn
 from ._common import PathLike
-from ._screen import KEY_NAMES, content_lines
+from ._screen import KEY_NAMES
 
 # The file's bytes: a read-only memory map (pyarrow's threads fault pages in while parsing, no
 # serial copy first) or, for gzip and BOM files, bytes. Both slice to bytes and have find/rfind.
@@ -33,9 +33,8 @@ HEADER_NAMES: dict[str, frozenset[str]] = {
     "metrics": frozenset({"Device", "Kernel", "Invocations"}),
     "instance_metrics": frozenset({"Device", "Context", "Stream", "Kernel"}),
 }
-# One name of each kind's header, searched for as bytes to find a header among other lines
-# (detection's screen relies on every header holding one: `_screen.KEY_NAMES`).
-_KEY_NAMES = KEY_NAMES
+# `KEY_NAMES` (from `_screen`, whose screen relies on it): one name of each kind's header,
+# searched for to find a header among other lines.
 # A header line longer than this is not looked at (a metric trace of `--metrics all` has a few
 # hundred columns, well under it); it bounds the work on a garbage line that starts with '"'.
 _MAX_HEADER_BYTES = 1 << 20
@@ -50,16 +49,13 @@ _DEVICE_ORDINAL = re.compile(r"\((\d+)\)$")
 # --- detection ------------------------------------------------------------------------------------
 
 
-_content_lines = content_lines
-
-
 def header_kind(line: str) -> str | None:
     """The table kind whose header this line is, by its column names in any order; else None.
 
     nvprof quotes every header cell (§1.1); a table rewritten by another CSV writer may not, so
     unquoted names count too. Only a line holding one of the kinds' key names is parsed.
     """
-    if not any(k in line for k in _KEY_NAMES):
+    if not any(k in line for k in KEY_NAMES):
         return None
     try:
         fields = next(csv.reader([line.rstrip("\r\n")]), [])
@@ -159,7 +155,7 @@ def _find_header(raw: _Raw, start: int, end: int) -> tuple[int, str | None]:
             found_at, found_kind = i + 1, k
     # Reordered columns: the lines holding a key name, up to the first fast hit.
     limit = end if found_at < 0 else found_at
-    for key in _KEY_NAMES:
+    for key in KEY_NAMES:
         i = raw.find(key.encode(), start, limit)
         while i >= 0:
             line = raw.rfind(b"\n", start, i) + 1 or start

@@ -116,7 +116,6 @@ from ._nvprof_rows import _devices_frame, _Out
 from ._nvprof_split import (
     _NON_SPACE,
     HEADERS,
-    _content_lines,
     _Raw,
     _Retry,
     _split,
@@ -125,6 +124,7 @@ from ._nvprof_split import (
 )
 from ._nvprof_stream import stream_nvprof
 from ._nvprof_trace import _trace, warn_skipped
+from ._screen import content_lines
 from ._stream_common import stream_entry
 
 
@@ -134,7 +134,7 @@ def sniff(path: PathLike) -> bool:
     if b"\x00" in head:
         return False
     text = head.decode("utf-8", "replace")
-    for line in _content_lines(text):
+    for line in content_lines(text):
         known_order = any(line.startswith(p) for p in HEADERS.values())
         return known_order or header_kind(line) is not None
     return False
