@@ -12,14 +12,18 @@ import contextlib
 import errno
 import fcntl
 import json
+import math
 import os
-import shutil
+import re
 import signal
+import stat
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import schema
+from ._safefs import FILE_MODE, is_dir_at, open_dir, regular_file_at, rmtree_at, walk
 from .errors import StoreError
 
 MARKER = "traceanalyze-store.json"
@@ -39,6 +43,54 @@ def kill_point(point: str) -> None:
 
 
 # --- the manifest -------------------------------------------------------------------------------
+
+# Bounds on what a manifest may hold (docs/store.md, "What the store defends against"): far above
+# any real store (10,000 sources of 10 tables are ~14 MB of manifest), low enough that a
+# tampered manifest cannot exhaust memory or time.
+MAX_MANIFEST_BYTES = 256 << 20
+MAX_SOURCES = 1_000_000
+MAX_FILES_PER_TABLE = 1_024  # per source; a writer lists one
+MAX_GARBAGE = 1_000_000
+
+_SID = re.compile(r"[0-9a-f]{16}")
+# part-<txn>.parquet with <txn> = <owner>-<uuid> (32 hex digits each); part-0.parquet is layout 1's
+_PART = re.compile(r"part-(?:0|[0-9a-f]{32}-[0-9a-f]{32})\.parquet")
+_SHAPE = "<table>/source_id=<16 hex>/part-<hex>-<hex>.parquet"
+
+
+def _short(value: object) -> str:
+    """A manifest value for an error message, cut when long (a 50 MB string stays one line)."""
+    r = repr(value)
+    return r if len(r) <= 80 else f"{r[:50]}…{r[-12:]} ({len(r):,} characters)"
+
+
+def path_problem(rel: object, *, table: str | None = None, sid: str | None = None) -> str | None:
+    """Why `rel` is not a data file path of a store (None when it is one): relative, no `..`, no
+    NUL, of the shape `<table>/source_id=<16 hex>/part-<hex>-<hex>.parquet` with a schema table
+    (and the given table and source, where it is listed under one)."""
+    if not isinstance(rel, str):
+        return f"not a string but {type(rel).__name__}"
+    if "\x00" in rel:
+        return "contains a NUL character"
+    if rel.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", rel):
+        return "is an absolute path"
+    parts = re.split(r"[/\\]", rel)
+    if ".." in parts:
+        return "contains '..'"
+    if len(parts) != 3 or "\\" in rel:
+        return f"is not of the store's shape {_SHAPE}"
+    t, part, name = parts
+    if t not in schema.TABLE_NAMES:
+        return f"names no table of the schema ({_short(t)})"
+    if not part.startswith("source_id=") or not _SID.fullmatch(part[len("source_id=") :]):
+        return f"is not of the store's shape {_SHAPE}"
+    if not _PART.fullmatch(name):
+        return f"is not of the store's shape {_SHAPE}"
+    if table is not None and t != table:
+        return f"is a file of table {t}, listed under {table}"
+    if sid is not None and part != f"source_id={sid}":
+        return f"is a file of another source, listed under {sid}"
+    return None
 
 
 @dataclass
@@ -63,56 +115,185 @@ class Manifest:
         return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
-def _partition_files(root: Path, table: str, sid: str) -> list[str]:
-    part = root / table / f"source_id={sid}"
-    return sorted(str(p.relative_to(root)) for p in part.glob("*.parquet"))
+def _list_dir(fd: int) -> list[tuple[str, bool]]:
+    """(name, is a directory itself) of every entry, links not followed."""
+    with os.scandir(fd) as it:
+        return sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it)
+
+
+def partition_files(root: Path, table: str) -> list[str]:
+    """Every `part-*.parquet` entry in the partitions of one table (relative paths), links not
+    followed: a table or partition directory that is a link stops with a StoreError; a part
+    file that is a link is listed (as the entry it is: a deletion removes the link itself)."""
+    out: list[str] = []
+    with walk(root, [table]) as tfd:
+        if tfd is None:
+            return out
+        for part, is_dir in _list_dir(tfd):
+            if not part.startswith("source_id="):
+                continue
+            rel = f"{table}/{part}"
+            if not is_dir:
+                raise _not_own_entry(root, rel, tfd, part)
+            pfd = open_dir(tfd, part, root, rel)
+            if pfd is None:
+                continue
+            try:
+                names = [n for n, d in _list_dir(pfd) if not d]
+            finally:
+                os.close(pfd)
+            out.extend(
+                f"{rel}/{n}" for n in names if n.startswith("part-") and n.endswith(".parquet")
+            )
+    return out
+
+
+def _not_own_entry(root: Path, rel: str, parent: int, name: str) -> StoreError:
+    st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory"
+    return StoreError(f"{rel} is {what}; a store's directories must be its own", path=root)
 
 
 def _layout1_manifest(root: Path) -> Manifest:
     """A layout-1 store (no file lists) as a manifest: a source is committed when its `sources`
     partition exists (layout 1 renamed it into place last); its files are whatever its
-    partitions hold."""
+    partitions hold (regular files of the store's shape only)."""
     m = Manifest(layout=1)
-    for d in sorted((root / "sources").glob("source_id=*")):
-        sid = d.name.split("=", 1)[1]
-        tabs = {t: _partition_files(root, t, sid) for t in schema.TABLE_NAMES}
-        m.sources[sid] = {t: f for t, f in tabs.items() if f}
+    by_table = {t: partition_files(root, t) for t in schema.TABLE_NAMES}
+    sids = sorted({f.split("/")[1].split("=", 1)[1] for f in by_table["sources"]})
+    for sid in sids:
+        if not _SID.fullmatch(sid):
+            continue
+        tabs: dict[str, list[str]] = {}
+        for t, files in by_table.items():
+            mine = [f for f in files if f.split("/")[1] == f"source_id={sid}"]
+            mine = [f for f in mine if path_problem(f) is None and _regular(root, f)]
+            if mine:
+                tabs[t] = mine
+        m.sources[sid] = tabs
     return m
 
 
-def read_manifest(root: Path) -> Manifest | None:
-    """The store's manifest; None when there is no store yet."""
+def _regular(root: Path, rel: str) -> bool:
+    with walk(root, rel.split("/")[:-1]) as fd:
+        return fd is not None and regular_file_at(fd, rel.rsplit("/", 1)[1])
+
+
+def _read_marker(root: Path) -> str | None:
+    """The manifest's text (not through a link, at most MAX_MANIFEST_BYTES); None when absent."""
     try:
-        text = (root / MARKER).read_text()
+        fd = os.open(root / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise StoreError(f"{MARKER} is a symbolic link; refusing to follow it", path=root) from None
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(MAX_MANIFEST_BYTES + 1)
+    if max(size, len(data)) > MAX_MANIFEST_BYTES:
+        raise StoreError(
+            f"manifest {MARKER} is larger than {MAX_MANIFEST_BYTES >> 20} MiB; not a store this "
+            "traceanalyze wrote",
+            path=root,
+        )
+    return data.decode("utf-8", errors="replace")
+
+
+def read_manifest(root: Path) -> Manifest | None:
+    """The store's manifest, every entry checked (path_problem, the bounds above); None when
+    there is no store yet. Anything off is a StoreError naming the manifest and the entry."""
+    text = _read_marker(root)
+    if text is None:
         return None
     try:
         doc = json.loads(text)
-        layout = int(doc["layout"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise StoreError(f"unreadable manifest {MARKER}: {e}", path=root) from None
+    except (ValueError, RecursionError) as e:
+        raise StoreError(f"unreadable manifest {MARKER}: {_short(str(e))}", path=root) from None
+    layout = doc.get("layout") if isinstance(doc, dict) else None
+    if not isinstance(layout, int) or isinstance(layout, bool):
+        raise StoreError(f"unreadable manifest {MARKER}: no integer 'layout'", path=root)
     if layout == 1:
         return _layout1_manifest(root)
     if layout != LAYOUT_VERSION:
         raise StoreError(f"store layout {layout} is newer than this traceanalyze", path=root)
     try:
-        srcs = {
-            sid: {t: list(f) for t, f in s["files"].items()} for sid, s in doc["sources"].items()
-        }
-        garbage = [(g["path"], float(g["since"])) for g in doc.get("garbage", [])]
-    except (KeyError, TypeError, AttributeError, ValueError) as e:
-        raise StoreError(f"malformed manifest {MARKER}: {e!r}", path=root) from None
-    return Manifest(srcs, garbage)
+        return Manifest(_checked_sources(doc.get("sources")), _checked_garbage(doc.get("garbage")))
+    except _Bad as e:
+        raise StoreError(f"malformed manifest {MARKER}: {e.where}: {e.why}", path=root) from None
+
+
+class _Bad(Exception):
+    def __init__(self, where: str, why: str) -> None:
+        super().__init__(where, why)
+        self.where, self.why = where, why
+
+
+def _checked_sources(value: object) -> dict[str, dict[str, list[str]]]:
+    if not isinstance(value, dict):
+        raise _Bad("sources", f"not an object but {type(value).__name__}")
+    if len(value) > MAX_SOURCES:
+        raise _Bad("sources", f"{len(value):,} sources, more than {MAX_SOURCES:,}")
+    out: dict[str, dict[str, list[str]]] = {}
+    for sid, entry in value.items():
+        where = f"sources[{_short(sid)}]"
+        if not _SID.fullmatch(sid):
+            raise _Bad(where, "not a source id (16 hex digits)")
+        files = entry.get("files") if isinstance(entry, dict) else None
+        if not isinstance(files, dict):
+            raise _Bad(f"{where}.files", "not an object")
+        tabs: dict[str, list[str]] = {}
+        for table, paths in files.items():
+            at = f"{where}.files[{_short(table)}]"
+            if table not in schema.TABLE_NAMES:
+                raise _Bad(at, "names no table of the schema")
+            if not isinstance(paths, list) or len(paths) > MAX_FILES_PER_TABLE:
+                raise _Bad(at, f"not a list of at most {MAX_FILES_PER_TABLE:,} paths")
+            for i, rel in enumerate(paths):
+                why = path_problem(rel, table=table, sid=sid)
+                if why is not None:
+                    raise _Bad(f"{at}[{i}] = {_short(rel)}", why)
+            tabs[table] = list(paths)
+        out[sid] = tabs
+    return out
+
+
+def _checked_garbage(value: object) -> list[tuple[str, float]]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > MAX_GARBAGE:
+        raise _Bad("garbage", f"not a list of at most {MAX_GARBAGE:,} entries")
+    out: list[tuple[str, float]] = []
+    for i, g in enumerate(value):
+        rel = g.get("path") if isinstance(g, dict) else None
+        since = g.get("since") if isinstance(g, dict) else None
+        why = path_problem(rel)
+        if why is not None:
+            raise _Bad(f"garbage[{i}].path = {_short(rel)}", why)
+        if (
+            not isinstance(since, (int, float))
+            or isinstance(since, bool)
+            or not math.isfinite(since)
+        ):
+            raise _Bad(f"garbage[{i}].since = {_short(since)}", "not a finite number")
+        assert isinstance(rel, str)
+        out.append((rel, float(since)))
+    return out
 
 
 # --- transaction locks --------------------------------------------------------------------------
 
 
 def flock_shared(fd: int, root: Path) -> None:
-    """A shared flock on fd; a file system without flock is a StoreError, not a fallback to
-    lock files that a killed writer would leave behind (Lustre needs `-o flock`)."""
+    flock(fd, root, exclusive=False)
+
+
+def flock(fd: int, root: Path, *, exclusive: bool) -> None:
+    """A flock on fd (closed on failure); a file system without flock is a StoreError, not a
+    fallback to lock files that a killed writer would leave behind (Lustre needs `-o flock`)."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
     except OSError as e:
         os.close(fd)
         if e.errno in (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
@@ -150,27 +331,43 @@ def owner_of(txn: str) -> str:
     return txn.split("-", 1)[0]
 
 
+@contextlib.contextmanager
+def _staging(staging_root: Path, *, create: bool = False) -> Iterator[int | None]:
+    """A descriptor of the store's `.staging` (never through a link; created when `create`)."""
+    with walk(staging_root.parent, [staging_root.name], create=create) as fd:
+        yield fd
+
+
 def _new_owner(staging_root: Path) -> str:
     """Create `.staging/<owner>.lock` and hold it shared. A cleaner may unlink it between the
     create and the flock: the inode check catches that and we start over with a new name."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for _ in range(_LOCK_ATTEMPTS):
         owner = uuid.uuid4().hex
-        path = staging_root / f"{owner}.lock"
-        try:
-            staging_root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileNotFoundError:  # a failing writer removed the empty root meanwhile
-            continue
-        flock_shared(fd, staging_root.parent)
-        try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
+        name = f"{owner}.lock"
+        with _staging(staging_root, create=True) as sfd:
+            assert sfd is not None
+            try:
+                fd = os.open(name, flags, FILE_MODE, dir_fd=sfd)
+            except FileNotFoundError:  # a failing writer removed the empty staging meanwhile
+                continue
+            flock_shared(fd, staging_root.parent)
+            try:
+                same = (
+                    os.stat(name, dir_fd=sfd, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+                )
+            except FileNotFoundError:
+                same = False
         if same:
             _OWNERS[(_key(staging_root), owner)] = _Owner(fd, 0, os.getpid(), True)
             return owner
         os.close(fd)
     raise StoreError("could not create a staging transaction", path=staging_root.parent)
+
+
+def _lock_exists(staging_root: Path, owner: str) -> bool:
+    with _staging(staging_root) as sfd:
+        return sfd is not None and regular_file_at(sfd, f"{owner}.lock")
 
 
 def acquire_txn(staging_root: Path) -> str:
@@ -186,7 +383,7 @@ def acquire_txn(staging_root: Path) -> str:
         owner is None
         or held is None
         or held.pid != os.getpid()
-        or not (staging_root / f"{owner}.lock").exists()
+        or not _lock_exists(staging_root, owner)
     ):
         # first txn here, a forked child (the parent's lock is not its own), or the lock went
         owner = _new_owner(staging_root)
@@ -204,49 +401,86 @@ def hold_txn(staging_root: Path, txn: str) -> bool:
     if (key, txn) in _TXNS:
         return True
     owner = owner_of(txn)
-    held = _OWNERS.get((key, owner))
-    if held is None:
-        try:
-            fd = os.open(staging_root / f"{owner}.lock", os.O_RDWR)
-        except FileNotFoundError:
+    with _staging(staging_root) as sfd:
+        if sfd is None:
             return False
-        flock_shared(fd, staging_root.parent)
-        held = _OWNERS[(key, owner)] = _Owner(fd, 0, os.getpid(), False)
-    held.refs += 1
-    _TXNS.add((key, txn))
-    return (staging_root / txn).is_dir()
+        held = _OWNERS.get((key, owner))
+        if held is None:
+            try:
+                fd = os.open(f"{owner}.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=sfd)
+            except (FileNotFoundError, NotADirectoryError):
+                return False
+            except OSError as e:
+                if e.errno == errno.ELOOP:  # a link where the lock belongs: not a live txn
+                    return False
+                raise
+            flock_shared(fd, staging_root.parent)
+            held = _OWNERS[(key, owner)] = _Owner(fd, 0, os.getpid(), False)
+        held.refs += 1
+        _TXNS.add((key, txn))
+        return is_dir_at(sfd, txn)
 
 
 def release_txn(staging_root: Path, txn: str) -> None:
     """Remove a txn's staging; drop its owner's lock when this process holds no other txn of
-    it (and remove the lock file if this process made it)."""
-    shutil.rmtree(staging_root / txn, ignore_errors=True)
+    it (and remove the lock file if this process made it). Nothing is removed through a link:
+    a `.staging` that is not the store's own directory is left alone here (the next commit
+    stops on it)."""
     key, owner = _key(staging_root), owner_of(txn)
-    if (key, txn) not in _TXNS:
-        return
-    _TXNS.discard((key, txn))
-    held = _OWNERS[(key, owner)]
-    held.refs -= 1
-    if held.refs > 0:
-        return
-    del _OWNERS[(key, owner)]
-    if held.mine and held.pid == os.getpid():
-        # unlinked before the close: a cleaner never sees our lock file free
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(staging_root / f"{owner}.lock")
-        if _MINE.get(key) == owner:
-            del _MINE[key]
-    os.close(held.fd)
-
-
-def remove_dead_staging(staging_root: Path) -> None:
-    """Remove the staging of transactions whose writer is gone (no process holds its lock)."""
-    if not staging_root.is_dir():
-        return
-    for lock in staging_root.glob("*.lock"):
+    with contextlib.ExitStack() as stack:
         try:
-            fd = os.open(lock, os.O_RDWR)
+            sfd = stack.enter_context(_staging(staging_root))
+        except StoreError:
+            sfd = None
+        if sfd is not None:
+            rmtree_at(sfd, txn)
+        if (key, txn) not in _TXNS:
+            return
+        _TXNS.discard((key, txn))
+        held = _OWNERS[(key, owner)]
+        held.refs -= 1
+        if held.refs > 0:
+            return
+        del _OWNERS[(key, owner)]
+        if held.mine and held.pid == os.getpid():
+            # unlinked before the close: a cleaner never sees our lock file free
+            if sfd is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{owner}.lock", dir_fd=sfd)
+            if _MINE.get(key) == owner:
+                del _MINE[key]
+        os.close(held.fd)
+
+
+def remove_dead_staging(staging_root: Path, *, strict: bool = True) -> None:
+    """Remove the staging of transactions whose writer is gone (no process holds its lock).
+
+    Only inside the store's own `.staging` directory, opened without following a link, and
+    never through a link in it. A `.staging` that is a link is a StoreError (`strict`) or left
+    alone (clean-up after a failure, which must not hide the failure)."""
+    try:
+        with _staging(staging_root) as sfd:
+            if sfd is not None:
+                _remove_dead(sfd)
+    except StoreError:
+        if strict:
+            raise
+
+
+def _remove_dead(sfd: int) -> None:
+    with os.scandir(sfd) as it:
+        entries = sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it)
+    for name, is_dir in entries:
+        if is_dir or not name.endswith(".lock"):
+            continue
+        try:
+            fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=sfd)
         except FileNotFoundError:
+            continue
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            os.unlink(name, dir_fd=sfd)  # a link planted where a lock belongs: the link only
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -254,12 +488,17 @@ def remove_dead_staging(staging_root: Path) -> None:
             os.close(fd)
             continue
         try:
-            for d in staging_root.glob(f"{lock.stem}-*"):
-                shutil.rmtree(d, ignore_errors=True)
-            lock.unlink(missing_ok=True)
+            stem = name[: -len(".lock")]
+            for d, d_is_dir in entries:
+                if d_is_dir and d.startswith(f"{stem}-"):
+                    rmtree_at(sfd, d)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=sfd)
         finally:
             os.close(fd)
     # A directory without its owner's lock file: the lock is created first and removed last.
-    for d in staging_root.iterdir():
-        if d.is_dir() and not (staging_root / f"{owner_of(d.name)}.lock").exists():
-            shutil.rmtree(d, ignore_errors=True)
+    with os.scandir(sfd) as it:
+        dirs = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+    for d in dirs:
+        if not regular_file_at(sfd, f"{owner_of(d)}.lock"):
+            rmtree_at(sfd, d)

@@ -177,7 +177,7 @@ def _tidy(st: Store, created_root: bool) -> None:
     """After a failed parallel ingest, once the workers are gone: their liveness locks, and the
     store directory if this call created it and nothing else is in it (as serial ingest)."""
     staging = st.root / STAGING
-    remove_dead_staging(staging)
+    remove_dead_staging(staging, strict=False)  # never hides the failure being cleaned up
     with contextlib.suppress(OSError):
         staging.rmdir()
     if created_root:

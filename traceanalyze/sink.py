@@ -21,6 +21,7 @@ from typing import Any
 import polars as pl
 
 from . import schema
+from ._safefs import drop_others_write, makedirs
 
 ROW_GROUP_ROWS = 1 << 16
 ROW_GROUP_BYTES = 8 << 20
@@ -77,7 +78,7 @@ class TableSink:
             import pyarrow.parquet as pq
 
             dest = self.path(table)
-            dest.parent.mkdir(parents=True, exist_ok=True)
+            makedirs(dest.parent)
             import pyarrow as pa
 
             # the system allocator gives freed pages back; the default pool keeps them
@@ -92,6 +93,7 @@ class TableSink:
                 # tell readers "string_view", an Arrow type older engines do not know
                 store_schema=False,
             )
+            drop_others_write(dest)
             self._writers[table] = writer
             self._paths[table] = dest
         elif data.schema != writer.schema:
@@ -110,8 +112,9 @@ class TableSink:
             if table not in self._writers:
                 empty = schema.empty(table).drop("source_id")
                 dest = self.path(table)
-                dest.parent.mkdir(parents=True, exist_ok=True)
+                makedirs(dest.parent)
                 empty.write_parquet(dest, compression="zstd", statistics=True)
+                drop_others_write(dest)
                 self._paths[table] = dest
         for writer in self._writers.values():
             writer.close()

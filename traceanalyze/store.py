@@ -29,9 +29,10 @@ Test hook: `TRACEANALYZE_TEST_KILL_AT=<point>` makes the process SIGKILL itself 
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
-import shutil
+import stat
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -42,6 +43,7 @@ from typing import Any
 import polars as pl
 
 from . import schema
+from ._safefs import FILE_MODE, open_path, regular_file_at, rmtree_at, walk
 from .errors import StoreError, TraceanalyzeError, UnknownFormat, quote_path
 from .manifest import (
     DEFAULT_GRACE_S,
@@ -53,8 +55,11 @@ from .manifest import (
     STAGING,
     Manifest,
     acquire_txn,
+    flock,
     hold_txn,
     kill_point,
+    partition_files,
+    path_problem,
     read_manifest,
     release_txn,
     remove_dead_staging,
@@ -86,6 +91,12 @@ class Store:
         self.root = Path(root)
         self.grace_s = grace_s
         self._pinned: Manifest | None = None
+        if self.root.is_symlink():
+            raise StoreError(
+                "the store's root is a symbolic link; name the directory itself "
+                f"({os.path.realpath(self.root)})",
+                path=self.root,
+            )
         if self.root.is_dir() and not (self.root / MARKER).exists():
             # A store being created by another writer has only its lock and staging so far.
             ours = {LOCK_NAME, STAGING}
@@ -118,7 +129,42 @@ class Store:
     def files(self, table: str) -> list[Path]:
         """The committed Parquet files of one table (for DuckDB, polars, Spark, pyarrow)."""
         schema_table(table, self.root)
-        return [self.root / f for f in self._manifest().files(table)]
+        return [Path(f) for f in self._checked(self._manifest().files(table))]
+
+    def _checked(self, rels: list[str]) -> list[str]:
+        """The paths of committed files to hand to polars, DuckDB or Dask, each checked to be a
+        regular file inside the store's own directories: a link anywhere on the way (table or
+        partition directory, the file) is a StoreError, never followed out of the store."""
+        out: list[str] = []
+        seen: dict[str, None] = {}
+        for rel in rels:
+            parts = rel.split("/")
+            for i in range(1, len(parts) + 1):
+                sub = "/".join(parts[:i])
+                if sub in seen:
+                    continue
+                self._check_entry(sub, last=i == len(parts))
+                seen[sub] = None
+            out.append(str(self.root / rel))
+        return out
+
+    def _check_entry(self, rel: str, *, last: bool) -> None:
+        try:
+            mode = os.lstat(self.root / rel).st_mode
+        except FileNotFoundError:
+            raise StoreError(
+                f"{rel} is listed in the manifest but missing (removed after the grace period?)",
+                path=self.root,
+            ) from None
+        if stat.S_ISLNK(mode):
+            raise StoreError(
+                f"{rel} is a symbolic link; a store's files must be its own, so it is not read",
+                path=self.root,
+            )
+        if last and not stat.S_ISREG(mode):
+            raise StoreError(f"{rel} is not a regular file", path=self.root)
+        if not last and not stat.S_ISDIR(mode):
+            raise StoreError(f"{rel} is not a directory", path=self.root)
 
     def scan(self, table: str) -> pl.LazyFrame:
         """A lazy scan of one table over every source; empty with the full schema when none."""
@@ -126,7 +172,7 @@ class Store:
 
     def _scan(self, table: str, m: Manifest) -> pl.LazyFrame:
         t = schema_table(table, self.root)
-        files = [str(self.root / f) for f in m.files(table)]
+        files = self._checked(m.files(table))
         if not files:
             return schema.empty(table).lazy()
         file_schema = pl.Schema({c.name: c.dtype for c in t.columns if c.name != "source_id"})
@@ -206,13 +252,17 @@ class Store:
         txn = acquire_txn(staging_root)
         sink = TableSink(staging_root / txn, source_id, txn)
         try:
+            # made and checked through descriptors: no link in `.staging/<txn>/.work`
+            with walk(self.root, [STAGING, txn, ".work"], create=True):
+                pass
             work = staging_root / txn / ".work"
-            work.mkdir(parents=True)
             for name, df in produce(work):
                 sink.write(name, df)
                 kill_point("stage-mid")
             written = sink.close()
-            shutil.rmtree(work, ignore_errors=True)
+            with walk(self.root, [STAGING, txn]) as tfd:
+                if tfd is not None:
+                    rmtree_at(tfd, ".work")
         except BaseException:
             sink.abort()
             self._drop(txn, created_root)
@@ -253,37 +303,51 @@ class Store:
                 raise ValueError(f"staged for {s.store_root}, not {self.root}")
             if not hold_txn(staging_root, s.txn):
                 raise StoreError(f"the staging of source {s.source_id} is gone", path=self.root)
-        with self._locked():
+        with self._locked() as root_fd:
             kill_point("commit-locked")
-            m = self._load_for_write()
+            m = self._load_for_write(root_fd)
             if not (self.root / MARKER).exists():
                 # A new store: its marker before any table directory, so that a kill between
                 # the renames and the manifest never leaves a directory no Store() accepts.
-                self._write_manifest(m)
+                self._write_manifest(m, root_fd)
             now = time.time()
-            self._collect_garbage(m, now)
+            self._collect_garbage(m, now, root_fd)
             renames = itertools.count(1)
-            statuses = [self._apply(m, s, now, renames) for s in items]
+            statuses = [self._apply(m, s, now, renames, root_fd) for s in items]
             kill_point("before-manifest")
-            self._write_manifest(m)
+            self._write_manifest(m, root_fd)
             kill_point("after-manifest")
         for s in items:
             self._drop(s.txn, False)
         return statuses
 
-    def _apply(self, m: Manifest, s: Staged, now: float, renames: Iterator[int]) -> str:
-        """Rename one staged source's files into place and list them in `m` (not yet written)."""
+    def _apply(
+        self, m: Manifest, s: Staged, now: float, renames: Iterator[int], root_fd: int
+    ) -> str:
+        """Rename one staged source's files into place and list them in `m` (not yet written).
+        Each rename is between two directories opened without following a link."""
         old = m.sources.get(s.source_id)
         if old is not None and not s.replace_existing:
             return "unchanged"
-        src = self.root / STAGING / s.txn
         files: dict[str, list[str]] = {}
         for name in s.tables:
-            rel = f"{name}/source_id={s.source_id}/part-{s.txn}.parquet"
-            dest = self.root / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(src / rel, dest)
-            _fsync_path(dest.parent)
+            part, fname = f"source_id={s.source_id}", f"part-{s.txn}.parquet"
+            rel = f"{name}/{part}/{fname}"
+            if path_problem(rel) is not None:
+                raise ValueError(f"not a staging of this store: {rel!r}")
+            src_fd = open_path(root_fd, [STAGING, s.txn, name, part], self.root)
+            if src_fd is None or not regular_file_at(src_fd, fname):
+                raise StoreError(f"the staging of source {s.source_id} is gone", path=self.root)
+            try:
+                dst_fd = open_path(root_fd, [name, part], self.root, create=True)
+                assert dst_fd is not None
+                try:
+                    os.replace(fname, fname, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+                    os.fsync(dst_fd)
+                finally:
+                    os.close(dst_fd)
+            finally:
+                os.close(src_fd)
             files[name] = [rel]
             kill_point(f"rename-{next(renames)}")
         if old is not None:
@@ -292,14 +356,31 @@ class Store:
         return "ingested" if old is None else "replaced"
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        from filelock import FileLock
+    def _locked(self) -> Iterator[int]:
+        """Hold the store lock (an exclusive flock on `.lock`, opened without following a link
+        and never truncated); yields the root's descriptor, which every write goes through."""
+        with walk(self.root, [], create=True) as root_fd:
+            assert root_fd is not None
+            try:
+                fd = os.open(
+                    LOCK_NAME,
+                    os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    FILE_MODE,
+                    dir_fd=root_fd,
+                )
+            except OSError as e:
+                if e.errno != errno.ELOOP:
+                    raise
+                raise StoreError(
+                    f"{LOCK_NAME} is a symbolic link; refusing to follow it", path=self.root
+                ) from None
+            try:
+                flock(fd, self.root, exclusive=True)
+                yield root_fd
+            finally:
+                os.close(fd)  # releases the lock
 
-        self.root.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.root / LOCK_NAME)):
-            yield
-
-    def _load_for_write(self) -> Manifest:
+    def _load_for_write(self, root_fd: int) -> Manifest:
         """The manifest (under the lock); a layout-1 store is upgraded: its committed sources
         listed, its partial ones and temporary directories garbage."""
         m = read_manifest(self.root)
@@ -310,54 +391,80 @@ class Store:
             now = time.time()
             listed = {f for t in m.sources.values() for fs in t.values() for f in fs}
             for name in schema.TABLE_NAMES:
-                for f in (self.root / name).glob("source_id=*/*.parquet"):
-                    rel = str(f.relative_to(self.root))
-                    if rel not in listed:
+                for rel in partition_files(self.root, name):
+                    if rel not in listed and path_problem(rel) is None:
                         m.garbage.append((rel, now))
-            for p in self.root.iterdir():
-                if p.is_dir() and p.name.startswith(LEGACY_TEMP_PREFIXES):
-                    shutil.rmtree(p, ignore_errors=True)
+            with os.scandir(root_fd) as it:
+                legacy = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+            for d in legacy:
+                if d.startswith(LEGACY_TEMP_PREFIXES):
+                    rmtree_at(root_fd, d)
         return m
 
-    def _collect_garbage(self, m: Manifest, now: float, grace_s: float | None = None) -> None:
+    def _collect_garbage(
+        self, m: Manifest, now: float, root_fd: int, grace_s: float | None = None
+    ) -> None:
         """Under the lock: delete expired garbage, files no manifest lists (a writer killed
-        before its manifest write), dead writers' staging, and emptied partition directories."""
+        before its manifest write), dead writers' staging, and emptied partition directories.
+        Every deletion is relative to a directory opened without following a link (a link where
+        a directory of the store belongs stops with a StoreError); every garbage path was
+        checked to be of the store's shape when the manifest was read."""
         grace = self.grace_s if grace_s is None else grace_s
         keep: list[tuple[str, float]] = []
         for rel, since in m.garbage:
             if now - since >= grace:
-                (self.root / rel).unlink(missing_ok=True)
+                self._unlink(root_fd, rel)
             else:
                 keep.append((rel, since))
         m.garbage = keep
         known = {f for t in m.sources.values() for fs in t.values() for f in fs}
         known.update(rel for rel, _ in keep)
         for name in schema.TABLE_NAMES:
-            tdir = self.root / name
-            if not tdir.is_dir():
+            for rel in partition_files(self.root, name):
+                if rel not in known:
+                    self._unlink(root_fd, rel)
+            tfd = open_path(root_fd, [name], self.root)
+            if tfd is None:
                 continue
-            for part in tdir.glob("source_id=*"):
-                for f in part.glob("part-*.parquet"):
-                    if str(f.relative_to(self.root)) not in known:
-                        f.unlink(missing_ok=True)
-                with contextlib.suppress(OSError):
-                    part.rmdir()  # only when empty
+            try:
+                with os.scandir(tfd) as it:
+                    parts = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+                for part in parts:
+                    with contextlib.suppress(OSError):
+                        os.rmdir(part, dir_fd=tfd)  # only when empty
+            finally:
+                os.close(tfd)
             with contextlib.suppress(OSError):
-                tdir.rmdir()
+                os.rmdir(name, dir_fd=root_fd)
         remove_dead_staging(self.root / STAGING)
 
-    def _write_manifest(self, m: Manifest) -> None:
-        tmp = self.root / f".{MARKER}.{uuid.uuid4().hex}"
+    def _unlink(self, root_fd: int, rel: str) -> None:
+        """Delete one data file (a link is removed itself, never its target)."""
+        *dirs, fname = rel.split("/")
+        pfd = open_path(root_fd, dirs, self.root)
+        if pfd is None:
+            return
         try:
-            with open(tmp, "w") as f:
+            # a directory planted under a part file's name is left alone (never read either)
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
+                os.unlink(fname, dir_fd=pfd)
+        finally:
+            os.close(pfd)
+
+    def _write_manifest(self, m: Manifest, root_fd: int) -> None:
+        tmp = f".{MARKER}.{uuid.uuid4().hex}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            with os.fdopen(os.open(tmp, flags, FILE_MODE, dir_fd=root_fd), "w") as f:
                 f.write(m.to_json())
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, self.root / MARKER)  # the commit
+            os.replace(tmp, MARKER, src_dir_fd=root_fd, dst_dir_fd=root_fd)  # the commit
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=root_fd)
             raise
-        _fsync_path(self.root)
+        os.fsync(root_fd)
 
     def _has_leftovers(self) -> bool:
         staging = self.root / STAGING
@@ -368,23 +475,23 @@ class Store:
         of dead writers now, instead of at the next commit."""
         if read_manifest(self.root) is None:
             return
-        with self._locked():
-            m = self._load_for_write()
-            self._collect_garbage(m, time.time(), grace_s)
-            self._write_manifest(m)
+        with self._locked() as root_fd:
+            m = self._load_for_write(root_fd)
+            self._collect_garbage(m, time.time(), root_fd, grace_s)
+            self._write_manifest(m, root_fd)
 
     def remove(self, source_id: str) -> None:
         """Remove one source (one manifest write); its files go after the grace period."""
         if read_manifest(self.root) is None:
             return
-        with self._locked():
-            m = self._load_for_write()
+        with self._locked() as root_fd:
+            m = self._load_for_write(root_fd)
             old = m.sources.pop(source_id, None)
             if old is None:
                 return
             now = time.time()
             m.garbage.extend((f, now) for fs in old.values() for f in fs)
-            self._write_manifest(m)
+            self._write_manifest(m, root_fd)
 
 
 def schema_table(table: str, root: Path) -> schema.Table:
@@ -400,14 +507,6 @@ def _one_source(tables: Tables) -> str:
         raise ValueError(f"Store.stage takes exactly one source, got {sids}")
     sid: str = sids[0]
     return sid
-
-
-def _fsync_path(p: Path) -> None:
-    fd = os.open(p, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --- ingest -------------------------------------------------------------------------------------
