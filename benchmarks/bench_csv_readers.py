@@ -49,12 +49,12 @@ warnings.simplefilter("ignore")
 # format sniffing stays light), so it is imported here for all, before the clock starts.
 import pyarrow.compute, pyarrow.csv
 if kind == "traceanalyze" and fmt == "ncu":
-    from traceanalyze.readers.ncu_csv import read_ncu_csv
+    from traceanalyze.readers.ncu.ncu_csv import read_ncu_csv
     def run():
         t = read_ncu_csv(path)
         return t.kernel_metrics.height
 elif kind in ("traceanalyze", "traceanalyze careful path"):
-    from traceanalyze.readers import smi_csv
+    from traceanalyze.readers.smi import smi_csv
     if kind != "traceanalyze":  # what a file the fast scan declines costs
         smi_csv._smi_fast = lambda *a, **k: None
     def run():

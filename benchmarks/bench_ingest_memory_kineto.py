@@ -234,7 +234,7 @@ def main() -> None:
             ]
         else:  # ingest as before streaming: the whole-file reader, then the same sink
             code = (
-                "import sys, traceanalyze as ta, traceanalyze.readers.kineto_json as k; "
+                "import sys, traceanalyze as ta, traceanalyze.readers.kineto.kineto_json as k; "
                 "del k.stream_kineto_json; ta.ingest(sys.argv[1], sys.argv[2])"
             )
             argv = [sys.executable, "-c", code, str(path), str(store)]

@@ -162,7 +162,7 @@ def _child(kind: str, path: str, outdir: str) -> None:
     if kind == "ours_ta":
         sys.path.insert(0, str(ROOT))
         import traceanalyze as ta
-        import traceanalyze.readers.nsys_sqlite  # noqa: F401  (imports before the clock, as
+        import traceanalyze.readers.nsys.nsys_sqlite  # noqa: F401  (imports before the clock, as
         # every other contender: `import traceanalyze` alone is lazy)
 
         res["import_rss_mb"] = _rss_mb()
@@ -177,8 +177,8 @@ def _child(kind: str, path: str, outdir: str) -> None:
         res["worker_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     elif kind in ("ours", "ours_serial", "ours_sqlite3"):
         sys.path.insert(0, str(ROOT))
-        from traceanalyze.readers._sqlite_parallel import default_workers
-        from traceanalyze.readers.nsys_sqlite import read_nsys_sqlite
+        from traceanalyze.readers.common.sqlite_parallel import default_workers
+        from traceanalyze.readers.nsys.nsys_sqlite import read_nsys_sqlite
 
         engine: Literal["sqlite3", "adbc"] = "sqlite3" if kind == "ours_sqlite3" else "adbc"
         workers = default_workers() if kind == "ours" else 1
@@ -243,7 +243,7 @@ def _child(kind: str, path: str, outdir: str) -> None:
 
 def _default_workers() -> int:
     sys.path.insert(0, str(ROOT))
-    from traceanalyze.readers._sqlite_parallel import default_workers
+    from traceanalyze.readers.common.sqlite_parallel import default_workers
 
     return default_workers()
 
@@ -280,7 +280,7 @@ def _startup(path: Path) -> str:
     """Seconds for the workers the reader starts by default (min(CPUs, 4) - 1) to start, open
     the file and read nothing."""
     sys.path.insert(0, str(ROOT))
-    from traceanalyze.readers import _sqlite_parallel as sp
+    from traceanalyze.readers.common import sqlite_parallel as sp
 
     n = max(1, sp.default_workers() - 1)
     sql = f'SELECT "start", "end" FROM {KERNEL}'

@@ -5,8 +5,8 @@ trace (`../shared/traces/nvprof_csv/magus_matrixMul_gtx1080ti_gputrace.csv`, 17-
 kernel names with ` [NNNN]` suffixes) under its preamble, header and units row, then times, each
 in its own subprocess (one read per child, peak RSS of the child):
 
-* `traceanalyze.readers.nvprof_csv.read_nvprof_csv(path)`: the full normalized read (envelope,
-  units row, suffix stripping, kernels/memcpy split, schema conform);
+* `traceanalyze.readers.nvprof.nvprof_csv.read_nvprof_csv(path)`: the full normalized read
+  (envelope, units row, suffix stripping, kernels/memcpy split, schema conform);
 * `pyarrow.csv.read_csv(path)` on the same file, told to skip the 3 `==` preamble lines and the
   units row (`skip_rows=3, skip_rows_after_names=1`), with type inference: the floor for "parse
   this CSV", doing none of the normalization (and it would miss a mid-file `==` line).
@@ -36,7 +36,7 @@ CHILD = r"""
 import json, resource, sys, time
 kind, path = sys.argv[1], sys.argv[2]
 if kind == "traceanalyze":
-    from traceanalyze.readers.nvprof_csv import read_nvprof_csv
+    from traceanalyze.readers.nvprof.nvprof_csv import read_nvprof_csv
     # The reader imports pyarrow lazily (so format sniffing stays light); import it here, as the
     # pyarrow contender does, so that neither side's time includes imports.
     import pyarrow.compute, pyarrow.csv

@@ -70,12 +70,13 @@ def _one(slug: str) -> None:
         import importlib
 
         from traceanalyze.errors import TraceanalyzeError
-        from traceanalyze.readers import READERS, _common
+        from traceanalyze.readers import READERS
+        from traceanalyze.readers.common import core as _common
 
         # readers are imported lazily by READERS: import this one here, to instrument it
-        importlib.import_module(f"traceanalyze.readers.{slug}")
+        importlib.import_module(f"traceanalyze.readers.{READERS[slug].module_name}")
         if slug == "smi_csv":
-            importlib.import_module("traceanalyze.readers._smi_variants")
+            importlib.import_module("traceanalyze.readers.smi.variants")
         assert _common
 
     warnings.simplefilter("ignore")

@@ -5,7 +5,7 @@ outcome: the exception class and a distinctive part of its one-line message (whi
 file), or success with specific values and warnings. Nothing here is a committed blob. Expected
 values are computed from the inputs directly (csv/json/sqlite3 by hand), not by the readers.
 
-Rules the cases pin down (see `readers/_common.py`):
+Rules the cases pin down (see `readers/common/core.py`):
 * a row without a start time is an error naming the table and column (as Kineto's null `ts`);
   a row without an end keeps a null end and duration, with a warning with the count (as a
   Kineto complete event without `dur`);

@@ -525,7 +525,7 @@ def iterlog(path_write) -> Path:
 
 
 def nvml_log(path_write, devices: tuple[int, ...]) -> Path:
-    from traceanalyze.readers.smi_csv import NVML_SAMPLER_HEADER, NVML_SAMPLER_MAGIC
+    from traceanalyze.readers.smi.smi_csv import NVML_SAMPLER_HEADER, NVML_SAMPLER_MAGIC
 
     # Every 25 ms from T0 for 300 ms: power 100 + 10·k W on device 0, 1000 + 10·k on device 1.
     lines = [f"{NVML_SAMPLER_MAGIC} interval_ms=25", ",".join(NVML_SAMPLER_HEADER)]

@@ -18,7 +18,7 @@ from polars.testing import assert_frame_equal
 import traceanalyze as ta
 from traceanalyze import readers
 from traceanalyze.errors import TraceanalyzeError
-from traceanalyze.readers import _stream_common
+from traceanalyze.readers.common import stream as _stream_common
 
 from .conftest import SHARED_TRACES
 from .test_nvprof_csv import OLD_HEADER, SC22_HEAD, SC22_ROWS, VALID_ROW
@@ -312,7 +312,7 @@ def test_kernel_names_dictionary_encoded(tmp_path: Path) -> None:
 
 # --- dumpGpuPower text: samples sorted with the energy lines, read twice --------------------------
 
-from traceanalyze.readers import _dump_stream  # noqa: E402
+from traceanalyze.readers.smi import dump_stream as _dump_stream  # noqa: E402
 
 
 def _dl(n: int, ts: int, power: float = 100.0) -> str:

@@ -15,8 +15,8 @@ import pytest
 
 import traceanalyze as ta
 from traceanalyze.errors import MalformedInput
-from traceanalyze.readers import kineto_json
-from traceanalyze.readers.kineto_json import read_kineto_json, sniff
+from traceanalyze.readers.kineto import kineto_json
+from traceanalyze.readers.kineto.kineto_json import read_kineto_json, sniff
 
 from .conftest import shared
 

@@ -20,8 +20,9 @@ import pytest
 import traceanalyze as ta
 from traceanalyze import schema
 from traceanalyze.errors import MalformedInput
-from traceanalyze.readers import _kineto_stream, stream
-from traceanalyze.readers.kineto_json import read_kineto_json, stream_kineto_json
+from traceanalyze.readers import stream
+from traceanalyze.readers.kineto import stream as _kineto_stream
+from traceanalyze.readers.kineto.kineto_json import read_kineto_json, stream_kineto_json
 from traceanalyze.store import STAGING, Store
 
 from .conftest import shared

@@ -14,7 +14,7 @@ import traceanalyze as ta
 from traceanalyze import schema
 from traceanalyze.errors import MalformedInput, UnknownUnit
 from traceanalyze.readers import READERS, detect_format
-from traceanalyze.readers.ncu_csv import ncu_unit, read_ncu_csv, sniff
+from traceanalyze.readers.ncu.ncu_csv import ncu_unit, read_ncu_csv, sniff
 
 from .conftest import shared
 

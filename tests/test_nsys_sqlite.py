@@ -21,7 +21,7 @@ import traceanalyze as ta
 from traceanalyze import schema
 from traceanalyze.errors import MalformedInput
 from traceanalyze.readers import detect_format
-from traceanalyze.readers.nsys_sqlite import read_nsys_sqlite, schema_era, sniff
+from traceanalyze.readers.nsys.nsys_sqlite import read_nsys_sqlite, schema_era, sniff
 
 from .conftest import shared
 
@@ -779,7 +779,8 @@ def test_adbc_engine_is_read_only_and_falls_back_on_bad_cells(tmp_path: Path) ->
 
 def _force_parallel(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[int, int]]]:
     """Parallel reads even for tiny tables; returns the rowid ranges of every parallel read."""
-    from traceanalyze.readers import _sqlite_parallel, nsys_sqlite
+    from traceanalyze.readers.common import sqlite_parallel as _sqlite_parallel
+    from traceanalyze.readers.nsys import nsys_sqlite
 
     calls: list[list[tuple[int, int]]] = []
     real = _sqlite_parallel.read_ranges
@@ -872,7 +873,7 @@ def test_parallel_worker_failure_is_malformed_input(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("adbc_driver_sqlite")
-    from traceanalyze.readers import _sqlite_parallel
+    from traceanalyze.readers.common import sqlite_parallel as _sqlite_parallel
 
     p = _gappy(tmp_path)
     _force_parallel(monkeypatch)
@@ -888,7 +889,7 @@ def test_parallel_driver_refusal_falls_back_to_the_strict_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("adbc_driver_sqlite")
-    from traceanalyze.readers import nsys_sqlite
+    from traceanalyze.readers.nsys import nsys_sqlite
 
     rows: list[tuple[object, ...]] = [(i, i + 1) for i in range(100)]
     rows[70] = (70, "not a time")  # after the driver's inference batch of 16 rows
@@ -916,7 +917,7 @@ def test_parallel_without_room_for_worker_files_reads_serially(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("adbc_driver_sqlite")
-    from traceanalyze.readers import _sqlite_parallel
+    from traceanalyze.readers.common import sqlite_parallel as _sqlite_parallel
 
     from .test_sqlite_parallel import _full_disk_worker
 

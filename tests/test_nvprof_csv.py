@@ -20,7 +20,7 @@ import traceanalyze as ta
 from traceanalyze import schema
 from traceanalyze.errors import MalformedInput, MissingColumn, UnknownUnit
 from traceanalyze.readers import READERS, detect_format
-from traceanalyze.readers.nvprof_csv import read_nvprof_csv, sniff
+from traceanalyze.readers.nvprof.nvprof_csv import read_nvprof_csv, sniff
 
 from .conftest import shared
 

@@ -22,7 +22,7 @@ import pytest
 import traceanalyze as ta
 from traceanalyze.errors import MalformedInput, MissingColumn, TraceanalyzeError
 from traceanalyze.readers import READERS, detect_format
-from traceanalyze.readers.nvprof_sqlite import read_nvprof_sqlite, sniff
+from traceanalyze.readers.nvprof.nvprof_sqlite import read_nvprof_sqlite, sniff
 
 from .conftest import shared
 
@@ -659,7 +659,7 @@ SHORT_NAMES = [
 
 @pytest.mark.parametrize(("name", "short"), SHORT_NAMES, ids=[s for _, s in SHORT_NAMES])
 def test_short_name_of_operators_templates_and_scopes(name: str, short: str) -> None:
-    from traceanalyze.readers.nvprof_sqlite import _short_name
+    from traceanalyze.readers.nvprof.nvprof_sqlite import _short_name
 
     assert _short_name(name) == short
 

@@ -24,8 +24,10 @@ import pytest
 from conftest import all_shared_files, shared
 
 from traceanalyze.errors import MalformedInput
-from traceanalyze.readers import _nvprof_nvtx, nvprof_sqlite, read, stream
-from traceanalyze.readers.nvprof_sqlite import read_nvprof_sqlite
+from traceanalyze.readers import read, stream
+from traceanalyze.readers.nvprof import nvprof_sqlite
+from traceanalyze.readers.nvprof import nvtx as _nvprof_nvtx
+from traceanalyze.readers.nvprof.nvprof_sqlite import read_nvprof_sqlite
 from traceanalyze.store import Store, ingest
 
 NV = "nvprof_sqlite/profilinglm_pytorch_lm_v100_pyprof_net.sql"

@@ -1,6 +1,6 @@
-"""Detection's screens (`readers/_screen.py`): each is a necessary condition of its reader's sniff,
-so screening never changes what `detect_format` answers, and detecting a Kineto trace imports
-none of the screened readers.
+"""Detection's screens (`readers/common/screen.py`, declared by the format packages): each is a
+necessary condition of its reader's sniff, so screening never changes what `detect_format`
+answers, and detecting a Kineto trace imports none of the screened readers.
 
 Expected answers come from the sniffs themselves, every reader asked (what detection did before
 the screens), on every real capture, on the project's fixtures, on written heads of every
@@ -21,8 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from traceanalyze.errors import TraceanalyzeError
-from traceanalyze.readers import READERS, _screen, detect_format
-from traceanalyze.readers._common import head_bytes
+from traceanalyze.readers import READERS, detect_format
+from traceanalyze.readers.common import screen as _screen
+from traceanalyze.readers.common.core import head_bytes
 
 SCREENED = list(_screen.SCREENS)
 

@@ -14,7 +14,7 @@ import traceanalyze as ta
 from traceanalyze import schema
 from traceanalyze.errors import MalformedInput, MissingColumn, TraceanalyzeError, UnknownUnit
 from traceanalyze.readers import READERS, detect_format
-from traceanalyze.readers.smi_csv import (
+from traceanalyze.readers.smi.smi_csv import (
     NVML_SAMPLER_HEADER,
     NVML_SAMPLER_MAGIC,
     local_timezone,
@@ -349,7 +349,7 @@ def test_sniff_is_exclusive(write) -> None:
 
 
 # --- fast path (streaming polars scan) vs careful path (pyarrow) -------------------------------
-# A clean log is read by `_smi_fast`; anything it is not sure about goes to
+# A clean log is read by `smi.fast`; anything it is not sure about goes to
 # `_read_smi_careful`. Both must give the same tables, errors and warnings.
 
 _BIG_HEADER = (
@@ -394,7 +394,7 @@ def _log(rows: list[list[str]], header: str | None = _BIG_HEADER) -> str:
 @pytest.fixture
 def paths(monkeypatch):
     """Which path read each file: a list that gets "careful" for every careful read."""
-    import traceanalyze.readers.smi_csv as m
+    import traceanalyze.readers.smi.smi_csv as m
 
     seen: list[str] = []
     careful = m._read_smi_careful
@@ -409,7 +409,7 @@ def paths(monkeypatch):
 
 def _careful_only(monkeypatch, fn):
     """Run `fn` with the fast path switched off."""
-    import traceanalyze.readers.smi_csv as m
+    import traceanalyze.readers.smi.smi_csv as m
 
     with monkeypatch.context() as mp:
         mp.setattr(m, "_smi_fast", lambda *a, **k: None)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from traceanalyze.readers import _sqlite_parallel as sp
+from traceanalyze.readers.common import sqlite_parallel as sp
 
 pytest.importorskip("adbc_driver_sqlite")
 pa = pytest.importorskip("pyarrow")
@@ -207,7 +207,7 @@ def test_scratch_dir_needs_room() -> None:
 _IMPORT_PYARROW = """
 import sys
 sys.path.insert(0, {readers!r})
-import _sqlite_parallel as sp
+import sqlite_parallel as sp
 pa = sp._pyarrow_without_numpy()
 print(pa.__name__, getattr(pa, "FAKE", False), "numpy" in sys.modules)
 import numpy  # the block is lifted once pyarrow is in

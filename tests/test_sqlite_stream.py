@@ -22,9 +22,11 @@ import pytest
 from conftest import SHARED_TRACES, shared
 from test_bad_inputs import CASES
 
-import traceanalyze.readers._sqlite as sqlite_mod
+import traceanalyze.readers.common.sqlite as sqlite_mod
 from traceanalyze.errors import TraceanalyzeError
-from traceanalyze.readers import nsys_sqlite, nvprof_sqlite, read, stream
+from traceanalyze.readers import read, stream
+from traceanalyze.readers.nsys import nsys_sqlite
+from traceanalyze.readers.nvprof import nvprof_sqlite
 from traceanalyze.store import Store, ingest
 
 NSYS = sorted((SHARED_TRACES / "nsys_sqlite").glob("*.sqlite"))

@@ -436,7 +436,7 @@ def _workers_of(pid: int) -> list[int]:
     out = []
     for p in _children(pid):
         try:
-            if b"_sqlite_parallel.py\x00" in Path(f"/proc/{p}/cmdline").read_bytes():
+            if b"common/sqlite_parallel.py\x00" in Path(f"/proc/{p}/cmdline").read_bytes():
                 out.append(p)
         except OSError:
             continue
@@ -456,7 +456,7 @@ def test_sigkill_of_the_parent_mid_read_leaves_no_worker_and_no_file(tmp_path: P
     """The workers are frozen (SIGSTOP) mid-read, the parent is SIGKILLed, the workers are
     thawed: each must be killed then (PR_SET_PDEATHSIG), not finish its read; and no file is
     left in the scratch directory."""
-    from traceanalyze.readers import nsys_sqlite
+    from traceanalyze.readers.nsys import nsys_sqlite
 
     db = _big_nsys(tmp_path / "big.sqlite", nsys_sqlite.PARALLEL_MIN_ROWS + 10_000)
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() else tmp_path
@@ -464,9 +464,9 @@ def test_sigkill_of_the_parent_mid_read_leaves_no_worker_and_no_file(tmp_path: P
     scratch.mkdir()
     code = (
         "import sys\n"
-        "import traceanalyze.readers._sqlite_parallel as sp\n"
+        "import traceanalyze.readers.common.sqlite_parallel as sp\n"
         "sp._scratch_dir = lambda need=0: sys.argv[2]\n"
-        "import traceanalyze.readers.nsys_sqlite as ns\n"
+        "import traceanalyze.readers.nsys.nsys_sqlite as ns\n"
         # ~330 record batches per worker, not ~3: under load, a worker let run until its first
         # write must still be far from the end of its range when it is frozen again.
         "ns._BATCH = 512\n"
@@ -530,7 +530,7 @@ def test_sigkill_of_the_parent_mid_read_leaves_no_worker_and_no_file(tmp_path: P
 
 
 def test_a_worker_whose_parent_is_already_gone_exits(tmp_path: Path) -> None:
-    from traceanalyze.readers import _sqlite_parallel as sp
+    from traceanalyze.readers.common import sqlite_parallel as sp
 
     env = {**os.environ, sp.PARENT_ENV: "1" if os.getppid() != 1 else "2"}
     r = subprocess.run(

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .dataset import Dataset, open
     from .parallel import ingest_dask, ingest_parallel
     from .readers import READERS, detect_format, read
-    from .readers._common import InputLimits, input_limits
+    from .readers.common.limits import InputLimits, input_limits
     from .store import IngestResult, Store, ingest
     from .tables import Tables
 
@@ -52,8 +52,8 @@ _LAZY: dict[str, str] = {
     "Store": ".store",
     "IngestResult": ".store",
     "Tables": ".tables",
-    "InputLimits": ".readers._common",
-    "input_limits": ".readers._common",
+    "InputLimits": ".readers.common.limits",
+    "input_limits": ".readers.common.limits",
     "ingest_parallel": ".parallel",
     "ingest_dask": ".parallel",
 }

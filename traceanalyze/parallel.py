@@ -28,7 +28,7 @@ from typing import Any
 
 from .errors import TraceanalyzeError
 from .manifest import remove_dead_staging
-from .readers._common import InputLimits, current_limits, input_limits
+from .readers.common.limits import InputLimits, current_limits, input_limits
 from .store import STAGING, IngestResult, Staged, Store, plan, stage_file
 
 PathArg = str | os.PathLike[str]

@@ -408,7 +408,7 @@ def render_markdown() -> str:
 # Physically plausible ranges of telemetry values, one rule for every reader (issue 9): a value
 # outside its range (or NaN) is a sensor glitch, a sentinel (NVML's 0xFFFF mW, a 1e308 in a
 # broken log) or a wrong unit, never a reading. Readers set such values to null and warn with the
-# count (`readers._common.check_telemetry`). Bounds are generous: the hottest GPU throttles near
+# count (`readers.common.core.check_telemetry`). Bounds are generous: the hottest GPU throttles near
 # 90-110 °C, boards draw at most ~1.5 kW (GB200 superchip), SM clocks stay below ~3.5 GHz; NVML
 # reports GDDR memory clocks as effective data rates (14001 MHz on the RTX 5070 sampler log in
 # ../shared/traces), so the memory clock's bound is wider.

@@ -29,12 +29,9 @@ Test hook: `TRACEANALYZE_TEST_KILL_AT=<point>` makes the process SIGKILL itself 
 from __future__ import annotations
 
 import contextlib
-import errno
 import itertools
 import os
-import stat
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -42,27 +39,23 @@ from typing import Any
 
 import polars as pl
 
-from . import schema
-from ._safefs import FILE_MODE, open_path, regular_file_at, rmtree_at, walk
+from . import schema, store_files
+from ._safefs import open_path, regular_file_at, rmtree_at, walk
 from .errors import StoreError, TraceanalyzeError, UnknownFormat, quote_path
 from .manifest import (
     DEFAULT_GRACE_S,
     KILL_ENV,
     LAYOUT_VERSION,
-    LEGACY_TEMP_PREFIXES,
     LOCK_NAME,
     MARKER,
     STAGING,
     Manifest,
     acquire_txn,
-    flock,
     hold_txn,
     kill_point,
-    partition_files,
     path_problem,
     read_manifest,
     release_txn,
-    remove_dead_staging,
 )
 from .readers import READERS, detect_format, file_sha256, source_id_for
 from .tables import Tables
@@ -129,42 +122,7 @@ class Store:
     def files(self, table: str) -> list[Path]:
         """The committed Parquet files of one table (for DuckDB, polars, Spark, pyarrow)."""
         schema_table(table, self.root)
-        return [Path(f) for f in self._checked(self._manifest().files(table))]
-
-    def _checked(self, rels: list[str]) -> list[str]:
-        """The paths of committed files to hand to polars, DuckDB or Dask, each checked to be a
-        regular file inside the store's own directories: a link anywhere on the way (table or
-        partition directory, the file) is a StoreError, never followed out of the store."""
-        out: list[str] = []
-        seen: dict[str, None] = {}
-        for rel in rels:
-            parts = rel.split("/")
-            for i in range(1, len(parts) + 1):
-                sub = "/".join(parts[:i])
-                if sub in seen:
-                    continue
-                self._check_entry(sub, last=i == len(parts))
-                seen[sub] = None
-            out.append(str(self.root / rel))
-        return out
-
-    def _check_entry(self, rel: str, *, last: bool) -> None:
-        try:
-            mode = os.lstat(self.root / rel).st_mode
-        except FileNotFoundError:
-            raise StoreError(
-                f"{rel} is listed in the manifest but missing (removed after the grace period?)",
-                path=self.root,
-            ) from None
-        if stat.S_ISLNK(mode):
-            raise StoreError(
-                f"{rel} is a symbolic link; a store's files must be its own, so it is not read",
-                path=self.root,
-            )
-        if last and not stat.S_ISREG(mode):
-            raise StoreError(f"{rel} is not a regular file", path=self.root)
-        if not last and not stat.S_ISDIR(mode):
-            raise StoreError(f"{rel} is not a directory", path=self.root)
+        return [Path(f) for f in store_files.checked(self.root, self._manifest().files(table))]
 
     def scan(self, table: str) -> pl.LazyFrame:
         """A lazy scan of one table over every source; empty with the full schema when none."""
@@ -172,7 +130,7 @@ class Store:
 
     def _scan(self, table: str, m: Manifest) -> pl.LazyFrame:
         t = schema_table(table, self.root)
-        files = self._checked(m.files(table))
+        files = store_files.checked(self.root, m.files(table))
         if not files:
             return schema.empty(table).lazy()
         file_schema = pl.Schema({c.name: c.dtype for c in t.columns if c.name != "source_id"})
@@ -303,19 +261,19 @@ class Store:
                 raise ValueError(f"staged for {s.store_root}, not {self.root}")
             if not hold_txn(staging_root, s.txn):
                 raise StoreError(f"the staging of source {s.source_id} is gone", path=self.root)
-        with self._locked() as root_fd:
+        with store_files.locked(self.root) as root_fd:
             kill_point("commit-locked")
-            m = self._load_for_write(root_fd)
+            m = store_files.load_for_write(self.root, root_fd)
             if not (self.root / MARKER).exists():
                 # A new store: its marker before any table directory, so that a kill between
                 # the renames and the manifest never leaves a directory no Store() accepts.
-                self._write_manifest(m, root_fd)
+                store_files.write_manifest(self.root, m, root_fd)
             now = time.time()
-            self._collect_garbage(m, now, root_fd)
+            store_files.collect_garbage(self.root, m, now, root_fd, self.grace_s)
             renames = itertools.count(1)
             statuses = [self._apply(m, s, now, renames, root_fd) for s in items]
             kill_point("before-manifest")
-            self._write_manifest(m, root_fd)
+            store_files.write_manifest(self.root, m, root_fd)
             kill_point("after-manifest")
         for s in items:
             self._drop(s.txn, False)
@@ -355,117 +313,6 @@ class Store:
         m.sources[s.source_id] = files
         return "ingested" if old is None else "replaced"
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[int]:
-        """Hold the store lock (an exclusive flock on `.lock`, opened without following a link
-        and never truncated); yields the root's descriptor, which every write goes through."""
-        with walk(self.root, [], create=True) as root_fd:
-            assert root_fd is not None
-            try:
-                fd = os.open(
-                    LOCK_NAME,
-                    os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                    FILE_MODE,
-                    dir_fd=root_fd,
-                )
-            except OSError as e:
-                if e.errno != errno.ELOOP:
-                    raise
-                raise StoreError(
-                    f"{LOCK_NAME} is a symbolic link; refusing to follow it", path=self.root
-                ) from None
-            try:
-                flock(fd, self.root, exclusive=True)
-                yield root_fd
-            finally:
-                os.close(fd)  # releases the lock
-
-    def _load_for_write(self, root_fd: int) -> Manifest:
-        """The manifest (under the lock); a layout-1 store is upgraded: its committed sources
-        listed, its partial ones and temporary directories garbage."""
-        m = read_manifest(self.root)
-        if m is None:
-            return Manifest()
-        if m.layout == 1:
-            m.layout = LAYOUT_VERSION
-            now = time.time()
-            listed = {f for t in m.sources.values() for fs in t.values() for f in fs}
-            for name in schema.TABLE_NAMES:
-                for rel in partition_files(self.root, name):
-                    if rel not in listed and path_problem(rel) is None:
-                        m.garbage.append((rel, now))
-            with os.scandir(root_fd) as it:
-                legacy = [e.name for e in it if e.is_dir(follow_symlinks=False)]
-            for d in legacy:
-                if d.startswith(LEGACY_TEMP_PREFIXES):
-                    rmtree_at(root_fd, d)
-        return m
-
-    def _collect_garbage(
-        self, m: Manifest, now: float, root_fd: int, grace_s: float | None = None
-    ) -> None:
-        """Under the lock: delete expired garbage, files no manifest lists (a writer killed
-        before its manifest write), dead writers' staging, and emptied partition directories.
-        Every deletion is relative to a directory opened without following a link (a link where
-        a directory of the store belongs stops with a StoreError); every garbage path was
-        checked to be of the store's shape when the manifest was read."""
-        grace = self.grace_s if grace_s is None else grace_s
-        keep: list[tuple[str, float]] = []
-        for rel, since in m.garbage:
-            if now - since >= grace:
-                self._unlink(root_fd, rel)
-            else:
-                keep.append((rel, since))
-        m.garbage = keep
-        known = {f for t in m.sources.values() for fs in t.values() for f in fs}
-        known.update(rel for rel, _ in keep)
-        for name in schema.TABLE_NAMES:
-            for rel in partition_files(self.root, name):
-                if rel not in known:
-                    self._unlink(root_fd, rel)
-            tfd = open_path(root_fd, [name], self.root)
-            if tfd is None:
-                continue
-            try:
-                with os.scandir(tfd) as it:
-                    parts = [e.name for e in it if e.is_dir(follow_symlinks=False)]
-                for part in parts:
-                    with contextlib.suppress(OSError):
-                        os.rmdir(part, dir_fd=tfd)  # only when empty
-            finally:
-                os.close(tfd)
-            with contextlib.suppress(OSError):
-                os.rmdir(name, dir_fd=root_fd)
-        remove_dead_staging(self.root / STAGING)
-
-    def _unlink(self, root_fd: int, rel: str) -> None:
-        """Delete one data file (a link is removed itself, never its target)."""
-        *dirs, fname = rel.split("/")
-        pfd = open_path(root_fd, dirs, self.root)
-        if pfd is None:
-            return
-        try:
-            # a directory planted under a part file's name is left alone (never read either)
-            with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
-                os.unlink(fname, dir_fd=pfd)
-        finally:
-            os.close(pfd)
-
-    def _write_manifest(self, m: Manifest, root_fd: int) -> None:
-        tmp = f".{MARKER}.{uuid.uuid4().hex}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            with os.fdopen(os.open(tmp, flags, FILE_MODE, dir_fd=root_fd), "w") as f:
-                f.write(m.to_json())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, MARKER, src_dir_fd=root_fd, dst_dir_fd=root_fd)  # the commit
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp, dir_fd=root_fd)
-            raise
-        os.fsync(root_fd)
-
     def _has_leftovers(self) -> bool:
         staging = self.root / STAGING
         return staging.is_dir() and any(staging.iterdir())
@@ -475,23 +322,25 @@ class Store:
         of dead writers now, instead of at the next commit."""
         if read_manifest(self.root) is None:
             return
-        with self._locked() as root_fd:
-            m = self._load_for_write(root_fd)
-            self._collect_garbage(m, time.time(), root_fd, grace_s)
-            self._write_manifest(m, root_fd)
+        with store_files.locked(self.root) as root_fd:
+            m = store_files.load_for_write(self.root, root_fd)
+            store_files.collect_garbage(
+                self.root, m, time.time(), root_fd, self.grace_s if grace_s is None else grace_s
+            )
+            store_files.write_manifest(self.root, m, root_fd)
 
     def remove(self, source_id: str) -> None:
         """Remove one source (one manifest write); its files go after the grace period."""
         if read_manifest(self.root) is None:
             return
-        with self._locked() as root_fd:
-            m = self._load_for_write(root_fd)
+        with store_files.locked(self.root) as root_fd:
+            m = store_files.load_for_write(self.root, root_fd)
             old = m.sources.pop(source_id, None)
             if old is None:
                 return
             now = time.time()
             m.garbage.extend((f, now) for fs in old.values() for f in fs)
-            self._write_manifest(m, root_fd)
+            store_files.write_manifest(self.root, m, root_fd)
 
 
 def schema_table(table: str, root: Path) -> schema.Table:

@@ -7,7 +7,7 @@ Run as its own process for the whole collection (`traceanalyze collect` starts a
 It samples the GPUs `CUDA_VISIBLE_DEVICES` selects (device_id = the CUDA ordinal, as in the
 iteration log), or every GPU when the variable is unset.
 
-It writes the project's sampler log, whose format `traceanalyze.readers.smi_csv` defines
+It writes the project's sampler log, whose format `traceanalyze.readers.smi.smi_csv` defines
 (`NVML_SAMPLER_MAGIC`, `NVML_SAMPLER_HEADER`, imported here)::
 
     # traceanalyze-nvml-sampler v1 interval_ms=50
@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import IO, Any
 
-from ..readers.smi_csv import NVML_SAMPLER_HEADER, NVML_SAMPLER_MAGIC, nvml_sampler_magic_line
+from ..readers.smi.smi_csv import NVML_SAMPLER_HEADER, NVML_SAMPLER_MAGIC, nvml_sampler_magic_line
 
 # The format is defined by its reader (one source of truth for writer and reader).
 COLUMNS: tuple[str, ...] = NVML_SAMPLER_HEADER

@@ -1,9 +1,23 @@
-"""Readers: one module per format, each with `read_<slug>(path, *, <options>) -> Tables` and
-`sniff(path) -> bool`. Adding a format = its module, one line in `_SLUGS`, its tests and data.
+"""Readers: one package per format family, each format behind one `Reader` protocol.
 
-A reader's options are the keyword parameters of its `read_<slug>` after the path (e.g. smi_csv's
-`tz=`, `fields=`, `interval_ms=`); no reader takes `**kwargs`, so its signature is its option
-declaration. `ingest` passes each option only to the readers that declare it.
+Layout (docs/architecture.md): `readers/<family>/` holds a family's formats and their own
+helpers (`nvprof/` has `nvprof_csv` and `nvprof_sqlite`; `kineto/` has `kineto_json`; a
+single-format package such as `iterlog/` is the reader itself); `readers/common/` holds what
+several formats share. No module imports another family's modules.
+
+The protocol, per format module (named by its slug):
+
+* `read_<slug>(path, *, <options>) -> Tables`: pure (no printing, no globals, no writes). Its
+  keyword parameters after the path are the reader's options (smi_csv's `tz=`, `fields=`, …);
+  no reader takes `**kwargs`, so its signature is its option declaration, and `ingest` passes
+  each option only to the readers that declare it.
+* `sniff(path) -> bool`: cheap; whether this reader claims the file.
+* optional `stream_<slug>(path, *, workdir, <options>)`: `(table, frame)` chunks with bounded
+  memory, for `ingest`; without it a file is read whole.
+* optional screen: `SCREENS[slug]` in the family package's `__init__` (readers.common.screen).
+
+Adding a format = its package (or a module in its family's package), one line in `_SLUGS`, its
+tests and data.
 """
 
 from __future__ import annotations
@@ -16,35 +30,63 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import polars as pl
 
 from .. import schema
 from ..errors import MalformedInput, TraceanalyzeError, UnknownFormat, UnsupportedOption
 from ..tables import Tables
-from ._common import PathLike, gzip_damage, naming_errors
+from .common.core import PathLike, naming_errors
+from .common.limits import gzip_damage
 
-# Slug -> one-line description. Order is the order `--format` lists them in.
-_SLUGS: dict[str, str] = {
-    "iterlog": "Iteration logs: SC22 'Iteration Duration <i> <dev> : <s>' stdout, collector CSV",
-    "kineto_json": "PyTorch profiler (Kineto) Chrome trace .json / .json.gz",
-    "nsys_sqlite": "Nsight Systems SQLite export (nsys export --type sqlite), schema 2.x and 3.x",
-    "nvprof_csv": "nvprof --csv output: GPU trace (with --system-profiling), summary, metrics",
-    "ncu_csv": "Nsight Compute CSV (--csv long format, every header era; --page raw wide)",
-    "smi_csv": "GPU telemetry logs: nvidia-smi --query-gpu CSV, NVML sampler CSV, dcgmi dmon",
-    "nvprof_sqlite": "nvprof SQLite export (-o x.nvvp / .prof / .sql)",
+# Slug -> (its module under traceanalyze.readers, one-line description). Order is the order
+# `--format` lists them in.
+_SLUGS: dict[str, tuple[str, str]] = {
+    "iterlog": (
+        "iterlog",
+        "Iteration logs: SC22 'Iteration Duration <i> <dev> : <s>' stdout, collector CSV",
+    ),
+    "kineto_json": (
+        "kineto.kineto_json",
+        "PyTorch profiler (Kineto) Chrome trace .json / .json.gz",
+    ),
+    "nsys_sqlite": (
+        "nsys.nsys_sqlite",
+        "Nsight Systems SQLite export (nsys export --type sqlite), schema 2.x and 3.x",
+    ),
+    "nvprof_csv": (
+        "nvprof.nvprof_csv",
+        "nvprof --csv output: GPU trace (with --system-profiling), summary, metrics",
+    ),
+    "ncu_csv": (
+        "ncu.ncu_csv",
+        "Nsight Compute CSV (--csv long format, every header era; --page raw wide)",
+    ),
+    "smi_csv": (
+        "smi.smi_csv",
+        "GPU telemetry logs: nvidia-smi --query-gpu CSV, NVML sampler CSV, dcgmi dmon",
+    ),
+    "nvprof_sqlite": ("nvprof.nvprof_sqlite", "nvprof SQLite export (-o x.nvvp / .prof / .sql)"),
 }
+
+
+class ReaderModule(Protocol):
+    """What every format module has besides `read_<slug>` (and maybe `stream_<slug>`), whose
+    names carry the slug."""
+
+    def sniff(self, path: PathLike) -> bool: ...
 
 
 @dataclass(frozen=True)
 class Reader:
     slug: str
+    module_name: str  # dotted, under traceanalyze.readers
     description: str
 
     @property
     def module(self) -> ModuleType:
-        return importlib.import_module(f"{__name__}.{self.slug}")
+        return importlib.import_module(f"{__name__}.{self.module_name}")
 
     @property
     def function(self) -> Callable[..., Tables]:
@@ -64,8 +106,8 @@ class Reader:
         return self.function(path, **options)
 
     def sniff(self, path: PathLike) -> bool:
-        fn: Callable[[PathLike], bool] = self.module.sniff
-        return bool(fn(path))
+        mod: ReaderModule = self.module
+        return bool(mod.sniff(path))
 
     @property
     def streams(self) -> bool:
@@ -90,26 +132,26 @@ class Reader:
             yield from fn(path, workdir=workdir, **options)
 
 
-READERS: dict[str, Reader] = {slug: Reader(slug, desc) for slug, desc in _SLUGS.items()}
+READERS: dict[str, Reader] = {slug: Reader(slug, mod, desc) for slug, (mod, desc) in _SLUGS.items()}
 
 
 def detect_format(path: PathLike) -> str:
     """The slug of the one reader that claims the file; UnknownFormat for none or several.
 
-    Readers whose screen (`_screen`, a necessary condition of their sniff read from the file's
+    Readers whose screen (`common.screen`, a necessary condition of their sniff read from the file's
     head) rules the file out are not imported or asked; the others' sniffs decide.
 
     When none claims it because the container itself is damaged (a gzip cut short before any
     reader could recognize its content, an SQLite file whose schema pages are gone), the error
     is MalformedInput saying so ("truncated gzip …", "unreadable SQLite database …").
     """
-    from ._screen import candidates  # screens out readers without importing them
+    from .common.screen import candidates  # screens out readers without importing them
 
     matches = [slug for slug in candidates(path, list(READERS)) if READERS[slug].sniff(path)]
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        from ._sqlite import sqlite_damage
+        from .common.sqlite import sqlite_damage
 
         damage = gzip_damage(path) or sqlite_damage(path)
         if damage is not None:

@@ -1,0 +1,445 @@
+"""PyTorch profiler (Kineto) Chrome-trace JSON: `*.pt.trace.json`, `*.json.gz`.
+
+Produced by `torch.profiler.profile(...)` with `on_trace_ready=tensorboard_trace_handler(dir)` or
+`prof.export_chrome_trace("x.json")`, and by Kineto's on-demand/dynolog tracing. Tested with the
+Holistic Trace Analysis sample traces (formats.md §5): PyTorch 2.x on V100 (ns-resolution epoch
+µs, 2024), A100 (integer epoch µs, 2023; CUPTI range profiler; Triton with `cuda_driver`, 2024
+`baseTimeNanoseconds` style) and ROCm 6.2 on MI250.
+
+Layout: `{"schemaVersion", "deviceProperties": [...], "distributedInfo": {...}, "traceEvents":
+[...], "baseTimeNanoseconds"?, ...}`; every key but `traceEvents` is optional. Only the keys the
+tables need are decoded (a typed msgspec decoder skips the rest), so identifying keys that
+Meta-internal traces carry (`username`, `host_name`, `tw_*`, `mast_*`, `INFO` log lines) never
+reach the output.
+
+Time (formats.md §5): `ts`/`dur` are always µs. Three styles exist:
+
+* integer epoch µs (`1695835542514261`, older traces);
+* float epoch µs with ns fractions (`1712195495505583.123`). float64 cannot hold these exactly
+  (its spacing is 0.25 µs at this magnitude), so numbers are never converted through float: the
+  decoder hands floats over as their decimal text (`float_hook=str`) and polars parses the text
+  as a fixed-point decimal (`Decimal(38, 3)`), then int64 ns;
+* float µs relative to the top-level `baseTimeNanoseconds` (2024+): `abs = base + round(ts*1000)`.
+
+All three are stored as absolute Unix-epoch ns with `sources.time_origin_epoch_ns = 0`, so ranks
+of one job line up without an extra step. Digits finer than 1 ns round half to even.
+
+Tables:
+
+* `kernels` (`cat` kernel): `device_id` = `args.device`, else `pid` (GPU events use `pid` =
+  device, `tid` = stream); `stream_id` = `args.stream`, else an integer `tid`. Kineto's
+  `"shared memory"` arg is static + dynamic shared memory summed (libkineto `CuptiActivity.cpp`),
+  which fits neither `static_smem_bytes` nor `dynamic_smem_bytes` (both stay null): it goes to
+  `total_smem_bytes`.
+  `kernel_id` is the launch index in start-time order.
+* `memcpy` (`gpu_memcpy`, `gpu_memset`): `Memcpy HtoD (Pageable -> Device)` gives kind `HtoD`,
+  src `Pageable`, dst `Device`; `Memset (Device)` gives kind `memset`, dst `Device`.
+* `api_calls`: `cuda_runtime` → `runtime`, `cuda_driver` → `driver` (ROCm's `hip*` calls also
+  use `cuda_runtime`); `cbid` (ROCm: `cid`) → `callback_id`.
+* `ops`: `cpu_op`, `python_function` (and the old `Operator`); `External id` → `external_id`.
+* `markers`: `user_annotation` (host), `gpu_user_annotation` (`device_id` = pid, `stream_id` =
+  tid, no process or thread: pid/tid are device/stream there) and instant events (`ph` `i`/`I`,
+  null end).
+* `iterations`: `ProfilerStep#N` host annotations (user_annotation, or cpu_op in older PyTorch);
+  `rank` from `distributedInfo`, `device_id` null (the trace does not map ranks to devices).
+* `sources`: tool `pytorch-profiler`, `tool_version` null (Kineto writes no PyTorch version;
+  `cupti_version`/`cuda_runtime_version` are not the tool's), `rank`/`world_size` from
+  `distributedInfo`.
+* `kernel_metrics`: `cuda_profiler_range` events (CUPTI range profiler) carry counter name → value
+  maps in `args`; one row per counter, `kernel_id` = the range's ordinal in the file, `unit` null
+  (the trace does not state units; raw counters are mostly instruction counts, never guessed).
+* `devices` from `deviceProperties` (AMD: computeMajor/Minor is the gfx arch, e.g. gfx90a → 9.0).
+
+Old traces (PyTorch ≤ 1.9) use `Kernel`, `Runtime`, `Memcpy`, `Memset`, string `tid`s like
+`"stream 7"` and lower-case `external id`; categories are matched case-insensitively. Events with
+string `pid`/`tid` (`"Spans"`, `"Traces"`, `""`) get null ids. Flows (`s`/`f`/`t`) and metadata
+(`M`) are skipped.
+
+This module streams and decodes the file; the msgspec types are in `kineto.structs`, the
+events-to-frames work in `kineto.frames`. `read_kineto_json` holds the tables whole (fastest, for
+notebooks); `stream_kineto_json`, what `ingest` uses, spills the frames to disk and sorts them
+there (`kineto.stream`), so its memory does not grow with the file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import msgspec
+import polars as pl
+
+from ...errors import MalformedInput
+from ...tables import Tables
+from ..common.core import GZIP_MAGIC, PathLike, head_bytes, reader_entry
+from ..common.limits import current_limits, gunzip_stream, too_large_value
+from ..common.stream import stream_entry
+from .frames import (
+    _BUILDERS,
+    _FINISH,
+    _check_times,
+    _devices,
+    _iterations,
+    _range_rows,
+    _split,
+)
+from .stream import Spiller, timed
+from .structs import (
+    _BATCH_DECODER,
+    _BATCH_DECODER_ANY,
+    _BATCH_DECODER_KNOWN,
+    _DECODER,
+    _DECODER_ANY,
+    _RANGE,
+    _RANGE_DECODER,
+    _RANGE_DOC_DECODER,
+    _RangeDoc,
+)
+
+_inflate: Any
+try:  # ISA-L inflates ~2.5x faster than zlib (10 vs 27 ms for the ResNet trace); optional
+    _inflate = importlib.import_module("isal.isal_zlib")
+except ImportError:  # pragma: no cover - depends on the environment
+    _inflate = zlib
+
+TOOL = "pytorch-profiler"
+
+
+# --- file access ------------------------------------------------------------------------------
+
+
+def sniff(path: PathLike) -> bool:
+    """A JSON object whose head names `traceEvents` (Chrome trace) or Kineto's `schemaVersion`."""
+    head = head_bytes(path, 65536).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head.startswith(b"{") and (b'"traceEvents"' in head or b'"schemaVersion"' in head)
+
+
+_CHUNK = 1 << 21
+
+
+def _chunks(path: PathLike) -> Iterator[bytes]:
+    """The file's bytes in pieces of at most `_CHUNK`, gunzipped (every member, with ISA-L when
+    it is installed) when it is gzip."""
+    with open(path, "rb") as f:
+        if f.read(2) != GZIP_MAGIC:
+            f.seek(0)
+            while b := f.read(_CHUNK):
+                yield b
+            return
+        f.seek(0)
+        yield from gunzip_stream(f, path, out_chunk=_CHUNK, inflate=_inflate)
+
+
+# The start of the events array, and a candidate boundary between two events. A candidate may
+# lie inside a string or a nested array of objects; the left part then is not valid JSON (an
+# unterminated string or unbalanced brackets), so every cut is confirmed by decoding it.
+_ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
+_CUT = re.compile(rb"\}\s*,\s*\{")
+_BYTE_POS = re.compile(r"\(byte (\d+)\)")
+_CUT_WINDOW = 1 << 16
+
+
+class _Parts:
+    """What the streaming pass collects: per-table frames per batch (or, with a `spiller`, their
+    spill files on disk), ranges, the header docs."""
+
+    def __init__(self, spiller: Spiller | None = None) -> None:
+        self.frames: dict[str, list[pl.DataFrame]] = {t: [] for t in _BUILDERS}
+        self.spiller = spiller
+        self.ranges: list[Any] = []
+        self.docs: list[Any] = []
+        self.known_cats = True  # `_decode_batch`: every category so far is in `_KNOWN_CATS`
+
+    def add_events(self, events: list[Any], raw: Any, range_decoder: Any) -> None:
+        """Split one batch by table and build each table's rows."""
+        if not events:
+            return
+        for role, sub in _split(events).items():
+            if role == "range":
+                # CUPTI range-profiler counters live in free-form args: decode this batch again
+                # with `args` untyped (only traces that have such events pay for it).
+                self.ranges += _range_events(range_decoder.decode(raw))
+            else:
+                self.add_frame(role, _BUILDERS[role](sub))
+
+    def add_frame(self, table: str, df: pl.DataFrame) -> None:
+        if self.spiller is not None:
+            self.spiller.add(table, df)
+        else:
+            self.frames[table].append(df)
+
+
+def _range_events(decoded: Any) -> list[Any]:
+    events = decoded.traceEvents if isinstance(decoded, _RangeDoc) else decoded
+    return [e for e in events if isinstance(e.cat, str) and e.cat.lower() == _RANGE]
+
+
+def _stream(path: PathLike, parts: _Parts) -> None:
+    """Decode the trace batch by batch (`_CHUNK`, 2 MiB of text) without holding the whole text,
+    handing each batch's frames to `parts`.
+
+    `pending` always starts with `[` followed by the next undecoded event, so a batch is decoded
+    in place: the byte after its last event is set to `]` for the decode and restored.
+    """
+    pending = bytearray()
+    consumed = 0  # file offset of pending[1]
+    in_events = False
+    # `pending` holds one undecoded event at most (and a chunk): past the bound it is one giant
+    # value (a 2 GB string) or no event boundary at all; refused before it fills memory.
+    lim = current_limits()
+    for chunk in _chunks(path):
+        if len(pending) > lim.max_value_bytes:
+            _oversized(path, pending, consumed, in_events, lim)
+        pending += chunk
+        if not in_events:
+            if pending.startswith(b"\xef\xbb\xbf"):  # a UTF-8 BOM (Windows editors)
+                del pending[:3]
+            m = _ARRAY_START.search(pending)
+            if m is None:
+                continue
+            # Header keys before the array (deviceProperties, distributedInfo): close the array
+            # and the object and decode them as a document without events.
+            parts.docs.append(_decode_doc(path, bytes(pending[: m.end()]) + b"]}", 0))
+            consumed = m.end()
+            del pending[: m.end() - 1]  # keep the `[`
+            in_events = True
+        used = _decode_front(pending, parts)
+        if used:
+            consumed += used
+            del pending[1 : 1 + used]
+    if not in_events:
+        # No events array: decode what is there for the decoder's own message (empty, garbage,
+        # a JSON document without traceEvents).
+        _decode_doc(path, bytes(pending), 0)
+        raise MalformedInput("no traceEvents array", path=path)
+    # The last events, `]`, and any trailing keys (baseTimeNanoseconds is often last): reopen
+    # the object around them and decode it as a document.
+    prefix = b'{"traceEvents":'
+    tail = prefix + bytes(pending)
+    doc = _decode_doc(path, tail, consumed - len(prefix) - 1)
+    parts.add_events(doc.traceEvents, tail, _RANGE_DOC_DECODER)
+    doc.traceEvents = []
+    parts.docs.append(doc)
+
+
+def _oversized(
+    path: PathLike, pending: bytearray, consumed: int, in_events: bool, lim: Any
+) -> NoReturn:
+    """`pending` is past the value bound. A syntax error inside it (no event boundary could be
+    confirmed because the JSON is broken) is reported as such, with its line; otherwise it is
+    one value too large to hold."""
+    prefix = b'{"traceEvents":' if in_events else b""
+    offset = consumed - len(prefix) - 1 if in_events else 0
+    try:
+        _DECODER_ANY.decode(prefix + bytes(pending))
+    except msgspec.DecodeError as e:
+        if "truncated" not in str(e):
+            _decode_doc(path, prefix + bytes(pending), offset)  # raises, naming the line
+    raise too_large_value("JSON value", f"at byte {consumed} of the JSON text", lim, path)
+
+
+def _decode_front(pending: bytearray, parts: _Parts) -> int:
+    """Decode the complete events at the front of `pending`; return how many bytes they used."""
+    lo = max(1, len(pending) - _CUT_WINDOW)
+    cands = [m.start() + 1 for m in _CUT.finditer(pending, lo)]
+    if not cands and lo > 1:
+        cands = [m.start() + 1 for m in _CUT.finditer(pending, 1)]
+    for end in reversed(cands[-3:]):
+        saved = pending[end]
+        pending[end] = 0x5D  # "]"
+        with memoryview(pending) as whole, whole[: end + 1] as raw:
+            events = _decode_batch(raw, parts)
+            if events is not None:
+                parts.add_events(events, raw, _RANGE_DECODER)
+        pending[end] = saved
+        if events is not None:
+            return pending.find(b"{", end) - 1  # up to the next event, comma skipped
+    return 0
+
+
+def _decode_batch(raw: memoryview, parts: _Parts) -> list[Any] | None:
+    """The events of one batch; None when the cut was not between two top-level events."""
+    if parts.known_cats:
+        try:
+            known: list[Any] = _BATCH_DECODER_KNOWN.decode(raw)
+            return known
+        except msgspec.ValidationError:
+            # A category outside `_KNOWN_CATS` (or any other misfit, tried below): the rest of
+            # the file is decoded with `Any` categories, so that such a file pays once.
+            parts.known_cats = False
+        except msgspec.DecodeError:
+            return None
+    try:
+        events: list[Any] = _BATCH_DECODER.decode(raw)
+        return events
+    except msgspec.ValidationError:
+        # A phase outside the Chrome trace spec (or none), `"args": null`, or a cut that is not
+        # between top-level events: decode without the tag (None if that fails too).
+        try:
+            events = _BATCH_DECODER_ANY.decode(raw)
+            return events
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return None
+    except msgspec.DecodeError:
+        return None
+
+
+def _decode_doc(path: PathLike, text: bytes, file_offset: int) -> Any:
+    """Decode a whole-document text; `file_offset` maps its byte 0 to the file for errors."""
+    if not text.strip():
+        raise MalformedInput("empty file", path=path)
+    try:
+        try:
+            return _DECODER.decode(text)
+        except msgspec.ValidationError:  # see _decode_batch
+            return _DECODER_ANY.decode(text)
+    except msgspec.ValidationError as e:  # a subclass of DecodeError: first
+        raise MalformedInput(
+            f"not a Kineto trace: expected an object with a traceEvents array ({e})", path=path
+        ) from None
+    except msgspec.DecodeError as e:
+        msg, line = str(e), None
+        m = _BYTE_POS.search(msg)
+        if m:  # the decoder counts in this text; report the file's (decompressed) offset
+            pos = max(file_offset + int(m.group(1)), 0)
+            line = _line_at(path, pos)
+            msg = _BYTE_POS.sub(f"(byte {pos} of the JSON text)", msg)
+        raise MalformedInput(f"not valid JSON ({msg})", path=path, line=line) from None
+
+
+def _line_at(path: PathLike, offset: int) -> int:
+    """1-based line of a byte offset of the (decompressed) file; errors only, so it re-reads."""
+    lines, seen = 1, 0
+    for chunk in _chunks(path):
+        if seen + len(chunk) >= offset:
+            return lines + chunk.count(b"\n", 0, max(offset - seen, 0))
+        lines += chunk.count(b"\n")
+        seen += len(chunk)
+    return lines
+
+
+def _decode(path: PathLike, parts: _Parts) -> None:
+    """`_stream`, with the decoder's own failures on hostile bytes turned into MalformedInput."""
+    try:
+        _stream(path, parts)
+    except RecursionError:
+        # msgspec decodes nested values recursively: a hostile or broken file nesting arrays or
+        # objects ~10,000 deep exhausts the stack. No Kineto trace nests more than a few levels.
+        raise MalformedInput(
+            "JSON nested too deeply (more levels than the decoder's recursion limit)", path=path
+        ) from None
+    except UnicodeDecodeError as e:  # msgspec checks the UTF-8 of the strings it decodes
+        raise MalformedInput(
+            f"not valid JSON text: bytes that are not UTF-8 ({e.reason}) in a string", path=path
+        ) from None
+
+
+@dataclass(frozen=True)
+class _Head:
+    """What the header keys (before or after the events) say."""
+
+    base_ns: int
+    rank: int | None
+    world: int | None
+    device_props: Any
+
+
+def _head(parts: _Parts, path: PathLike) -> _Head:
+    head: dict[str, Any] = {}
+    for d in parts.docs:
+        for key in ("deviceProperties", "distributedInfo", "baseTimeNanoseconds"):
+            if getattr(d, key) is not None:
+                head[key] = getattr(d, key)
+    base = head.get("baseTimeNanoseconds")
+    if base is not None and (type(base) is not int or not 0 <= base < 2**63):
+        # float_hook=str hands a float over as its text: say what the file holds
+        raise MalformedInput(
+            f"baseTimeNanoseconds is {base!r}, not an integer number of ns since the epoch",
+            path=path,
+        )
+    dist = head.get("distributedInfo")
+    rank = dist.rank if dist is not None and isinstance(dist.rank, int) else None
+    world = dist.world_size if dist is not None and isinstance(dist.world_size, int) else None
+    return _Head(base or 0, rank, world, head.get("deviceProperties"))
+
+
+def _sources(head: _Head) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "tool": [TOOL],
+            "tool_version": [None],
+            "time_origin_epoch_ns": [0],
+            "rank": [head.rank],
+            "world_size": [head.world],
+        },
+        schema_overrides={"tool_version": pl.String, "rank": pl.Int64, "world_size": pl.Int64},
+    )
+
+
+@reader_entry("kineto_json")
+def read_kineto_json(path: PathLike) -> Tables:
+    """Read a Kineto Chrome trace (`.json` or `.json.gz`) into normalized tables."""
+    parts = _Parts()
+    _decode(path, parts)
+    head = _head(parts, path)
+
+    def table(name: str) -> pl.DataFrame | None:
+        frames = parts.frames[name]
+        if not frames:
+            return None
+        df = timed(pl.concat(frames, how="vertical_relaxed"), head.base_ns)
+        frames.clear()
+        _check_times(df, name, path)
+        for raw in ("ts", "dur"):  # in place: no query
+            df.drop_in_place(raw)
+        # Kernels and copies are often in start order already (a stable sort is then the
+        # identity; the check is a scan, ~1 µs per 1000 rows).
+        if not df["start_ns"].is_sorted(nulls_last=True):
+            df = df.sort("start_ns", maintain_order=True, nulls_last=True)
+        finish = _FINISH.get(name)
+        return df if finish is None else finish(df)
+
+    kernels = table("kernels")
+    ops, markers = table("ops"), table("markers")
+    frames = {
+        "sources": _sources(head),
+        "devices": _devices(head.device_props),
+        "kernels": kernels,
+        "memcpy": table("memcpy"),
+        "api_calls": table("api_calls"),
+        "ops": ops,
+        "markers": markers,
+        "iterations": _iterations(ops, markers, head.rank),
+        "kernel_metrics": _range_rows(parts.ranges) if parts.ranges else None,
+    }
+    return Tables.build(**{k: v for k, v in frames.items() if v is not None})
+
+
+@stream_entry("kineto_json")
+def stream_kineto_json(path: PathLike, *, workdir: Path) -> Iterator[tuple[str, pl.DataFrame]]:
+    """`read_kineto_json` as `(table, chunk)` pairs with bounded memory, for `ingest`: the frames
+    of each batch are spilled to `workdir` as the file is decoded, then every table is sorted
+    there bucket by bucket (`kineto.stream`). Concatenated per table, the chunks are
+    `read_kineto_json`'s tables: same rows, order and ids."""
+    spiller = Spiller(workdir)
+    try:
+        parts = _Parts(spiller)
+        _decode(path, parts)
+        head = _head(parts, path)
+        yield from spiller.tables(head.base_ns, path)
+    finally:
+        spiller.discard()
+    rest = {
+        "iterations": _iterations(spiller.steps["ops"], spiller.steps["markers"], head.rank),
+        "kernel_metrics": _range_rows(parts.ranges) if parts.ranges else None,
+        "devices": _devices(head.device_props),
+    }
+    for name, df in rest.items():
+        if df is not None and df.height:
+            yield name, df
+    yield "sources", _sources(head)
