@@ -34,6 +34,7 @@ _SLUGS: dict[str, str] = {
     "ncu_csv": "Nsight Compute CSV (--csv long format, every header era; --page raw wide)",
     "smi_csv": "GPU telemetry logs: nvidia-smi --query-gpu CSV, NVML sampler CSV, dcgmi dmon",
     "nvprof_sqlite": "nvprof SQLite export (-o x.nvvp / .prof / .sql)",
+    "mlperf_log": "MLPerf Training result logs (:::MLLOG, :::MLL, :::MLPv0.5.0) with system JSON",
 }
 
 
