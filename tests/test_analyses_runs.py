@@ -295,6 +295,22 @@ def test_commands_on_a_store(tmp_path: Path) -> None:
     assert r.exit_code == 0 and len(json.loads(r.output)) == 10
 
 
+@needs_sets
+def test_runs_scaling_history_json_equal_the_library() -> None:
+    from traceanalyze import render
+
+    def same(args: list[str], lib: object) -> None:
+        r = CliRunner().invoke(main, [*args, *map(str, LOGS), "--json"])
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.output) == json.loads(render.to_json(lib))
+
+    ds = ta.open(*LOGS)
+    same(["runs"], ds.runs())
+    same(["runs", "--score"], ds.runs(score=True))
+    same(["scaling", "--by", "org"], ds.scaling(by=["org"]).table)
+    same(["history", "--metric", "time_to_train_s"], ds.history("time_to_train_s"))
+
+
 def test_runs_command_with_system_option(tmp_path: Path) -> None:
     from .test_mlperf_log import BASE, STOP, SYSTEM
 
