@@ -396,3 +396,16 @@ def test_memory_stays_bounded_on_console_noise(tmp_path: Path) -> None:
     ttt, grew_mib = r.stdout.split()
     assert float(ttt) == 60.0
     assert int(grew_mib) < 64, f"peak RSS grew by {grew_mib} MiB reading 256 MiB"
+
+
+def test_detection_looks_at_the_first_mib(tmp_path: Path) -> None:
+    from traceanalyze.errors import UnknownFormat
+
+    noise = b"+ echo 'Beginning trial 1 of 5'\n" * 40000  # 1.3 MB before the first record
+    p = tmp_path / "late.txt"
+    p.write_bytes(noise + ("\n".join([*BASE, STOP]) + "\n").encode())
+    with pytest.raises(UnknownFormat):
+        detect_format(p)
+    assert ta.read(p, format="mlperf_log").runs["status"].to_list() == ["success"]
+    p.write_bytes(noise[: 30000 * 32] + ("\n".join([*BASE, STOP]) + "\n").encode())
+    assert detect_format(p) == "mlperf_log"

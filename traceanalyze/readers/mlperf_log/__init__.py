@@ -30,7 +30,7 @@ from ._records import Bad, Record, SysJson, parse_line
 from ._run import RunState
 from ._system import System, find_system, layout_place, number
 
-SNIFF_BYTES = 1 << 18
+SNIFF_BYTES = 1 << 20
 _SNIFF_MARKERS = (b":::MLLOG {", b":::MLLOG{", b":::MLL ", b":::MLPv0.5.0 ", b":::SYSJSON")
 _SHOWN_LINES = 10
 # Quality targets of the MLPerf Training rules (v0.7 onward, closed division), used when a
@@ -40,7 +40,7 @@ RULES_TARGETS: dict[str, float] = {"resnet": 0.759}
 
 
 def sniff(path: PathLike) -> bool:
-    """A record marker in the first 256 KiB (console output may come first)."""
+    """A record marker in the first 1 MiB (console output may come first)."""
     head = head_bytes(path, SNIFF_BYTES)
     return any(m in head for m in _SNIFF_MARKERS)
 
