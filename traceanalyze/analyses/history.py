@@ -21,7 +21,8 @@ before it in its group's current *segment*, at most `window` (20) of them, the m
   the new level, so one step change is flagged once, not at every later run.
 
 On 200 synthetic series of 100 runs with 1 % (2 %) normal noise the defaults flag 5 (8) of
-20,000 runs; a 5 % step is found at the run where it happens (tests/test_analyses_runs.py).
+20,000 runs; a step of 10 % or more on 1 % noise is flagged once, at the run where it happens
+(a 5 % step there in about half the series): tests/test_analyses_runs.py, docs/runs.md.
 
 Columns: the group columns, source_id, run_id, run_start_ns, value, history_count, baseline,
 change_pct, robust_z, confidence, verdict (ok | regression | improvement | insufficient history).
