@@ -133,9 +133,19 @@ def scaling(ds: Dataset, by: str | None, plot: Path | None, out_json: bool, out_
 @click.option(
     "--by", default=None, help="Comma-separated group columns (default benchmark,org,system)."
 )
-@click.option("--window", default=20, show_default=True, help="Earlier runs compared with.")
 @click.option(
-    "--min-history", default=5, show_default=True, help="Earlier runs needed to judge a run."
+    "--window",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Earlier runs compared with.",
+)
+@click.option(
+    "--min-history",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Earlier runs needed to judge a run.",
 )
 @click.option(
     "--min-change-pct", default=3.0, show_default=True, help="Smallest change that is flagged."
