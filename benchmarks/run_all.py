@@ -47,6 +47,11 @@ FIGURES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "csv-readers": ("bench_csv_readers.py", (), "ncu/smi CSV readers vs bare pyarrow and polars"),
     "nvprof-csv": ("bench_nvprof_csv.py", (), "nvprof CSV reader vs bare pyarrow"),
     "analyses": ("bench_analyses.py", (), "summary and variability over a fleet-sized store"),
+    "mlperf-noise": (
+        "bench_mlperf_noise.py",
+        (),
+        "mlperf_log reader on a 2 GB log of console noise: time, peak RSS, one answer",
+    ),
     "sampler-overhead": (
         "bench_sampler_overhead.py",
         (),

@@ -54,6 +54,9 @@ COVERED = {
     "ops": "test_ops_and_mfu_json_equal_the_library",
     "mfu": "test_ops_and_mfu_json_equal_the_library",
     "roofline": "tests/test_analyses_mfu.py::test_roofline_cli_json_equals_the_library",
+    "runs": "tests/test_analyses_runs.py::test_runs_scaling_history_json_equal_the_library",
+    "scaling": "tests/test_analyses_runs.py::test_runs_scaling_history_json_equal_the_library",
+    "history": "tests/test_analyses_runs.py::test_runs_scaling_history_json_equal_the_library",
 }
 
 

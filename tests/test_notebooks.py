@@ -20,7 +20,8 @@ import pytest
 from .conftest import FIXTURES, ROOT, SHARED_TRACES
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-EXPECTED = {"explore_run.ipynb", "coreutil.ipynb", "fleet_variability.ipynb"}
+EXPECTED = {"explore_run.ipynb", "coreutil.ipynb", "fleet_variability.ipynb", "scaling.ipynb"}
+SETS = ROOT.parent / "shared" / "sets"
 
 
 def _read(path: Path):  # -> nbformat.NotebookNode
@@ -28,7 +29,7 @@ def _read(path: Path):  # -> nbformat.NotebookNode
     return nbformat.read(path, as_version=4)
 
 
-def _execute(nb_path: Path, env: dict[str, str], cwd: Path) -> None:
+def _execute(nb_path: Path, env: dict[str, str], cwd: Path):  # -> the executed notebook
     nbclient = pytest.importorskip("nbclient")
     nb = _read(nb_path)
     for rel in nb.metadata.get("traceanalyze", {}).get("requires", []):
@@ -56,9 +57,10 @@ def _execute(nb_path: Path, env: dict[str, str], cwd: Path) -> None:
     # Each notebook shows something: every code cell but the parameters ran, most printed.
     shown = [c for c in nb.cells if c.cell_type == "code" and c.get("outputs")]
     assert len(shown) >= 3
+    return nb
 
 
-def test_the_three_notebooks_exist() -> None:
+def test_the_notebooks_exist() -> None:
     assert {p.name for p in NOTEBOOKS} == EXPECTED
 
 
@@ -133,3 +135,18 @@ def test_explore_run_on_the_committed_fixture(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["coreutil.ipynb", "fleet_variability.ipynb"])
 def test_notebook_on_the_shared_traces(name: str, tmp_path: Path) -> None:
     _execute(ROOT / "notebooks" / name, {"TRACEANALYZE_TRACES": str(SHARED_TRACES)}, tmp_path)
+
+
+def test_scaling_notebook_on_the_shared_mlperf_logs(tmp_path: Path) -> None:
+    sets = SETS / "mlperf_training_resnet50"
+    if not sets.exists():
+        pytest.skip("scaling.ipynb needs ../shared/sets/mlperf_training_resnet50 (absent)")
+    nb = _execute(ROOT / "notebooks" / "scaling.ipynb", {"TRACEANALYZE_SETS": str(sets)}, tmp_path)
+    pngs = [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if "image/png" in o.get("data", {})
+    ]
+    assert len(pngs) == 1, "the scaling figure is shown as image/png"

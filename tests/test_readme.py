@@ -61,6 +61,11 @@ RUN_SKIP: list[tuple[str, str]] = [
     (r"^traceanalyze coreutil .*--weight duration", "nvprof level metrics have no duration"),
     (r"--dask\b", "needs a Dask cluster; tests/test_dask_ingest.py runs one on loopback"),
     (
+        r"^traceanalyze (runs|scaling|history)\b",
+        "needs MLPerf result logs (../shared/sets); tests/test_analyses_runs.py runs these "
+        "commands on them",
+    ),
+    (
         r"^traceanalyze roofline\b",
         "no shipped ncu capture has FLOP counters; tests/test_analyses_mfu.py builds one inline",
     ),

@@ -218,7 +218,7 @@ def test_an_option_no_reader_of_the_files_takes_is_refused_before_reading(
     with pytest.raises(
         UnsupportedOption,
         match=r"^option 'colour' is taken by no reader \(reader options: engine, fields, "
-        r"interval_ms, tz, workers\)$",
+        r"interval_ms, system, tz, workers\)$",
     ):
         ta.ingest([write("a.txt", LOG_A)], st, colour="red")
 

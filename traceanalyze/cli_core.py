@@ -29,20 +29,32 @@ __all__ = ["formats", "ingest", "reader_options", "schema_cmd"]
 
 
 def reader_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """--tz, --fields, --interval-ms, given to the command as one dict `reader_opts` (unset ones
-    left out). Each goes only to the readers that take it (`read_<slug>`'s keywords); one that no
-    reader of the given files takes is a one-line error from the library."""
+    """--tz, --fields, --interval-ms, --system, given to the command as one dict `reader_opts`
+    (unset ones left out). Each goes only to the readers that take it (`read_<slug>`'s
+    keywords); one that no reader of the given files takes is a one-line error from the library."""
     import functools
 
     @functools.wraps(f)
     def wrapper(
-        *args: Any, tz: str | None, fields: str | None, interval_ms: float | None, **kwargs: Any
+        *args: Any,
+        tz: str | None,
+        fields: str | None,
+        interval_ms: float | None,
+        system: str | None,
+        **kwargs: Any,
     ) -> Any:
-        given = {"tz": tz, "fields": fields, "interval_ms": interval_ms}
+        given = {"tz": tz, "fields": fields, "interval_ms": interval_ms, "system": system}
         kwargs["reader_opts"] = {k: v for k, v in given.items() if v is not None}
         return f(*args, **kwargs)
 
     w: Callable[..., Any] = wrapper
+    w = click.option(
+        "--system",
+        type=click.Path(exists=True, dir_okay=False),
+        default=None,
+        help="System description JSON for MLPerf logs that have none in the log or at its place "
+        "in the results layout (looked at last). [mlperf_log]",
+    )(w)
     w = click.option(
         "--interval-ms",
         "interval_ms",

@@ -37,7 +37,7 @@ from .errors import TraceanalyzeError, UsageProblem
 
 if TYPE_CHECKING:
     from .analyses.launches import Launches
-    from .results import Comparison, CoreUtil, Health, Summary, Timeline, Variability
+    from .results import Comparison, CoreUtil, Health, Scaling, Summary, Timeline, Variability
 
 Scan = Callable[[str], pl.LazyFrame]
 PathLike = str | os.PathLike[str]
@@ -55,8 +55,8 @@ def _ids(x: Any) -> tuple[Any, ...]:
 class Dataset:
     """Tables of files or of a store, with source/device/time filters; lazy throughout.
 
-    Each table is an attribute (`ds.kernels`, a LazyFrame) except `ops`, which is the operators
-    analysis (`ds.ops()`): its table is `ds.scan("ops")`."""
+    Each table is an attribute (`ds.kernels`, a LazyFrame) except `ops` and `runs`, which are
+    analyses (`ds.ops()`, `ds.runs()`): their tables are `ds.scan("ops")`, `ds.scan("runs")`."""
 
     _scan: Scan
     source_filter: tuple[str, ...] = ()
@@ -347,6 +347,46 @@ class Dataset:
         from . import report_ops
 
         return report_ops.roofline(self, gpu=gpu, peak_tflops=peak_tflops)
+
+    # --- training runs (traceanalyze.analyses.runs, scaling, history; docs/runs.md) ----------
+
+    def runs(self, *, score: bool = False) -> pl.DataFrame:
+        """The `runs` table (MLPerf logs, collect runs) with a `file` column, ordered by
+        benchmark, org, system and start; `score=True`: the MLPerf score per system instead
+        (mean time to train of the converged runs without the fastest and slowest)."""
+        from .analyses import runs as r
+
+        table = self.table("runs")
+        return r.score(table) if score else with_file(r.runs_view(table), self.names())
+
+    def scaling(self, by: Sequence[str] | None = None) -> Scaling:
+        """Throughput against accelerators per group of runs (default org, accelerator_model,
+        framework): median throughput per count, per accelerator, efficiency against the
+        group's smallest count, time to train, global batch per accelerator."""
+        from .analyses.scaling import DEFAULT_BY, scaling
+        from .results import Scaling
+
+        keys = tuple(DEFAULT_BY if by is None else by)
+        return Scaling(scaling(self.table("runs"), keys), keys)
+
+    def history(
+        self,
+        metric: str = "throughput_img_per_s",
+        by: Sequence[str] | None = None,
+        *,
+        window: int = 20,
+        min_history: int = 5,
+        confidence: float = 0.999,
+        min_change_pct: float = 3.0,
+    ) -> pl.DataFrame:
+        """Each run against the earlier runs of its group (default benchmark, org, system) in
+        start order: baseline, change_pct, robust_z, confidence, verdict (the rule:
+        `traceanalyze.analyses.history`, docs/runs.md)."""
+        from .analyses.history import DEFAULT_BY, Rule, history
+
+        rule = Rule(window, min_history, confidence, min_change_pct)
+        keys = tuple(DEFAULT_BY if by is None else by)
+        return with_file(history(self.table("runs"), metric, keys, rule), self.names())
 
     def __repr__(self) -> str:
         f = []

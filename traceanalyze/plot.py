@@ -13,7 +13,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from .errors import NotAnswerable
-from .results import CoreUtil, Timeline, Variability
+from .results import CoreUtil, Scaling, Timeline, Variability
 
 DPI = 120
 
@@ -70,4 +70,21 @@ def variability(result: Variability, path: str | os.PathLike[str] | None = None)
     return fig
 
 
-__all__ = ["timeline", "coreutil", "variability", "save"]
+def scaling(
+    result: Scaling, path: str | os.PathLike[str] | None = None, *, title: str | None = None
+) -> Figure:
+    """Throughput against accelerators (log axes) per group, the ideal line, efficiency at
+    each point."""
+    from .plots.scaling import scaling_figure
+
+    if result.table.height == 0:
+        raise NotAnswerable(
+            "nothing to plot: no run has both an accelerator count and a throughput"
+        )
+    fig = scaling_figure(result.table, result.by, title)
+    if path is not None:
+        save(fig, path)
+    return fig
+
+
+__all__ = ["timeline", "coreutil", "variability", "scaling", "save"]

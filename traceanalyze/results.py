@@ -165,3 +165,13 @@ class Comparison:
 
 
 __all__ = ["Health", "Summary", "CoreUtil", "Timeline", "Variability", "Comparison"]
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """Throughput against accelerators (`traceanalyze.analyses.scaling`): `table` has the group
+    columns `by`, then accelerators, runs_count, throughput_img_per_s, per_accelerator_img_per_s,
+    efficiency, ideal_img_per_s, time_to_train_s, global_batch_per_accelerator."""
+
+    table: pl.DataFrame
+    by: tuple[str, ...]

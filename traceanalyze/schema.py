@@ -23,6 +23,7 @@ SCHEMA_VERSION = 1
 # Suffixes that carry a unit. `_id` marks identifiers (not quantities, but numeric).
 UNIT_SUFFIXES: tuple[str, ...] = (
     "_ns",
+    "_s",
     "_bytes",
     "_bytes_per_s",
     "_per_s",
@@ -55,6 +56,13 @@ UNITLESS_ALLOWLIST: frozenset[str] = frozenset(
         "clock_event_reasons",
         "schema_version",
         "value",  # kernel_metrics / gpu_metrics: long tables carry their unit in `unit`
+        # runs (issue 22 names them): counts of things and accuracies as fractions (0-1)
+        "accelerators",
+        "nodes",
+        "global_batch_size",
+        "epochs",
+        "target_accuracy",
+        "final_accuracy",
     }
 )
 
@@ -304,6 +312,34 @@ TABLES: dict[str, Table] = {
                 _c("duration_ns", _INT, "Iteration duration."),
                 _c("batch_size", _INT, "Images per iteration on this device, when known."),
                 _c("images_per_s", _F, "Throughput of this iteration, when known."),
+            ),
+        ),
+        Table(
+            "runs",
+            "Training runs, one row per run (MLPerf result logs; `collect` runs); docs/runs.md.",
+            (
+                SOURCE_ID,
+                _c("run_id", _S, "The run's name: the log file's stem, or collect's run id."),
+                _c("benchmark", _S, "Benchmark (MLPerf `submission_benchmark`, e.g. 'resnet')."),
+                _c("org", _S, "Submitting organization (`submission_org`)."),
+                _c("platform", _S, "`submission_platform` as logged (or the collect host)."),
+                _c("system", _S, "System name: its results-layout directory, else system_name."),
+                _c("division", _S, "closed, open, … (`submission_division`)."),
+                _c("framework", _S, "Framework, from the system description (or the manifest)."),
+                _c("accelerator_model", _S, "Accelerator model name, from the system description."),
+                _c("accelerators", _INT, "number_of_nodes x max(accelerators_per_node, 1)."),
+                _c("nodes", _INT, "Number of nodes."),
+                _c("global_batch_size", _INT, "Global batch size, as logged."),
+                _c("status", _S, "success, aborted, or unknown (no run_stop)."),
+                _c("run_start_ns", _INT, "First run_start, Unix epoch ns."),
+                _c("run_stop_ns", _INT, "First run_stop, Unix epoch ns."),
+                _c("time_to_train_s", _F, "run_stop - run_start, when both exist (any status)."),
+                _c("target_accuracy", _F, "Quality target, when the log states it."),
+                _c("final_accuracy", _F, "The last eval_accuracy (a fraction for ResNet-50)."),
+                _c("epochs", _INT, "Epochs completed."),
+                _c("eval_count", _INT, "eval_accuracy records."),
+                _c("throughput_img_per_s", _F, "Training throughput, images/s (whole system)."),
+                _c("throughput_basis", _S, "logged (mean of logged per-epoch rates) or derived."),
             ),
         ),
     )

@@ -29,6 +29,7 @@ class Tables:
     gpu_samples: pl.DataFrame
     gpu_metrics: pl.DataFrame
     iterations: pl.DataFrame
+    runs: pl.DataFrame
 
     @classmethod
     def build(cls, **frames: pl.DataFrame) -> Tables:

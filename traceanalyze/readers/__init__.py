@@ -68,6 +68,10 @@ _SLUGS: dict[str, tuple[str, str]] = {
         "GPU telemetry logs: nvidia-smi --query-gpu CSV, NVML sampler CSV, dcgmi dmon",
     ),
     "nvprof_sqlite": ("nvprof.nvprof_sqlite", "nvprof SQLite export (-o x.nvvp / .prof / .sql)"),
+    "mlperf_log": (
+        "mlperf_log",
+        "MLPerf Training result logs (:::MLLOG, :::MLL, :::MLPv0.5.0) with system JSON",
+    ),
 }
 
 

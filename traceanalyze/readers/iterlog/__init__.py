@@ -35,13 +35,17 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import replace
+from pathlib import Path
 
 import polars as pl
 
+from ... import schema
 from ...errors import MalformedInput, MissingColumn
 from ...tables import Tables
 from ..common.core import PathLike, head_text, reader_entry, warn
 from ..common.limits import read_content
+from .collect_run import collect_run
 
 MAGIC = "# traceanalyze-iterlog v1"
 COLUMNS: tuple[str, ...] = (
@@ -84,8 +88,19 @@ def read_iterlog(path: PathLike) -> Tables:
     raw = read_content(path)  # within InputLimits: a giant line is refused, gzip streamed
     text = raw.decode("utf-8", "replace").lstrip("\ufeff")
     if text.startswith(MAGIC):
-        return _read_own(path, text)
+        tables = _read_own(path, text)
+        # A collect run's rank-0 log with its manifest beside it also gives a `runs` row.
+        run = collect_run(path, tables.iterations, _sibling_iterations)
+        return tables if run is None else replace(tables, runs=schema.conform("runs", run))
     return _read_sc22(path, text)
+
+
+def _sibling_iterations(path: Path) -> pl.DataFrame:
+    """Another rank's iteration log of the same run (own layout only)."""
+    text = read_content(path).decode("utf-8", "replace").lstrip("\ufeff")
+    if not text.startswith(MAGIC):
+        raise MalformedInput(f"not a traceanalyze iteration log: {path}", path=path)
+    return _read_own(path, text).iterations
 
 
 def _first_line(lines: pl.Series, bad: pl.Series) -> int:

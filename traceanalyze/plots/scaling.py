@@ -1,0 +1,47 @@
+"""Scaling: throughput against accelerators on log axes, per group, with each group's ideal
+(linear from its smallest count) dashed and the efficiency written at each point."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+from matplotlib.figure import Figure
+
+
+def _label(row: dict[str, object], by: Sequence[str]) -> str:
+    parts = [str(row[k]) for k in by if row.get(k) is not None]
+    return " · ".join(parts)[:60] or "all runs"
+
+
+def scaling_figure(table: pl.DataFrame, by: Sequence[str], title: str | None = None) -> Figure:
+    fig = Figure(figsize=(8.0, 5.5))
+    ax = fig.add_subplot(1, 1, 1)
+    groups = table.partition_by(list(by), maintain_order=True) if by else [table]
+    for i, g in enumerate(groups):
+        g = g.sort("accelerators")
+        color = f"C{i % 10}"
+        n = g["accelerators"].to_list()
+        tp = g["throughput_img_per_s"].to_list()
+        ax.plot(n, tp, "o-", color=color, label=_label(g.row(0, named=True), by))
+        if len(n) > 1:
+            ax.plot(n, g["ideal_img_per_s"].to_list(), "--", color=color, alpha=0.5, lw=1)
+        for x, y, e in zip(n, tp, g["efficiency"].to_list(), strict=True):
+            ax.annotate(
+                f"{100 * e:.0f} %",
+                (x, y),
+                textcoords="offset points",
+                xytext=(4, -11),
+                fontsize=7,
+                color=color,
+            )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("accelerators")
+    ax.set_ylabel("throughput (images/s)")
+    ax.set_title(title or "Throughput against accelerators (dashed: linear from the smallest)")
+    ax.grid(True, which="both", alpha=0.3)
+    if groups:
+        ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return fig
