@@ -1,0 +1,208 @@
+"""Why a straggler is late: its GPU and its host against the other ranks', over the same steps.
+
+Per rank, over the gaps before its collectives (from the end of its previous matched collective
+to its arrival at the next; the first instance has no gap and is skipped), medians over gaps of:
+
+* `compute_ms`: time at least one non-collective kernel runs (union over the rank's streams);
+* `idle_ms`: the gap minus that: the GPU has nothing to run (the host is late: data loader,
+  Python, launch gaps);
+* `loader_ms`: time inside a data-loader operator (`enumerate(DataLoader)…`, `DataLoader` in an
+  operator's or annotation's name) during the gap;
+* `gap_ms`: the gap itself.
+
+Telemetry, over the rank's matched collectives' span widened by `TELEMETRY_PAD_NS` on each side
+(samplers log every 100 ms to 1 s, often less often than a step): the medians of SM clock,
+power, power limit and temperature of the samples of the rank's own source, else of a source of
+the same job with the same rank (a sampler log named `…rank<N>…`), on the common time base
+(epoch origins); where those samples cover several devices, the device of the rank's collective
+kernels. Throttle reasons: the NVML clock-event bits set in most of those samples, idle (0x1)
+excepted.
+
+Cause rules, each a score (the straggler against the median of the other ranks' values):
+
+* SM clock: `1 - own / others` when the clock is lower by at least 2 % (with power at its limit,
+  temperature and throttle reasons added to the line where they differ or are set);
+* data loader / host: `(own idle - others' idle) / others' gap`;
+* kernel time: `(own compute - others' compute) / others' gap`.
+
+The highest score of at least `MIN_SCORE` names the cause, with numbers; otherwise "unknown",
+saying what was covered.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from . import _intervals as iv
+from .ranks import NCCL_KERNEL, Matched
+
+MIN_SCORE = 0.02
+TELEMETRY_PAD_NS = 1_000_000_000
+LOADER = r"DataLoader"
+THROTTLE_BITS: dict[int, str] = {
+    0x2: "applications clocks setting",
+    0x4: "software power cap",
+    0x8: "hardware slowdown",
+    0x10: "sync boost",
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "hardware power brake",
+    0x100: "display clock setting",
+}
+
+
+def _set(df: pl.DataFrame, shift: int) -> iv.Set:
+    return iv.as_set(df["start_ns"].to_numpy() + shift, df["end_ns"].to_numpy() + shift)
+
+
+def host_gaps(
+    arr: pl.DataFrame, m: Matched, kernels: pl.DataFrame, ops: pl.DataFrame
+) -> pl.DataFrame:
+    """Per rank: gap_ms, compute_ms, idle_ms, loader_ms (medians over gaps; module doc)."""
+    kern = kernels.filter(
+        pl.col("name").str.extract(NCCL_KERNEL).is_null() & pl.col("end_ns").is_not_null()
+    )
+    load = ops.filter(pl.col("name").str.contains(LOADER) & pl.col("end_ns").is_not_null())
+    rows = []
+    for rank, sid in m.ranks.select("rank", "source_id").rows():
+        shift = m.shifts[int(rank)]
+        busy = _set(kern.filter(pl.col("source_id") == sid), shift)
+        loader = _set(load.filter(pl.col("source_id") == sid), shift)
+        mine = arr.filter(pl.col("rank") == rank).sort("arrival_ns")
+        ends = np.maximum.accumulate(mine["end_ns"].to_numpy())
+        gaps = []
+        for lo, hi in zip(ends[:-1], mine["arrival_ns"].to_numpy()[1:], strict=True):
+            if hi <= lo:
+                continue
+            c = iv.length(iv.clip(busy, int(lo), int(hi)))
+            d = iv.length(iv.clip(loader, int(lo), int(hi)))
+            gaps.append((int(hi - lo), c, int(hi - lo) - c, d))
+        med = np.median(np.array(gaps, dtype=np.float64), axis=0) / 1e6 if gaps else [None] * 4
+        rows.append((rank, *(None if v is None else float(v) for v in med)))
+    names = ["rank", "gap_ms", "compute_ms", "idle_ms", "loader_ms"]
+    return pl.DataFrame(rows, schema=[(n, pl.Int64 if n == "rank" else pl.Float64) for n in names], orient="row")
+
+
+def telemetry(
+    arr: pl.DataFrame,
+    m: Matched,
+    rank_table: pl.DataFrame,
+    samples: pl.DataFrame,
+    origins: dict[str, int | None],
+) -> pl.DataFrame:
+    """Per rank: sm_clock_mhz, power_w, power_limit_w, temperature_c medians, throttle bits
+    and the number of samples (module doc)."""
+    rows = []
+    same_job = rank_table.filter(pl.col("job") == m.job)
+    for rank, sid in m.ranks.select("rank", "source_id").rows():
+        mine = arr.filter(pl.col("rank") == rank)
+        lo = int(mine["arrival_ns"].min()) - TELEMETRY_PAD_NS  # type: ignore[arg-type]
+        hi = int(mine["end_ns"].max()) + TELEMETRY_PAD_NS  # type: ignore[arg-type]
+        own = samples.filter(pl.col("source_id") == sid)
+        shift = m.shifts[int(rank)]
+        if own.height == 0:
+            others = same_job.filter((pl.col("rank") == rank) & (pl.col("source_id") != sid))
+            own = samples.filter(pl.col("source_id").is_in(others["source_id"].implode()))
+            own = own.filter(
+                pl.col("source_id").replace_strict(origins, default=None).is_not_null()
+            )
+            trace_origin = origins.get(sid)
+            if trace_origin is None or own.height == 0:
+                rows.append(_telemetry_row(rank, own.clear()))
+                continue
+            own = own.with_columns(
+                pl.col("timestamp_ns")
+                + pl.col("source_id").replace_strict(origins, return_dtype=pl.Int64)
+                - trace_origin
+            )
+        devs = mine["device_id"].drop_nulls().unique()
+        if own["device_id"].n_unique() > 1 and devs.len() == 1:
+            own = own.filter(pl.col("device_id") == devs[0])
+        t = pl.col("timestamp_ns") + shift
+        rows.append(_telemetry_row(rank, own.filter(t.is_between(lo, hi))))
+    return pl.DataFrame(rows, orient="row") if rows else pl.DataFrame()
+
+
+def _telemetry_row(rank: int, s: pl.DataFrame) -> dict[str, Any]:
+    out: dict[str, Any] = {"rank": rank, "sample_count": s.height}
+    for c in ("sm_clock_mhz", "power_w", "power_limit_w", "temperature_c"):
+        out[c] = s[c].median() if s.height else None
+    reasons = s["clock_event_reasons"].drop_nulls() if s.height else pl.Series([], dtype=pl.Int64)
+    bits = [b for b in THROTTLE_BITS if reasons.len() and ((reasons & b) > 0).mean() > 0.5]  # type: ignore[operator]
+    out["throttle"] = ", ".join(THROTTLE_BITS[b] for b in bits) or None
+    return out
+
+
+def _others(df: pl.DataFrame, rank: int, col: str) -> float | None:
+    v = df.filter((pl.col("rank") != rank) & pl.col(col).is_not_null())[col]
+    return float(v.median()) if v.len() else None  # type: ignore[arg-type]
+
+
+def _own(df: pl.DataFrame, rank: int, col: str) -> float | None:
+    v = df.filter(pl.col("rank") == rank)[col].drop_nulls() if col in df.columns else None
+    return float(v[0]) if v is not None and v.len() else None
+
+
+def _clock(rank: int, tel: pl.DataFrame) -> tuple[float, str] | None:
+    if tel.height == 0:
+        return None
+    own, oth = _own(tel, rank, "sm_clock_mhz"), _others(tel, rank, "sm_clock_mhz")
+    if own is None or oth is None or oth <= 0 or own > oth * (1 - MIN_SCORE):
+        return None
+    text = f"SM clock {own:,.0f} vs {oth:,.0f} MHz median of the others"
+    power, limit = _own(tel, rank, "power_w"), _own(tel, rank, "power_limit_w")
+    if power is not None and limit and power >= 0.95 * limit:
+        text += f"; power at its {limit:,.0f} W limit ({power:,.0f} W)"
+    temp, temp_o = _own(tel, rank, "temperature_c"), _others(tel, rank, "temperature_c")
+    if temp is not None and temp_o is not None and temp - temp_o >= 5:
+        text += f"; temperature {temp:.0f} vs {temp_o:.0f} °C"
+    why = tel.filter(pl.col("rank") == rank)["throttle"].drop_nulls()
+    if why.len():
+        text += f"; throttle reasons: {why[0]}"
+    return 1 - own / oth, text
+
+
+def _host(rank: int, gaps: pl.DataFrame) -> list[tuple[float, str]]:
+    out: list[tuple[float, str]] = []
+    gap_o = _others(gaps, rank, "gap_ms")
+    if not gap_o:
+        return out
+    idle, idle_o = _own(gaps, rank, "idle_ms"), _others(gaps, rank, "idle_ms")
+    if idle is not None and idle_o is not None and idle > idle_o:
+        load, load_o = _own(gaps, rank, "loader_ms") or 0.0, _others(gaps, rank, "loader_ms") or 0
+        if load - load_o >= 0.5 * (idle - idle_o):
+            text = (
+                f"{load:,.3f} ms data-loader gap before each collective vs {load_o:,.3f} ms "
+                f"median of the others (GPU idle {idle:,.3f} vs {idle_o:,.3f} ms)"
+            )
+        else:
+            text = (
+                f"GPU idle {idle:,.3f} ms before each collective vs {idle_o:,.3f} ms median of "
+                "the others (host late: launch gaps, nothing queued)"
+            )
+        out.append(((idle - idle_o) / gap_o, text))
+    comp, comp_o = _own(gaps, rank, "compute_ms"), _others(gaps, rank, "compute_ms")
+    if comp is not None and comp_o is not None and comp > comp_o:
+        text = f"kernel time {comp:,.3f} ms before each collective vs {comp_o:,.3f} ms median of the others"
+        out.append(((comp - comp_o) / gap_o, text))
+    return out
+
+
+def cause_lines(stragglers: list[int], gaps: pl.DataFrame, tel: pl.DataFrame) -> dict[int, str]:
+    """One line per straggler: the largest difference (module doc's rules), or "unknown"."""
+    out = {}
+    for r in stragglers:
+        cands = [c for c in [_clock(r, tel), *_host(r, gaps)] if c is not None]
+        best = max(cands, default=None, key=lambda c: c[0])
+        if best is not None and best[0] >= MIN_SCORE:
+            out[r] = f"rank {r}: {best[1]}"
+            continue
+        covered = "telemetry" if _own(tel, r, "sm_clock_mhz") is not None else "no telemetry"
+        out[r] = (
+            f"rank {r}: unknown ({covered}; kernel time and GPU idle before its collectives "
+            f"within {MIN_SCORE:.0%} of the others')"
+        )
+    return out

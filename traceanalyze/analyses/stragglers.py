@@ -1,0 +1,165 @@
+"""Which rank holds a synchronous job back: arrival order at matched collectives.
+
+In data-parallel training every rank waits at each collective for the last one to arrive, so the
+slow rank's collectives are the *shortest* and everyone else's run long. Per instance (collectives
+matched across ranks by `ranks.match`): each rank's arrival is its collective's start on the
+common time base; the last arriver is the rank with the latest arrival (ties: the lower rank); a
+rank's wait is `last arrival - its arrival`.
+
+Per rank: `collectives` (instances), `arrived_last` (instances it started last),
+`arrived_last_pct`, `wait_ms` (its own waiting, summed), `wait_caused_ms` (the others' waiting
+at the instances where it came last), `clock_offset_us` and `offset_spread_us` (`ranks`' clock
+offset estimate and its size).
+
+Verdict: ranks sorted by `arrived_last` (then `wait_caused_ms`). One straggler when the first is
+last in at least half of the instances and at least twice as often as the next; two when neither
+rule holds for one but the first two together are last in at least 75 % of the instances and the
+second is last at least twice as often as the third; otherwise "no clear straggler" (also with
+fewer than 2 instances). Why each straggler is late: `straggler_causes`.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ..results import Stragglers
+from . import ranks
+from . import straggler_causes as causes
+from .ranks import Matched
+
+Frame = pl.DataFrame | pl.LazyFrame
+
+CLEAR_PCT = 50.0
+PAIR_PCT = 75.0
+
+
+def arrivals(inst: pl.DataFrame) -> pl.DataFrame:
+    """`inst` with arrival_ns (= start), last (bool), wait_ns and spread_ns per instance."""
+    last_t = pl.col("start_ns").max().over("instance")
+    order = inst.sort("instance", "start_ns", "rank", descending=[False, True, False])
+    first_rank = order.group_by("instance", maintain_order=True).agg(pl.col("rank").first())
+    out = inst.with_columns(
+        pl.col("start_ns").alias("arrival_ns"),
+        (last_t - pl.col("start_ns")).alias("wait_ns"),
+        (last_t - pl.col("start_ns").min().over("instance")).alias("spread_ns"),
+    )
+    out = out.join(first_rank.rename({"rank": "_last"}), on="instance")
+    return out.with_columns((pl.col("rank") == pl.col("_last")).alias("last")).drop("_last")
+
+
+def per_rank(arr: pl.DataFrame, m: Matched) -> pl.DataFrame:
+    """One row per rank (module doc)."""
+    n = arr["instance"].n_unique()
+    caused = (
+        arr.group_by("instance")
+        .agg(pl.col("wait_ns").sum().alias("_c"), pl.col("rank").filter(pl.col("last")).first())
+        .group_by("rank")
+        .agg(pl.col("_c").sum().alias("_caused"))
+    )
+    agg = arr.group_by("rank").agg(
+        pl.len().alias("collectives"),
+        pl.col("last").sum().cast(pl.Int64).alias("arrived_last"),
+        (pl.col("wait_ns").sum() / 1e6).alias("wait_ms"),
+    )
+    out = (
+        m.ranks.select("rank", "world_size", "rank_from", "source_id", "file", "job")
+        .join(agg, on="rank")
+        .join(caused, on="rank", how="left")
+        .join(m.offsets, on="rank", how="left")
+    )
+    return out.select(
+        "rank",
+        "collectives",
+        "arrived_last",
+        (pl.col("arrived_last") * 100.0 / n).alias("arrived_last_pct"),
+        "wait_ms",
+        (pl.col("_caused").fill_null(0) / 1e6).alias("wait_caused_ms"),
+        (pl.col("clock_offset_ns") / 1e3).alias("clock_offset_us"),
+        (pl.col("offset_spread_ns") / 1e3).alias("offset_spread_us"),
+        "world_size",
+        "rank_from",
+        "job",
+        "source_id",
+        "file",
+    ).sort("rank")
+
+
+def verdict(table: pl.DataFrame, instances: int) -> tuple[list[int], str]:
+    """(straggler ranks, one line) by the module doc's rule."""
+    t = table.sort(["arrived_last", "wait_caused_ms", "rank"], descending=[True, True, False])
+    shares = t["arrived_last_pct"].to_list()
+    ranks = t["rank"].to_list()
+    if instances < 2 or len(ranks) < 2:
+        return [], f"no clear straggler: {instances} collective(s) matched over {len(ranks)} ranks"
+    s = [*shares, 0.0, 0.0]
+    if s[0] >= CLEAR_PCT and s[0] >= 2 * s[1]:
+        chosen = ranks[:1]
+    elif s[0] + s[1] >= PAIR_PCT and s[1] >= 2 * s[2]:
+        chosen = ranks[:2]
+    else:
+        return [], (
+            f"no clear straggler: the most often last, rank {ranks[0]}, was last in "
+            f"{_pct(s[0])} of {instances} collectives, next rank {ranks[1]} {_pct(s[1])}"
+        )
+    parts = []
+    for r in chosen:
+        row = t.filter(pl.col("rank") == r).row(0, named=True)
+        parts.append(
+            f"rank {r}: last in {row['arrived_last']} of {instances} collectives "
+            f"({_pct(row['arrived_last_pct'])}); the others waited {row['wait_caused_ms']:,.3f} "
+            "ms on it"
+        )
+    nxt = len(chosen)
+    tail = f"; next rank {ranks[nxt]} {_pct(s[nxt])}" if nxt < len(ranks) else ""
+    word = "straggler" if nxt == 1 else "stragglers"
+    return chosen, f"{word}: " + "; ".join(parts) + tail
+
+
+def _pct(x: float) -> str:
+    return f"{x:.1f} %"
+
+
+def stragglers(
+    sources: Frame,
+    kernels: Frame,
+    ops: Frame,
+    gpu_samples: Frame,
+    *,
+    job: str | None = None,
+    align: bool | None = None,
+) -> Stragglers:
+    """The whole analysis over one job's sources (see this module's and `ranks`' docs)."""
+    src = _df(sources)
+    table = ranks.rank_table(src)
+    one, notes = ranks.choose_job(table, job)
+    ids = one["source_id"].implode()
+    kern = _df(kernels).filter(pl.col("source_id").is_in(ids))
+    op = _df(ops).filter(pl.col("source_id").is_in(ids))
+    origins = ranks.origins_of(src)
+    m = ranks.match(one, ranks.collectives(kern, op), origins, align=align)
+    arr = arrivals(m.instances)
+    rows = per_rank(arr, m)
+    chosen, line = verdict(rows, arr["instance"].n_unique())
+    gaps = causes.host_gaps(arr, m, kern, op)
+    tel = causes.telemetry(arr, m, table, _df(gpu_samples), origins)
+    why = causes.cause_lines(chosen, gaps, tel)
+    rows = rows.with_columns(
+        pl.col("rank").is_in(chosen).alias("straggler"),
+        pl.col("rank").replace_strict(why, default=None, return_dtype=pl.String).alias("cause"),
+    )
+    return Stragglers(
+        ranks=rows,
+        instances=arr,
+        verdict=line,
+        stragglers=tuple(chosen),
+        causes=tuple(why[r] for r in chosen),
+        time_base=m.time_base,
+        job=m.job,
+        notes=tuple(notes) + m.notes,
+        host=gaps,
+        telemetry=tel,
+    )
+
+
+def _df(x: Frame) -> pl.DataFrame:
+    return x.collect() if isinstance(x, pl.LazyFrame) else x
