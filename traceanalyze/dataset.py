@@ -327,7 +327,7 @@ class Dataset:
         from .analyses.stragglers import stragglers
 
         return stragglers(
-            self.scan("sources"),
+            self.scan_all("sources"),  # sampler logs of the ranks may be other sources
             self.scan("kernels"),
             self.scan("ops"),
             self.scan_all("gpu_samples"),

@@ -13,7 +13,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from .errors import NotAnswerable
-from .results import CoreUtil, Timeline, Variability
+from .results import CoreUtil, Stragglers, Timeline, Variability
 
 DPI = 120
 
@@ -70,4 +70,15 @@ def variability(result: Variability, path: str | os.PathLike[str] | None = None)
     return fig
 
 
-__all__ = ["timeline", "coreutil", "variability", "save"]
+def stragglers(result: Stragglers, path: str | os.PathLike[str] | None = None) -> Figure:
+    """Arrival spread per collective instance (ms after the first rank), the last arriver
+    outlined; how often each rank came last."""
+    from .plots.stragglers import stragglers_figure
+
+    fig = stragglers_figure(result.instances, result.ranks, result.verdict)
+    if path is not None:
+        save(fig, path)
+    return fig
+
+
+__all__ = ["timeline", "coreutil", "variability", "stragglers", "save"]

@@ -174,7 +174,8 @@ class Stragglers:
     wait_ns, spread_ns, last`, times on the common base); `verdict`: one line; `stragglers`
     and `causes`: the straggler ranks and one line each saying why; `time_base`: how the ranks'
     clocks were put on one base; `notes`: what was left out; `host` and `telemetry`: per rank,
-    the numbers the causes compare."""
+    the numbers the causes compare; `kernels`: every kernel of the ranks on the common base
+    (`rank, stream_id, name, start_ns, end_ns`), for `to_perfetto`."""
 
     ranks: pl.DataFrame
     instances: pl.DataFrame
@@ -186,6 +187,15 @@ class Stragglers:
     notes: tuple[str, ...]
     host: pl.DataFrame = field(repr=False)
     telemetry: pl.DataFrame = field(repr=False)
+    kernels: pl.DataFrame = field(repr=False)
+
+    def to_perfetto(self, path: str | os.PathLike[str]) -> None:
+        """Chrome trace JSON: one process per rank on the common time base, each collective
+        instance linked across ranks (from the last arriver to the ranks that waited)."""
+        from .export.perfetto_ranks import write_chrome_trace_ranks
+
+        files = dict(self.ranks.select("rank", "file").iter_rows())
+        write_chrome_trace_ranks(path, self.instances, self.kernels, files)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -125,7 +125,7 @@ def collectives(kernels: Frame, ops: Frame | None = None) -> pl.DataFrame:
         )
         .collect()
     )
-    return pl.concat([k, c.cast(k.schema)])  # type: ignore[arg-type]
+    return pl.concat([k, c.cast(k.schema)])
 
 
 @dataclass(frozen=True)
@@ -145,20 +145,29 @@ class Matched:
     shifts: dict[int, int]
 
 
-def choose_job(ranks: pl.DataFrame, job: str | None) -> tuple[pl.DataFrame, list[str]]:
-    """The rows of one job (the only one, or `job`); errors for duplicates and mixed sizes."""
-    known = ranks.filter(pl.col("rank").is_not_null())
+def choose_job(
+    ranks: pl.DataFrame, events: pl.DataFrame, job: str | None
+) -> tuple[pl.DataFrame, list[str]]:
+    """The rank rows of one job (the only one, or `job`) whose sources have collectives;
+    errors for several jobs without `job`, duplicate ranks and mixed world sizes."""
+    with_coll = ranks.join(events.select("source_id").unique(), on="source_id", how="semi")
+    known = with_coll.filter(pl.col("rank").is_not_null())
     jobs = sorted(known["job"].unique().to_list())
     notes = [
-        f"{f}: no rank (neither in the trace nor as rank<N>/worker<N> in its name); left out"
-        for f in ranks.filter(pl.col("rank").is_null())["file"].to_list()
+        f"{f}: has collectives but no rank (neither in the trace nor as rank<N>/worker<N> in "
+        "its name); left out"
+        for f in with_coll.filter(pl.col("rank").is_null())["file"].to_list()
     ]
     if job is None and len(jobs) > 1:
         raise UsageProblem(f"ranks of several jobs; choose one (--job): {', '.join(jobs)}")
     if job is not None and job not in jobs:
-        raise UsageProblem(f"no job {job!r}; jobs: {', '.join(jobs) or 'none'}")
+        raise UsageProblem(f"no job {job!r} with collectives; jobs: {', '.join(jobs) or 'none'}")
     if not jobs:
-        raise NotAnswerable("no source names its rank; stragglers needs ranks of one job")
+        raise NotAnswerable(
+            "no source with collectives names its rank; stragglers needs the ranks of one job"
+            if with_coll.height
+            else "no collectives (NCCL/RCCL kernels or gloo operators) in any source"
+        )
     one = known.filter(pl.col("job") == (job or jobs[0]))
     sizes = sorted(one["world_size"].drop_nulls().unique().to_list())
     if len(sizes) > 1:
@@ -214,7 +223,9 @@ def _drop_unmatched(ev: pl.DataFrame, ranks: list[int]) -> tuple[pl.DataFrame, l
                 )
     if not keep:
         return ev.clear(), notes
-    k = pl.DataFrame(keep, schema={"stream": pl.Int64, "op": pl.String, "_n": pl.Int64}, orient="row")
+    k = pl.DataFrame(
+        keep, schema={"stream": pl.Int64, "op": pl.String, "_n": pl.Int64}, orient="row"
+    )
     ev = ev.join(k, on=["stream", "op"]).filter(pl.col("order") < pl.col("_n")).drop("_n")
     return ev, notes
 
@@ -245,10 +256,6 @@ def match(
     """Instances of the ranks' collectives (module doc); `ranks` is one job's rank table,
     `events` `collectives(...)`, `origins` source_id -> time_origin_epoch_ns."""
     notes: list[str] = []
-    with_coll = ranks.join(events.select("source_id").unique(), on="source_id", how="semi")
-    for r, f in ranks.join(with_coll, on="source_id", how="anti").select("rank", "file").rows():
-        notes.append(f"{f} (rank {r}): no collectives; not matched")
-    ranks = with_coll
     if ranks.height < 2:
         raise NotAnswerable(
             f"stragglers needs collectives of at least 2 ranks; found {ranks.height}"
@@ -270,7 +277,9 @@ def match(
     ev, dropped = _drop_unmatched(_numbered(ev), have)
     notes += dropped
     if ev.height == 0:
-        raise NotAnswerable("no collective is on every rank; nothing to match", details="; ".join(notes))
+        raise NotAnswerable(
+            "no collective is on every rank; nothing to match", details="; ".join(notes)
+        )
     key = ev.group_by("stream", "op", "order").agg(pl.col("start_ns").median().alias("_m"))
     key = key.sort("_m", "stream", "op", "order").with_row_index("instance").drop("_m")
     inst = ev.join(key, on=["stream", "op", "order"]).with_columns(
@@ -286,9 +295,14 @@ def match(
         for r, o in offsets.select("rank", "clock_offset_ns").rows():
             shifts[int(r)] -= int(o)
     if apply:
-        inst = inst.join(offsets.select("rank", "clock_offset_ns"), on="rank").with_columns(
-            pl.col("start_ns") - pl.col("clock_offset_ns"), pl.col("end_ns") - pl.col("clock_offset_ns")
-        ).drop("clock_offset_ns")
+        inst = (
+            inst.join(offsets.select("rank", "clock_offset_ns"), on="rank")
+            .with_columns(
+                pl.col("start_ns") - pl.col("clock_offset_ns"),
+                pl.col("end_ns") - pl.col("clock_offset_ns"),
+            )
+            .drop("clock_offset_ns")
+        )
         base = "collective ends (estimated clock offsets applied)"
         if not epoch:
             base += "; some rank's trace gives no epoch time"

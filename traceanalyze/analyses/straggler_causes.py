@@ -83,7 +83,9 @@ def host_gaps(
         med = np.median(np.array(gaps, dtype=np.float64), axis=0) / 1e6 if gaps else [None] * 4
         rows.append((rank, *(None if v is None else float(v) for v in med)))
     names = ["rank", "gap_ms", "compute_ms", "idle_ms", "loader_ms"]
-    return pl.DataFrame(rows, schema=[(n, pl.Int64 if n == "rank" else pl.Float64) for n in names], orient="row")
+    return pl.DataFrame(
+        rows, schema=[(n, pl.Int64 if n == "rank" else pl.Float64) for n in names], orient="row"
+    )
 
 
 def telemetry(
@@ -186,7 +188,10 @@ def _host(rank: int, gaps: pl.DataFrame) -> list[tuple[float, str]]:
         out.append(((idle - idle_o) / gap_o, text))
     comp, comp_o = _own(gaps, rank, "compute_ms"), _others(gaps, rank, "compute_ms")
     if comp is not None and comp_o is not None and comp > comp_o:
-        text = f"kernel time {comp:,.3f} ms before each collective vs {comp_o:,.3f} ms median of the others"
+        text = (
+            f"kernel time {comp:,.3f} ms before each collective vs {comp_o:,.3f} ms median of "
+            "the others"
+        )
         out.append(((comp - comp_o) / gap_o, text))
     return out
 

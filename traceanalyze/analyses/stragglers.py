@@ -131,12 +131,13 @@ def stragglers(
     """The whole analysis over one job's sources (see this module's and `ranks`' docs)."""
     src = _df(sources)
     table = ranks.rank_table(src)
-    one, notes = ranks.choose_job(table, job)
+    events = ranks.collectives(kernels, ops)
+    one, notes = ranks.choose_job(table, events, job)
     ids = one["source_id"].implode()
     kern = _df(kernels).filter(pl.col("source_id").is_in(ids))
     op = _df(ops).filter(pl.col("source_id").is_in(ids))
     origins = ranks.origins_of(src)
-    m = ranks.match(one, ranks.collectives(kern, op), origins, align=align)
+    m = ranks.match(one, events.filter(pl.col("source_id").is_in(ids)), origins, align=align)
     arr = arrivals(m.instances)
     rows = per_rank(arr, m)
     chosen, line = verdict(rows, arr["instance"].n_unique())
@@ -158,7 +159,20 @@ def stragglers(
         notes=tuple(notes) + m.notes,
         host=gaps,
         telemetry=tel,
+        kernels=_on_base(kern, m),
     )
+
+
+def _on_base(kern: pl.DataFrame, m: Matched) -> pl.DataFrame:
+    """The ranks' kernels with rank, times moved to the common base."""
+    rank_of = dict(m.ranks.select("source_id", "rank").iter_rows())
+    shift = pl.col("rank").replace_strict(m.shifts, return_dtype=pl.Int64)
+    k = kern.with_columns(
+        pl.col("source_id").replace_strict(rank_of, return_dtype=pl.Int64).alias("rank")
+    )
+    return k.select(
+        "rank", "stream_id", "name", pl.col("start_ns") + shift, pl.col("end_ns") + shift
+    ).sort("rank", "start_ns")
 
 
 def _df(x: Frame) -> pl.DataFrame:
