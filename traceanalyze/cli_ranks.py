@@ -23,7 +23,6 @@ _SHOWN = [
     "wait_ms",
     "wait_caused_ms",
     "clock_offset_us",
-    "world_size",
     "rank_from",
     "file",
 ]
@@ -79,10 +78,13 @@ def stragglers(
     if out_json or out_csv:
         emit(res.ranks, out_json, out_csv)
         return
-    click.echo(f"job: {res.job}; time base: {res.time_base}")
+    world = res.ranks["world_size"].drop_nulls()
+    size = f"world size {world[0]}" if world.len() else "world size unknown"
+    click.echo(f"job: {res.job} ({size}); time base: {res.time_base}")
     shown = res.ranks.select(_SHOWN)
     # The file's stem (`worker7_step_12…`), not a path cut from the left.
-    click.echo(render.text_table(shown.with_columns(pl.Series("file", _stems(shown["file"])))))
+    names = pl.Series("name", _stems(shown["file"]))
+    click.echo(render.text_table(shown.drop("file").with_columns(names)))
     click.echo(f"\n{res.verdict}")
     for line in res.causes:
         click.echo(f"  why: {line}")

@@ -25,8 +25,12 @@ Cause rules, each a score (the straggler against the median of the other ranks' 
 * data loader / host: `(own idle - others' idle) / others' gap`;
 * kernel time: `(own compute - others' compute) / others' gap`.
 
-The highest score of at least `MIN_SCORE` names the cause, with numbers; otherwise "unknown",
-saying what was covered.
+An SM clock at least `CLOCK_FIRST` (5 %) below the others' median is named first whatever the
+other scores (a slower GPU is the physical cause; what it costs shows up as kernel time or as
+the others' waiting, split differently by every trace), followed by the largest host or kernel
+difference as "also …" when that scores at least `MIN_SCORE`. Otherwise the highest score of at
+least `MIN_SCORE` (2 %) names the cause, with numbers; else "unknown", saying whether telemetry
+covered the rank.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from . import _intervals as iv
 from .ranks import NCCL_KERNEL, Matched
 
 MIN_SCORE = 0.02
+CLOCK_FIRST = 0.05
 TELEMETRY_PAD_NS = 1_000_000_000
 LOADER = r"DataLoader"
 THROTTLE_BITS: dict[int, str] = {
@@ -200,8 +205,13 @@ def cause_lines(stragglers: list[int], gaps: pl.DataFrame, tel: pl.DataFrame) ->
     """One line per straggler: the largest difference (module doc's rules), or "unknown"."""
     out = {}
     for r in stragglers:
-        cands = [c for c in [_clock(r, tel), *_host(r, gaps)] if c is not None]
-        best = max(cands, default=None, key=lambda c: c[0])
+        clock = _clock(r, tel)
+        host = max(_host(r, gaps), default=None, key=lambda c: c[0])
+        if clock is not None and clock[0] >= CLOCK_FIRST:
+            also = f"; also {host[1]}" if host is not None and host[0] >= MIN_SCORE else ""
+            out[r] = f"rank {r}: {clock[1]}{also}"
+            continue
+        best = max([c for c in (clock, host) if c is not None], default=None, key=lambda c: c[0])
         if best is not None and best[0] >= MIN_SCORE:
             out[r] = f"rank {r}: {best[1]}"
             continue

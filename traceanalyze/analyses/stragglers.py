@@ -12,10 +12,10 @@ at the instances where it came last), `clock_offset_us` and `offset_spread_us` (
 offset estimate and its size).
 
 Verdict: ranks sorted by `arrived_last` (then `wait_caused_ms`). One straggler when the first is
-last in at least half of the instances and at least twice as often as the next; two when neither
-rule holds for one but the first two together are last in at least 75 % of the instances and the
-second is last at least twice as often as the third; otherwise "no clear straggler" (also with
-fewer than 2 instances). Why each straggler is late: `straggler_causes`.
+last in at least half of the instances and at least twice as often as the next; two when that
+fails but, with at least 4 ranks, the first two together are last in at least 75 % of the
+instances and the second is last at least twice as often as the third; otherwise "no clear
+straggler" (also with fewer than 2 instances). Why each straggler is late: `straggler_causes`.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def verdict(table: pl.DataFrame, instances: int) -> tuple[list[int], str]:
     s = [*shares, 0.0, 0.0]
     if s[0] >= CLEAR_PCT and s[0] >= 2 * s[1]:
         chosen = ranks[:1]
-    elif s[0] + s[1] >= PAIR_PCT and s[1] >= 2 * s[2]:
+    elif len(ranks) >= 4 and s[0] + s[1] >= PAIR_PCT and s[1] >= 2 * s[2]:
         chosen = ranks[:2]
     else:
         return [], (
