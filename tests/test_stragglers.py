@@ -286,6 +286,9 @@ def test_rank_table_states_where_each_rank_came_from() -> None:
         ("b", "runs/j1", 4, "distributedInfo"),
         ("c", "x", None, None),
     ]
+    # a job the source states wins over the directory
+    stated = src.with_columns(pl.Series("job", ["run-42", None, None]))
+    assert rank_table(stated)["job"].to_list() == ["run-42", "runs/j1", "x"]
 
 
 def nccl_frames(names_by_rank: dict[int, list[tuple[str, int]]]) -> Tables:

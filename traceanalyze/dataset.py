@@ -330,6 +330,7 @@ class Dataset:
             self.scan_all("sources"),  # sampler logs of the ranks may be other sources
             self.scan("kernels"),
             self.scan("ops"),
+            self.scan("markers"),
             self.scan_all("gpu_samples"),
             job=job,
             align=align,

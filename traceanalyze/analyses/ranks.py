@@ -96,9 +96,19 @@ def rank_table(sources: Frame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema, orient="row")
 
 
+def host_ranges(ops: Frame, markers: Frame) -> pl.DataFrame:
+    """Operators and host-side annotations as one frame: source_id, name, start_ns, end_ns
+    (PyTorch records `gloo:all_reduce` and `enumerate(DataLoader)#…` as user annotations,
+    which the reader keeps in `markers`; older traces have them as operators)."""
+    cols = ["source_id", "name", "start_ns", "end_ns"]
+    mk = _df(markers).filter(pl.col("device_id").is_null()).select(cols)
+    return pl.concat([_df(ops).select(cols), mk])
+
+
 def collectives(kernels: Frame, ops: Frame | None = None) -> pl.DataFrame:
     """Collective events per source: source_id, device_id, stream_id (CPU: -1), op, start_ns,
-    end_ns; kernels where a source has NCCL/RCCL kernels, else its gloo operators."""
+    end_ns; kernels where a source has NCCL/RCCL kernels, else its gloo host ranges (`ops`:
+    `host_ranges(...)` or the ops table)."""
     k = (
         _df(kernels)
         .lazy()

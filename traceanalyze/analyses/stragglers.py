@@ -123,6 +123,7 @@ def stragglers(
     sources: Frame,
     kernels: Frame,
     ops: Frame,
+    markers: Frame,
     gpu_samples: Frame,
     *,
     job: str | None = None,
@@ -131,11 +132,12 @@ def stragglers(
     """The whole analysis over one job's sources (see this module's and `ranks`' docs)."""
     src = _df(sources)
     table = ranks.rank_table(src)
-    events = ranks.collectives(kernels, ops)
+    host = ranks.host_ranges(ops, markers)
+    events = ranks.collectives(kernels, host)
     one, notes = ranks.choose_job(table, events, job)
     ids = one["source_id"].implode()
     kern = _df(kernels).filter(pl.col("source_id").is_in(ids))
-    op = _df(ops).filter(pl.col("source_id").is_in(ids))
+    op = host.filter(pl.col("source_id").is_in(ids))
     origins = ranks.origins_of(src)
     m = ranks.match(one, events.filter(pl.col("source_id").is_in(ids)), origins, align=align)
     arr = arrivals(m.instances)
