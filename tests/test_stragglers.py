@@ -477,3 +477,38 @@ def test_plot_axes_carry_units() -> None:
     fig = ta.plot.stragglers(res)
     labels = [ax.get_ylabel() + ax.get_xlabel() for ax in fig.axes]
     assert any("(ms)" in s for s in labels) and any("%" in s for s in labels)
+
+
+# --- several ranks in one nsys file (torchrun under nsys) --------------------------------------
+
+NSYS_2GPU = (
+    SET.parents[1]
+    / "traces"
+    / "nsys_sqlite"
+    / "nsysai_h100x2_torchrun_train_1window_nsys2026.2.sqlite"
+)
+
+
+def test_one_nsys_file_with_two_ranks_is_split_by_process() -> None:
+    if not NSYS_2GPU.exists():
+        pytest.skip("../shared/traces/nsys_sqlite 2-GPU torchrun trace is absent")
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{NSYS_2GPU}?mode=ro", uri=True)
+    rows = con.execute(
+        "SELECT k.start, k.deviceId, k.globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+        "JOIN StringIds s ON s.id = k.demangledName WHERE s.value LIKE 'ncclDevKernel_SendRecv%' "
+        "ORDER BY k.start"
+    ).fetchall()
+    con.close()
+    by_dev: dict[int, list[int]] = defaultdict(list)
+    for start, dev, _pid in rows:
+        by_dev[dev].append(start)
+    assert sorted(by_dev) == [0, 1] and len(by_dev[0]) == len(by_dev[1])
+    last = Counter(0 if a > b else 1 for a, b in zip(by_dev[0], by_dev[1], strict=True))
+    res = ta.open(NSYS_2GPU).stragglers()
+    got = {r["rank"]: r for r in res.ranks.to_dicts()}
+    assert {r: got[r]["arrived_last"] for r in got} == {0: last[0], 1: last[1]}
+    assert {r: got[r]["rank_from"] for r in got} == {0: "process on GPU 0", 1: "process on GPU 1"}
+    assert got[0]["process_id"] != got[1]["process_id"]
+    assert {got[r]["collectives"] for r in got} == {len(by_dev[0])}

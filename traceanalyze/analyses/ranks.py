@@ -63,7 +63,8 @@ def rank_from_name(path: str | None) -> int | None:
 
 
 def rank_table(sources: Frame) -> pl.DataFrame:
-    """One row per source: source_id, file, job, rank, world_size, rank_from (see module doc)."""
+    """One row per source: source_id, file, job, rank, world_size, rank_from, process_id (null:
+    the whole source is the rank; `rank_split` fills it) (see module doc)."""
     src = _df(sources)
     job_col = src["job"] if "job" in src.columns else pl.Series([None] * src.height)
     rows = []
@@ -83,6 +84,7 @@ def rank_table(sources: Frame) -> pl.DataFrame:
                 "rank": rank,
                 "world_size": world,
                 "rank_from": how,
+                "process_id": None,
             }
         )
     schema = {
@@ -92,6 +94,7 @@ def rank_table(sources: Frame) -> pl.DataFrame:
         "rank": pl.Int64,
         "world_size": pl.Int64,
         "rank_from": pl.String,
+        "process_id": pl.Int64,
     }
     return pl.DataFrame(rows, schema=schema, orient="row")
 
@@ -100,7 +103,7 @@ def host_ranges(ops: Frame, markers: Frame) -> pl.DataFrame:
     """Operators and host-side annotations as one frame: source_id, name, start_ns, end_ns
     (PyTorch records `gloo:all_reduce` and `enumerate(DataLoader)#…` as user annotations,
     which the reader keeps in `markers`; older traces have them as operators)."""
-    cols = ["source_id", "name", "start_ns", "end_ns"]
+    cols = ["source_id", "process_id", "name", "start_ns", "end_ns"]
     mk = _df(markers).filter(pl.col("device_id").is_null()).select(cols)
     return pl.concat([_df(ops).select(cols), mk])
 
@@ -114,7 +117,7 @@ def collectives(kernels: Frame, ops: Frame | None = None) -> pl.DataFrame:
         .lazy()
         .with_columns(pl.col("name").str.extract(NCCL_KERNEL).alias("op"))
         .filter(pl.col("op").is_not_null() & pl.col("start_ns").is_not_null())
-        .select("source_id", "device_id", "stream_id", "op", "start_ns", "end_ns")
+        .select("source_id", "process_id", "device_id", "stream_id", "op", "start_ns", "end_ns")
         .collect()
     )
     if ops is None:
@@ -127,6 +130,7 @@ def collectives(kernels: Frame, ops: Frame | None = None) -> pl.DataFrame:
         .filter(pl.col("op").is_not_null() & pl.col("start_ns").is_not_null())
         .select(
             "source_id",
+            "process_id",
             pl.lit(None, dtype=pl.Int64).alias("device_id"),
             pl.lit(CPU_STREAM, dtype=pl.Int64).alias("stream_id"),
             "op",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..results import Stragglers
-from . import ranks
+from . import rank_split, ranks
 from . import straggler_causes as causes
 from .ranks import Matched
 
@@ -62,7 +62,15 @@ def per_rank(arr: pl.DataFrame, m: Matched) -> pl.DataFrame:
         (pl.col("wait_ns").sum() / 1e6).alias("wait_ms"),
     )
     out = (
-        m.ranks.select("rank", "world_size", "rank_from", "source_id", "file", "job")
+        m.ranks.select(
+            "rank",
+            "world_size",
+            "rank_from",
+            rank_split.real_source(),
+            "process_id",
+            "file",
+            "job",
+        )
         .join(agg, on="rank")
         .join(caused, on="rank", how="left")
         .join(m.offsets, on="rank", how="left")
@@ -80,6 +88,7 @@ def per_rank(arr: pl.DataFrame, m: Matched) -> pl.DataFrame:
         "rank_from",
         "job",
         "source_id",
+        "process_id",
         "file",
     ).sort("rank")
 
@@ -131,20 +140,26 @@ def stragglers(
 ) -> Stragglers:
     """The whole analysis over one job's sources (see this module's and `ranks`' docs)."""
     src = _df(sources)
-    table = ranks.rank_table(src)
     host = ranks.host_ranges(ops, markers)
-    events = ranks.collectives(kernels, host)
+    kern = _df(kernels)
+    events = ranks.collectives(kern, host)
+    split = rank_split.split_processes(
+        ranks.rank_table(src), events.filter(pl.col("stream_id") != ranks.CPU_STREAM)
+    )
+    events, kern, host = (rank_split.by_process(x, split) for x in (events, kern, host))
+    table = split.table
     one, notes = ranks.choose_job(table, events, job)
     ids = one["source_id"].implode()
-    kern = _df(kernels).filter(pl.col("source_id").is_in(ids))
+    kern = kern.filter(pl.col("source_id").is_in(ids))
     op = host.filter(pl.col("source_id").is_in(ids))
-    origins = ranks.origins_of(src)
+    origins = rank_split.origins_split(ranks.origins_of(src), split)
     m = ranks.match(one, events.filter(pl.col("source_id").is_in(ids)), origins, align=align)
     arr = arrivals(m.instances)
     rows = per_rank(arr, m)
     chosen, line = verdict(rows, arr["instance"].n_unique())
     gaps = causes.host_gaps(arr, m, kern, op)
-    tel = causes.telemetry(arr, m, table, _df(gpu_samples), origins)
+    samples = rank_split.by_device(_df(gpu_samples), split)
+    tel = causes.telemetry(arr, m, table, samples, origins)
     why = causes.cause_lines(chosen, gaps, tel)
     rows = rows.with_columns(
         pl.col("rank").is_in(chosen).alias("straggler"),
@@ -152,13 +167,13 @@ def stragglers(
     )
     return Stragglers(
         ranks=rows,
-        instances=arr,
+        instances=arr.with_columns(rank_split.real_source()),
         verdict=line,
         stragglers=tuple(chosen),
         causes=tuple(why[r] for r in chosen),
         time_base=m.time_base,
         job=m.job,
-        notes=tuple(notes) + m.notes,
+        notes=split.notes + tuple(notes) + m.notes,
         host=gaps,
         telemetry=tel,
         kernels=_on_base(kern, m),
