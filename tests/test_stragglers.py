@@ -146,21 +146,22 @@ def test_unknown_epoch_offset_is_estimated_and_applied() -> None:
     assert res.ranks.filter(pl.col("rank") == 7)["arrived_last"][0] == 5
 
 
-def with_telemetry(t: Tables, slow_rank: int) -> Tables:
+def with_telemetry(t: Tables, slow_rank: int, *, host_wide: bool = False) -> Tables:
     """An NVML-style log per rank (`nvml_rank<N>.csv` beside the traces): 1,530 MHz, 250 W,
-    60 °C; the slow rank 1,180 MHz at its 300 W limit, 83 °C, software power cap."""
+    60 °C; the slow rank 1,180 MHz at its 300 W limit, 83 °C, software power cap. `host_wide`:
+    one log (`nvml_node.csv`) with device r for rank r (the DLRM ranks ran on GPU = rank)."""
     lo = int(t.kernels["start_ns"].min()) - 2_000_000_000  # type: ignore[arg-type]
     hi = int(t.kernels["end_ns"].max()) + 2_000_000_000  # type: ignore[arg-type]
     times = list(range(lo, hi, 100_000_000))
     samples, sources = [], []
     for r in range(8):
-        sid = f"nvml{r:012d}"
+        sid = "nvmlnode00000000" if host_wide else f"nvml{r:012d}"
         slow = r == slow_rank
         samples.append(
             pl.DataFrame(
                 {
                     "source_id": sid,
-                    "device_id": 0,
+                    "device_id": r if host_wide else 0,
                     "timestamp_ns": times,
                     "sm_clock_mhz": 1180.0 if slow else 1530.0,
                     "power_w": 300.0 if slow else 250.0,
@@ -170,9 +171,9 @@ def with_telemetry(t: Tables, slow_rank: int) -> Tables:
                 }
             )
         )
-        sources.append(
-            {"source_id": sid, "path": str(SET / f"nvml_rank{r}.csv"), "time_origin_epoch_ns": 0}
-        )
+        name = "nvml_node.csv" if host_wide else f"nvml_rank{r}.csv"
+        if not (host_wide and r):
+            sources.append({"source_id": sid, "path": str(SET / name), "time_origin_epoch_ns": 0})
     extra = Tables.build(sources=pl.DataFrame(sources), gpu_samples=pl.concat(samples))
     return Tables.concat([t, extra])
 
@@ -187,6 +188,20 @@ def test_lowered_clock_is_named_as_the_cause() -> None:
     assert "software power cap" in line
     tel = dict(res.telemetry.select("rank", "sample_count").iter_rows())
     assert all(n > 0 for n in tel.values())
+
+
+def test_host_wide_sampler_log_is_taken_by_each_rank_gpu() -> None:
+    t = dlrm_tables()
+    devs = t.kernels.filter(pl.col("name").str.starts_with("ncclKernel_")).join(
+        t.sources.select("source_id", "rank"), on="source_id"
+    )
+    assert devs.group_by("rank").agg(pl.col("device_id").unique()).sort("rank")[
+        "device_id"
+    ].to_list() == [[r] for r in range(8)]
+    res = Dataset.from_tables(with_telemetry(t, 7, host_wide=True)).stragglers()
+    (line,) = res.causes
+    assert line.startswith("rank 7: SM clock 1,180 vs 1,530 MHz median of the others")
+    assert set(res.telemetry["samples_from"]) == {str(SET / "nvml_node.csv")}
 
 
 def test_without_telemetry_the_cause_is_not_a_clock() -> None:

@@ -194,7 +194,10 @@ def choose_job(
     if dup.height:
         r = dup["rank"][0]
         files = ", ".join(dup.filter(pl.col("rank") == r)["file"])
-        raise UsageProblem(f"rank {r} appears more than once: {files}")
+        raise UsageProblem(
+            f"rank {r} appears more than once: {files} (two runs in one directory? give each "
+            "run its own directory, or pass one run's files)"
+        )
     return one.sort("rank"), notes
 
 

@@ -93,6 +93,25 @@ def host_gaps(
     )
 
 
+def _sample_sources(
+    rank: int, sid: str, same_job: pl.DataFrame, samples: pl.DataFrame
+) -> list[str]:
+    """Where a rank's telemetry comes from: its own source; else the job's sources with the
+    same rank (`nvml_rank3.csv`); else the job's one sampler log without a rank (a host-wide
+    log such as `collect`'s `nvml_<host>.csv`, taken by the rank's GPU)."""
+    with_samples = set(samples["source_id"].unique().to_list())
+    if sid in with_samples:
+        return [sid]
+    same = same_job.filter((pl.col("rank") == rank) & (pl.col("source_id") != sid))
+    found = [s for s in same["source_id"].to_list() if s in with_samples]
+    if found:
+        return found
+    rankless = [
+        s for s in same_job.filter(pl.col("rank").is_null())["source_id"] if s in with_samples
+    ]
+    return rankless if len(rankless) == 1 else []
+
+
 def telemetry(
     arr: pl.DataFrame,
     m: Matched,
@@ -100,36 +119,34 @@ def telemetry(
     samples: pl.DataFrame,
     origins: dict[str, int | None],
 ) -> pl.DataFrame:
-    """Per rank: sm_clock_mhz, power_w, power_limit_w, temperature_c medians, throttle bits
-    and the number of samples (module doc)."""
+    """Per rank: sm_clock_mhz, power_w, power_limit_w, temperature_c medians, throttle bits,
+    the number of samples and `samples_from` (the file; module doc)."""
     rows = []
     same_job = rank_table.filter(pl.col("job") == m.job)
+    files = dict(rank_table.select("source_id", "file").iter_rows())
     for rank, sid in m.ranks.select("rank", "source_id").rows():
         mine = arr.filter(pl.col("rank") == rank)
         lo = int(mine["arrival_ns"].min()) - TELEMETRY_PAD_NS  # type: ignore[arg-type]
         hi = int(mine["end_ns"].max()) + TELEMETRY_PAD_NS  # type: ignore[arg-type]
-        own = samples.filter(pl.col("source_id") == sid)
-        shift = m.shifts[int(rank)]
-        if own.height == 0:
-            others = same_job.filter((pl.col("rank") == rank) & (pl.col("source_id") != sid))
-            own = samples.filter(pl.col("source_id").is_in(others["source_id"].implode()))
-            own = own.filter(
-                pl.col("source_id").replace_strict(origins, default=None).is_not_null()
-            )
-            trace_origin = origins.get(sid)
-            if trace_origin is None or own.height == 0:
-                rows.append(_telemetry_row(rank, own.clear()))
-                continue
-            own = own.with_columns(
-                pl.col("timestamp_ns")
-                + pl.col("source_id").replace_strict(origins, return_dtype=pl.Int64)
-                - trace_origin
-            )
+        srcs = _sample_sources(int(rank), sid, same_job, samples)
+        own = samples.filter(pl.col("source_id").is_in(srcs))
+        if srcs and srcs != [sid]:
+            # another file: through both files' epoch origins, or not at all
+            if origins.get(sid) is None or any(origins.get(s) is None for s in srcs):
+                srcs, own = [], own.clear()
+            else:
+                own = own.with_columns(
+                    pl.col("timestamp_ns")
+                    + pl.col("source_id").replace_strict(origins, return_dtype=pl.Int64)
+                    - origins[sid]
+                )
         devs = mine["device_id"].drop_nulls().unique()
-        if own["device_id"].n_unique() > 1 and devs.len() == 1:
-            own = own.filter(pl.col("device_id") == devs[0])
-        t = pl.col("timestamp_ns") + shift
-        rows.append(_telemetry_row(rank, own.filter(t.is_between(lo, hi))))
+        if own["device_id"].n_unique() > 1:  # several GPUs: the rank's, or none
+            own = own.filter(pl.col("device_id") == devs[0]) if devs.len() == 1 else own.clear()
+        t = pl.col("timestamp_ns") + m.shifts[int(rank)]
+        row = _telemetry_row(rank, own.filter(t.is_between(lo, hi)))
+        row["samples_from"] = ", ".join(files.get(s, s) for s in srcs) or None
+        rows.append(row)
     return pl.DataFrame(rows, orient="row") if rows else pl.DataFrame()
 
 
