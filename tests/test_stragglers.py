@@ -527,3 +527,15 @@ def test_one_nsys_file_with_two_ranks_is_split_by_process() -> None:
     assert {r: got[r]["rank_from"] for r in got} == {0: "process on GPU 0", 1: "process on GPU 1"}
     assert got[0]["process_id"] != got[1]["process_id"]
     assert {got[r]["collectives"] for r in got} == {len(by_dev[0])}
+
+
+def test_covered_length_before_each_time() -> None:
+    import numpy as np
+
+    from traceanalyze.analyses import _intervals as iv
+    from traceanalyze.analyses.straggler_causes import _covered
+
+    a = iv.as_set([10, 15, 40], [20, 30, 50])  # -> [10, 30), [40, 50)
+    t = np.array([0, 10, 12, 30, 35, 45, 60], dtype=np.int64)
+    assert _covered(a, t).tolist() == [0, 0, 2, 20, 20, 25, 30]
+    assert _covered(iv.EMPTY, t).tolist() == [0] * 7
