@@ -539,3 +539,42 @@ def test_covered_length_before_each_time() -> None:
     t = np.array([0, 10, 12, 30, 35, 45, 60], dtype=np.int64)
     assert _covered(a, t).tolist() == [0, 0, 2, 20, 20, 25, 30]
     assert _covered(iv.EMPTY, t).tolist() == [0] * 7
+
+
+def test_timeline_over_several_ranks_draws_one_lane_and_process_per_rank(tmp_path: Path) -> None:
+    files = [str(f) for f in dlrm_files()]
+    png, trace = tmp_path / "t.png", tmp_path / "t.json"
+    r = CliRunner().invoke(main, ["timeline", *files, "-o", str(png), "--perfetto", str(trace)])
+    assert r.exit_code == 0, r.output
+    assert png.stat().st_size > 0
+    ev = json.loads(trace.read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in ev if e.get("name") == "process_name"}
+    assert sorted(names) == list(range(8))
+    assert all(names[r].startswith(f"rank {r} · ") for r in names)
+    # every kernel of every rank is exported, on that rank's process
+    raw = 0
+    for f in dlrm_files():
+        with gzip.open(f, "rt") as fh:
+            raw += sum(e.get("cat") == "kernel" for e in json.load(fh)["traceEvents"])
+    assert sum(e.get("cat") == "kernel" for e in ev) == raw
+    r = CliRunner().invoke(main, ["timeline", *files, "-o", str(png), "--iteration", "10"])
+    assert r.exit_code == 2 and "take one source" in r.output
+
+
+def test_a_trace_without_collectives_is_said_not_a_rank() -> None:
+    resnet = SET.parents[1] / "traces" / "kineto_json"
+    resnet = resnet / "hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz"
+    if not resnet.exists():
+        pytest.skip("../shared/traces/kineto_json ResNet-50 trace is absent")
+    res = ta.open(*dlrm_files(), resnet).stragglers(job=str(SET))
+    assert f"{resnet}: kernels but no collectives; not a rank here" in res.notes
+    assert res.stragglers == (7,)
+
+
+def test_cli_json_equals_the_library() -> None:
+    from traceanalyze import render
+
+    files = [str(f) for f in dlrm_files()]
+    r = CliRunner().invoke(main, ["stragglers", *files, "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output) == json.loads(render.to_json(ta.open(*files).stragglers().ranks))

@@ -92,6 +92,33 @@ def stragglers(
         click.echo(f"note: {note}")
 
 
+def ranks_timeline(
+    ds: Dataset, output: Path | None, perfetto: Path | None, max_bars: int, windowed: bool
+) -> bool:
+    """`timeline` over several sources: when they are ranks of one job (collectives on at
+    least two ranks), draw them on one time base and return True; otherwise False, and the
+    one-source timeline says what it needs."""
+    from . import plot as plots
+    from .errors import NotAnswerable
+
+    try:
+        res = ds.stragglers()
+    except NotAnswerable:
+        return False
+    if windowed:
+        raise click.UsageError(
+            "with several ranks the timeline spans their matched collectives; --start, --end, "
+            "--iteration and --samples-from take one source (--source ID)"
+        )
+    if perfetto is not None:
+        res.to_perfetto(perfetto)
+        wrote(perfetto)
+    if output is not None:
+        plots.ranks_timeline(res, output, max_bars=max_bars)
+        wrote(output)
+    return True
+
+
 def _stems(files: pl.Series) -> list[str]:
     from .analyses.naming import short_name
 

@@ -81,4 +81,18 @@ def stragglers(result: Stragglers, path: str | os.PathLike[str] | None = None) -
     return fig
 
 
-__all__ = ["timeline", "coreutil", "variability", "stragglers", "save"]
+def ranks_timeline(
+    result: Stragglers, path: str | os.PathLike[str] | None = None, max_bars: int = 1500
+) -> Figure:
+    """One lane per rank on the common time base: kernels, matched collectives by operation,
+    each instance joined across ranks at the arrivals."""
+    from .plots.stragglers import ranks_timeline_figure
+
+    title = f"{result.job}: {result.ranks.height} ranks; {result.time_base}"
+    fig = ranks_timeline_figure(result.instances, result.kernels, title, max_bars)
+    if path is not None:
+        save(fig, path)
+    return fig
+
+
+__all__ = ["timeline", "coreutil", "variability", "stragglers", "ranks_timeline", "save"]

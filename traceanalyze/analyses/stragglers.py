@@ -149,6 +149,8 @@ def stragglers(
     events, kern, host = (rank_split.by_process(x, split) for x in (events, kern, host))
     table = split.table
     one, notes = ranks.choose_job(table, events, job)
+    idle = set(kern["source_id"].unique().to_list()) - set(events["source_id"].unique().to_list())
+    notes += [f"{f}: kernels but no collectives; not a rank here" for f in _files(table, idle)]
     ids = one["source_id"].implode()
     kern = kern.filter(pl.col("source_id").is_in(ids))
     op = host.filter(pl.col("source_id").is_in(ids))
@@ -190,6 +192,10 @@ def _on_base(kern: pl.DataFrame, m: Matched) -> pl.DataFrame:
     return k.select(
         "rank", "stream_id", "name", pl.col("start_ns") + shift, pl.col("end_ns") + shift
     ).sort("rank", "start_ns")
+
+
+def _files(table: pl.DataFrame, ids: set[str]) -> list[str]:
+    return sorted(table.filter(pl.col("source_id").is_in(list(ids)))["file"].to_list())
 
 
 def _df(x: Frame) -> pl.DataFrame:
