@@ -578,3 +578,22 @@ def test_cli_json_equals_the_library() -> None:
     r = CliRunner().invoke(main, ["stragglers", *files, "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output) == json.loads(render.to_json(ta.open(*files).stragglers().ranks))
+
+
+def test_a_clock_offset_on_epoch_time_is_reported_and_applied_only_when_asked() -> None:
+    """Rank 3's epoch clock 5 ms ahead: reported with a note, applied with align=True."""
+    t = dlrm_tables()
+    sid = source_of(t, 3)
+    shift = pl.when(pl.col("source_id") == sid).then(5_000_000).otherwise(0)
+    t = replace(
+        t, kernels=t.kernels.with_columns(pl.col("start_ns") + shift, pl.col("end_ns") + shift)
+    )
+    ds = Dataset.from_tables(t)
+    res = ds.stragglers()
+    assert res.time_base.startswith("epoch") and "not applied" in res.time_base
+    assert any(re.search(r"clocks up to 5,00\d\.\d µs apart", n) for n in res.notes)
+    assert res.stragglers == (3,)  # 5 ms "late" everywhere on its own clock
+    aligned = ds.stragglers(align=True)
+    assert aligned.time_base.startswith("collective ends")
+    assert aligned.stragglers == (7,)
+    assert aligned.ranks.filter(pl.col("rank") == 7)["arrived_last"][0] == 5
