@@ -591,7 +591,9 @@ def test_a_clock_offset_on_epoch_time_is_reported_and_applied_only_when_asked() 
     ds = Dataset.from_tables(t)
     res = ds.stragglers()
     assert res.time_base.startswith("epoch") and "not applied" in res.time_base
-    assert any(re.search(r"clocks up to 5,00\d\.\d µs apart", n) for n in res.notes)
+    assert any(re.search(r"clocks up to (5,00|4,99)\d\.\d µs apart", n) for n in res.notes), (
+        res.notes
+    )
     assert res.stragglers == (3,)  # 5 ms "late" everywhere on its own clock
     aligned = ds.stragglers(align=True)
     assert aligned.time_base.startswith("collective ends")
