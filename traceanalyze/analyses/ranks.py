@@ -306,11 +306,29 @@ def match(
         pl.col("instance").cast(pl.Int64)
     )
     offsets = _offsets(inst)
-    apply = align if align is not None else not epoch
     shifts = {
         int(r): ((origins[str(s)] or 0) if epoch else 0)
         for r, s in ranks.select("rank", "source_id").rows()
     }
+    apply = align if align is not None else not epoch
+    inst, base = _on_one_base(inst, offsets, shifts, apply=apply, epoch=epoch, notes=notes)
+    inst = inst.select(
+        "instance", "stream", "op", "order", "rank", "source_id", "device_id", "start_ns", "end_ns"
+    ).sort("instance", "rank")
+    return Matched(inst, ranks.sort("rank"), offsets, base, job, tuple(notes), shifts)
+
+
+def _on_one_base(
+    inst: pl.DataFrame,
+    offsets: pl.DataFrame,
+    shifts: dict[int, int],
+    *,
+    apply: bool,
+    epoch: bool,
+    notes: list[str],
+) -> tuple[pl.DataFrame, str]:
+    """Apply the estimated offsets (to `inst` and `shifts`, in place) or note a large one;
+    the time base's description."""
     if apply:
         for r, o in offsets.select("rank", "clock_offset_ns").rows():
             shifts[int(r)] -= int(o)
@@ -323,21 +341,15 @@ def match(
             .drop("clock_offset_ns")
         )
         base = "collective ends (estimated clock offsets applied)"
-        if not epoch:
-            base += "; some rank's trace gives no epoch time"
-    else:
-        base = "epoch" if epoch else "each trace's own clock (some rank's gives no epoch time)"
-        base += " (offsets estimated from collective ends reported, not applied)"
-        worst = int(offsets["clock_offset_ns"].abs().max() or 0)  # type: ignore[arg-type]
-        if worst > BIG_OFFSET_NS:
-            notes.append(
-                f"collective ends put the ranks' clocks up to {worst / 1e3:,.1f} µs apart "
-                "(clock_offset_us); --align / align=True applies the estimate"
-            )
-    inst = inst.select(
-        "instance", "stream", "op", "order", "rank", "source_id", "device_id", "start_ns", "end_ns"
-    ).sort("instance", "rank")
-    return Matched(inst, ranks.sort("rank"), offsets, base, job, tuple(notes), shifts)
+        return inst, base + ("" if epoch else "; some rank's trace gives no epoch time")
+    base = "epoch" if epoch else "each trace's own clock (some rank's gives no epoch time)"
+    worst = int(offsets["clock_offset_ns"].abs().max() or 0)  # type: ignore[arg-type]
+    if worst > BIG_OFFSET_NS:
+        notes.append(
+            f"collective ends put the ranks' clocks up to {worst / 1e3:,.1f} µs apart "
+            "(clock_offset_us); --align / align=True applies the estimate"
+        )
+    return inst, base + " (offsets estimated from collective ends reported, not applied)"
 
 
 def origins_of(sources: Frame, ids: Sequence[str] | None = None) -> dict[str, int | None]:

@@ -38,6 +38,25 @@ def chrome_trace_ranks(
         ((pl.col("end_ns") - pl.col("arrival_ns")) / 1000.0).alias("dur"),
         pl.struct("instance", (pl.col("wait_ns") / 1000.0).alias("wait_us"), "last").alias("args"),
     )
+    starts, ends = _flows(instances, origin)
+    kern = kernels.filter(pl.col("end_ns").is_not_null()).select(
+        pl.lit("X").alias("ph"),
+        pl.lit("kernel").alias("cat"),
+        "name",
+        pl.col("rank").alias("pid"),
+        (pl.col("stream_id").fill_null(-2) + 1).alias("tid"),
+        ((pl.col("start_ns") - origin) / 1000.0).alias("ts"),
+        ((pl.col("end_ns") - pl.col("start_ns")) / 1000.0).alias("dur"),
+    )
+    meta = _metadata(files, kernels)
+    parts = [",\n".join(json.dumps(m) for m in meta)]
+    parts += [_ndjson(df) for df in (slices, starts, ends, kern)]
+    body = ",\n".join(p for p in parts if p)
+    return '{"displayTimeUnit": "ns", "traceEvents": [\n' + body + "\n]}\n"
+
+
+def _flows(instances: pl.DataFrame, origin: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Flow starts at the last arriver's slice, ends at each other rank's (module doc)."""
     last = instances.filter(pl.col("last")).select(
         "instance", pl.col("rank").alias("_from"), pl.col("arrival_ns").alias("_t0")
     )
@@ -61,16 +80,12 @@ def chrome_trace_ranks(
         pl.lit(COLLECTIVE_TID).alias("tid"),
         ((pl.col("arrival_ns") - origin) / 1000.0).alias("ts"),
     )
-    kern = kernels.filter(pl.col("end_ns").is_not_null()).select(
-        pl.lit("X").alias("ph"),
-        pl.lit("kernel").alias("cat"),
-        "name",
-        pl.col("rank").alias("pid"),
-        (pl.col("stream_id").fill_null(-1) + 1).alias("tid"),
-        ((pl.col("start_ns") - origin) / 1000.0).alias("ts"),
-        ((pl.col("end_ns") - pl.col("start_ns")) / 1000.0).alias("dur"),
-    )
-    meta = []
+    return starts, ends
+
+
+def _metadata(files: dict[int, str], kernels: pl.DataFrame) -> list[dict[str, object]]:
+    """Process names (rank and file), sort order, and thread names."""
+    meta: list[dict[str, object]] = []
     for r, f in sorted(files.items()):
         meta.append(
             {"ph": "M", "name": "process_name", "pid": r, "args": {"name": f"rank {r} · {f}"}}
@@ -92,14 +107,11 @@ def chrome_trace_ranks(
                 "ph": "M",
                 "name": "thread_name",
                 "pid": r,
-                "tid": (s if s is not None else -1) + 1,
+                "tid": (s if s is not None else -2) + 1,
                 "args": {"name": name},
             }
         )
-    parts = [",\n".join(json.dumps(m) for m in meta)]
-    parts += [_ndjson(df) for df in (slices, starts, ends, kern)]
-    body = ",\n".join(p for p in parts if p)
-    return '{"displayTimeUnit": "ns", "traceEvents": [\n' + body + "\n]}\n"
+    return meta
 
 
 def write_chrome_trace_ranks(
