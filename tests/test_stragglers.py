@@ -599,3 +599,38 @@ def test_a_clock_offset_on_epoch_time_is_reported_and_applied_only_when_asked() 
     assert aligned.time_base.startswith("collective ends")
     assert aligned.stragglers == (7,)
     assert aligned.ranks.filter(pl.col("rank") == 7)["arrived_last"][0] == 5
+
+
+def test_nvidia_smi_logs_beside_the_traces_name_the_cause(tmp_path: Path) -> None:
+    """Real nvidia-smi CSV logs (`--query-gpu=timestamp,index,clocks.sm,power.draw,power.limit,
+    temperature.gpu,clocks_event_reasons.active --format=csv`), one per rank, in the job's
+    directory (the traces linked there): rank 7's GPU at 1,245 MHz and its power cap."""
+    import datetime as dt
+
+    for f in dlrm_files():
+        (tmp_path / f.name).symlink_to(f)
+    t0 = 1694128199.0  # 2 s before the step (epoch s), 40 samples at 100 ms
+    head = "timestamp, index, clocks.sm [MHz], power.draw [W], power.limit [W], "
+    head += "temperature.gpu, clocks_event_reasons.active"
+    parts = [ta.read(tmp_path / f.name) for f in dlrm_files()]
+    for r in range(8):
+        slow = r == 7
+        lines = [head]
+        for i in range(40):
+            stamp = dt.datetime.fromtimestamp(t0 + i / 10, dt.timezone.utc)
+            lines.append(
+                f"{stamp.strftime('%Y/%m/%d %H:%M:%S.%f')[:-3]}, {r}, "
+                f"{1245 if slow else 1530} MHz, {300 if slow else 210}.00 W, 300.00 W, "
+                f"{71 if slow else 68}, 0x{4 if slow else 0:016x}"
+            )
+        log = tmp_path / f"nvidia_smi_rank{r}.csv"
+        log.write_text("\n".join(lines) + "\n")
+        parts.append(ta.read(log, tz="UTC"))
+    res = Dataset.from_tables(Tables.concat(parts)).stragglers()
+    assert res.stragglers == (7,)
+    (line,) = res.causes
+    assert line.startswith("rank 7: SM clock 1,245 vs 1,530 MHz median of the others")
+    assert "power at its 300 W limit (300 W)" in line and "software power cap" in line
+    assert "temperature" not in line  # 71 vs 68 °C: under the 5 °C rule
+    tel = dict(res.telemetry.select("rank", "samples_from").iter_rows())
+    assert tel[3] == str(tmp_path / "nvidia_smi_rank3.csv")
