@@ -634,3 +634,14 @@ def test_nvidia_smi_logs_beside_the_traces_name_the_cause(tmp_path: Path) -> Non
     assert "temperature" not in line  # 71 vs 68 °C: under the 5 °C rule
     tel = dict(res.telemetry.select("rank", "samples_from").iter_rows())
     assert tel[3] == str(tmp_path / "nvidia_smi_rank3.csv")
+
+
+def test_ranks_whose_collectives_do_not_overlap_are_from_different_jobs() -> None:
+    t = dlrm_tables()
+    sid = source_of(t, 4)
+    later = pl.when(pl.col("source_id") == sid).then(3_600_000_000_000).otherwise(0)  # +1 h
+    t = replace(
+        t, kernels=t.kernels.with_columns(pl.col("start_ns") + later, pl.col("end_ns") + later)
+    )
+    with pytest.raises(UsageProblem, match=r"ranks from different jobs \(or steps\): rank 4 "):
+        Dataset.from_tables(t).stragglers()

@@ -294,6 +294,8 @@ def match(
     if epoch:
         shift = pl.col("source_id").replace_strict(origins, return_dtype=pl.Int64)
         ev = ev.with_columns(pl.col("start_ns") + shift, pl.col("end_ns") + shift)
+    if epoch:
+        _check_overlap(ev, ranks)
     ev, dropped = _drop_unmatched(_numbered(ev), have)
     notes += dropped
     if ev.height == 0:
@@ -316,6 +318,22 @@ def match(
         "instance", "stream", "op", "order", "rank", "source_id", "device_id", "start_ns", "end_ns"
     ).sort("instance", "rank")
     return Matched(inst, ranks.sort("rank"), offsets, base, job, tuple(notes), shifts)
+
+
+def _check_overlap(ev: pl.DataFrame, ranks: pl.DataFrame) -> None:
+    """On epoch time the ranks of one job run their collectives at the same time: a rank whose
+    collectives all end before another's begin is from another job (or another step)."""
+    span = ev.group_by("rank").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+    late = span.sort("start_ns").row(-1, named=True)
+    early = span.sort("end_ns").row(0, named=True)
+    if late["start_ns"] > early["end_ns"]:
+        files = dict(ranks.select("rank", "file").iter_rows())
+        gap = (late["start_ns"] - early["end_ns"]) / 1e9
+        raise UsageProblem(
+            f"ranks from different jobs (or steps): rank {late['rank']} ({files[late['rank']]}) "
+            f"starts its collectives {gap:,.3f} s after rank {early['rank']} "
+            f"({files[early['rank']]}) ended its own"
+        )
 
 
 def _on_one_base(
