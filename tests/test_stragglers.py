@@ -645,3 +645,25 @@ def test_ranks_whose_collectives_do_not_overlap_are_from_different_jobs() -> Non
     )
     with pytest.raises(UsageProblem, match=r"ranks from different jobs \(or steps\): rank 4 "):
         Dataset.from_tables(t).stragglers()
+
+
+@pytest.mark.parametrize(
+    ("name", "op"),
+    [
+        (
+            "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+            "AllReduce",
+        ),
+        ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "AllGather"),
+        ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "SendRecv"),
+        ("void ncclKernel_ReduceScatter_RING_SIMPLE_Sum_half(ncclWorkElem)", "ReduceScatter"),
+        ("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)", "Generic"),  # RCCL
+        ("volta_sgemm_128x64_nn", None),
+        ("my_ncclKernel_AllReduce", None),
+    ],
+)
+def test_collective_kernel_names(name: str, op: str | None) -> None:
+    from traceanalyze.analyses.ranks import NCCL_KERNEL
+
+    got = pl.DataFrame({"n": [name]}).select(pl.col("n").str.extract(NCCL_KERNEL))["n"][0]
+    assert got == op
