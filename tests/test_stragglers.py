@@ -667,3 +667,22 @@ def test_collective_kernel_names(name: str, op: str | None) -> None:
 
     got = pl.DataFrame({"n": [name]}).select(pl.col("n").str.extract(NCCL_KERNEL))["n"][0]
     assert got == op
+
+
+def test_two_jobs_in_one_store_stay_apart(tmp_path: Path) -> None:
+    if not NSYS_2GPU.exists():
+        pytest.skip("../shared/traces/nsys_sqlite 2-GPU torchrun trace is absent")
+    st = tmp_path / "store"
+    ta.ingest([*dlrm_files(), NSYS_2GPU], st)
+    ds = ta.open(store=st)
+    with pytest.raises(UsageProblem, match="ranks of several jobs; choose one") as e:
+        ds.stragglers()
+    assert str(SET) in str(e.value) and str(NSYS_2GPU) in str(e.value)
+    dlrm = ds.stragglers(job=str(SET))
+    files = ta.open(*dlrm_files()).stragglers()
+    assert dlrm.ranks.drop("source_id").equals(files.ranks.drop("source_id"))
+    assert dlrm.verdict == files.verdict
+    nsys = ds.stragglers(job=str(NSYS_2GPU))
+    assert nsys.ranks["rank_from"].to_list() == ["process on GPU 0", "process on GPU 1"]
+    r = CliRunner().invoke(main, ["stragglers", "--store", str(st), "--job", str(SET), "--json"])
+    assert r.exit_code == 0 and len(json.loads(r.output)) == 8
