@@ -57,6 +57,10 @@ def _df(x: Frame) -> pl.DataFrame:
     return x.collect() if isinstance(x, pl.LazyFrame) else x
 
 
+def lazy(x: Frame) -> pl.LazyFrame:
+    return x.lazy() if isinstance(x, pl.DataFrame) else x
+
+
 def rank_from_name(path: str | None) -> int | None:
     """The rank in a file name (`rank3`, `worker_3`), or None."""
     if not path:
@@ -102,13 +106,13 @@ def rank_table(sources: Frame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema, orient="row")
 
 
-def host_ranges(ops: Frame, markers: Frame) -> pl.DataFrame:
+def host_ranges(ops: Frame, markers: Frame) -> pl.LazyFrame:
     """Operators and host-side annotations as one frame: source_id, name, start_ns, end_ns
     (PyTorch records `gloo:all_reduce` and `enumerate(DataLoader)#…` as user annotations,
     which the reader keeps in `markers`; older traces have them as operators)."""
     cols = ["source_id", "process_id", "name", "start_ns", "end_ns"]
-    mk = _df(markers).filter(pl.col("device_id").is_null()).select(cols)
-    return pl.concat([_df(ops).select(cols), mk])
+    mk = lazy(markers).filter(pl.col("device_id").is_null()).select(cols)
+    return pl.concat([lazy(ops).select(cols), mk])
 
 
 def collectives(kernels: Frame, ops: Frame | None = None) -> pl.DataFrame:
@@ -116,8 +120,7 @@ def collectives(kernels: Frame, ops: Frame | None = None) -> pl.DataFrame:
     end_ns; kernels where a source has NCCL/RCCL kernels, else its gloo host ranges (`ops`:
     `host_ranges(...)` or the ops table)."""
     k = (
-        _df(kernels)
-        .lazy()
+        lazy(kernels)
         .with_columns(pl.col("name").str.extract(NCCL_KERNEL).alias("op"))
         .filter(pl.col("op").is_not_null() & pl.col("start_ns").is_not_null())
         .select("source_id", "process_id", "device_id", "stream_id", "op", "start_ns", "end_ns")
@@ -126,8 +129,7 @@ def collectives(kernels: Frame, ops: Frame | None = None) -> pl.DataFrame:
     if ops is None:
         return k
     c = (
-        _df(ops)
-        .lazy()
+        lazy(ops)
         .filter(~pl.col("source_id").is_in(k["source_id"].unique().implode()))
         .with_columns(pl.col("name").str.extract(CPU_COLLECTIVE).alias("op"))
         .filter(pl.col("op").is_not_null() & pl.col("start_ns").is_not_null())

@@ -140,27 +140,26 @@ def stragglers(
 ) -> Stragglers:
     """The whole analysis over one job's sources (see this module's and `ranks`' docs)."""
     src = _df(sources)
-    host = ranks.host_ranges(ops, markers)
-    kern = _df(kernels)
-    events = ranks.collectives(kern, host)
+    host_lf = ranks.host_ranges(ops, markers)
+    kern_lf = ranks.lazy(kernels)
+    events = ranks.collectives(kern_lf, host_lf)  # collected: collectives only
     split = rank_split.split_processes(
         ranks.rank_table(src), events.filter(pl.col("stream_id") != ranks.CPU_STREAM)
     )
-    events, kern, host = (rank_split.by_process(x, split) for x in (events, kern, host))
+    events = rank_split.by_process(events, split)
     table = split.table
     one, notes = ranks.choose_job(table, events, job)
-    idle = set(kern["source_id"].unique().to_list()) - set(events["source_id"].unique().to_list())
-    notes += [f"{f}: kernels but no collectives; not a rank here" for f in _files(table, idle)]
+    notes += _without_collectives(kern_lf, events, table)
+    # Only now the job's own rows, whole (a store may hold many jobs).
     ids = one["source_id"].implode()
-    kern = kern.filter(pl.col("source_id").is_in(ids))
-    op = host.filter(pl.col("source_id").is_in(ids))
+    kern, op = (_job_rows(lf, one, split) for lf in (kern_lf, host_lf))
     origins = rank_split.origins_split(ranks.origins_of(src), split)
     m = ranks.match(one, events.filter(pl.col("source_id").is_in(ids)), origins, align=align)
     arr = arrivals(m.instances)
     rows = per_rank(arr, m)
     chosen, line = verdict(rows, arr["instance"].n_unique())
     gaps = causes.host_gaps(arr, m, kern, op)
-    samples = rank_split.by_device(_df(gpu_samples), split)
+    samples = _job_samples(gpu_samples, table, m.job, split)
     tel = causes.telemetry(arr, m, table, samples, origins)
     why = causes.cause_lines(chosen, gaps, tel)
     rows = rows.with_columns(
@@ -180,6 +179,30 @@ def stragglers(
         telemetry=tel,
         kernels=_on_base(kern, m),
     )
+
+
+def _without_collectives(
+    kernels: pl.LazyFrame, events: pl.DataFrame, table: pl.DataFrame
+) -> list[str]:
+    with_kernels = set(kernels.select("source_id").unique().collect()["source_id"].to_list())
+    idle = with_kernels - set(events.select(rank_split.real_source())["source_id"].to_list())
+    return [f"{f}: kernels but no collectives; not a rank here" for f in _files(table, idle)]
+
+
+def _job_rows(lf: pl.LazyFrame, one: pl.DataFrame, split: rank_split.Split) -> pl.DataFrame:
+    """`lf`'s rows of the ranks in `one` (split sources by process), collected."""
+    real = one.select(rank_split.real_source())["source_id"].unique().implode()
+    df = rank_split.by_process(lf.filter(pl.col("source_id").is_in(real)).collect(), split)
+    return df.filter(pl.col("source_id").is_in(one["source_id"].implode()))
+
+
+def _job_samples(
+    gpu_samples: Frame, table: pl.DataFrame, job: str, split: rank_split.Split
+) -> pl.DataFrame:
+    """The telemetry of the job's sources (ranks and sampler logs), split sources by GPU."""
+    in_job = table.filter(pl.col("job") == job).select(rank_split.real_source())
+    lf = ranks.lazy(gpu_samples).filter(pl.col("source_id").is_in(in_job["source_id"].implode()))
+    return rank_split.by_device(lf.collect(), split)
 
 
 def _on_base(kern: pl.DataFrame, m: Matched) -> pl.DataFrame:
