@@ -63,8 +63,10 @@ def stragglers(
     clear straggler") and, per straggler, one line naming the largest difference from the
     other ranks: SM clock, power, temperature, throttle reasons (where telemetry covers the
     rank), GPU idle or data-loader time before its collectives, or kernel time. Rank: the
-    trace's distributedInfo, else rank<N>/worker<N> in the file name. --json/--csv: the per-rank
-    rows (with straggler and cause). Rules: docs/stragglers.md.
+    trace's distributedInfo, else rank<N>/worker<N> in the file name, else (one nsys/nvprof
+    file of several processes) one rank per process in GPU order. Job: the file's directory
+    (--job picks one). --json/--csv: the per-rank rows (with straggler and cause). Rules:
+    docs/stragglers.md.
     """
     res = ds.stragglers(job=job, align=align)
     if plot is not None:
