@@ -686,3 +686,54 @@ def test_two_jobs_in_one_store_stay_apart(tmp_path: Path) -> None:
     assert nsys.ranks["rank_from"].to_list() == ["process on GPU 0", "process on GPU 1"]
     r = CliRunner().invoke(main, ["stragglers", "--store", str(st), "--job", str(SET), "--json"])
     assert r.exit_code == 0 and len(json.loads(r.output)) == 8
+
+
+def test_gaps_before_collectives_split_into_kernels_launch_gaps_and_nothing_queued() -> None:
+    """Hand-made 2-rank job (µs): each rank runs AllReduce #0, a compute kernel, AllReduce #1.
+    Rank 0: AllReduce 0-10, compute 20-30 launched at 12, AllReduce 40-50 launched at 35; the
+    gap 10-40 holds 10 µs of kernels, 20 idle, of which 8 (12-20) + 5 (35-40) launched."""
+    ar = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)"
+    plan = {  # rank: [(name, start, end, launch call start)]
+        0: [(ar, 0, 10, 0), ("gemm", 20, 30, 12), (ar, 40, 50, 35)],
+        1: [(ar, 5, 10, 1), ("gemm", 12, 38, 11), (ar, 38, 50, 37)],
+    }
+    srcs, kerns, calls = [], [], []
+    for r, evs in plan.items():
+        sid = f"s{r}"
+        srcs.append({"source_id": sid, "path": f"job/rank{r}.sqlite", "time_origin_epoch_ns": 0})
+        for i, (name, s, e, c) in enumerate(evs):
+            kerns.append(
+                {
+                    "source_id": sid,
+                    "device_id": r,
+                    "stream_id": 7 if name == ar else 8,
+                    "name": name,
+                    "start_ns": s * 1000,
+                    "end_ns": e * 1000,
+                    "correlation_id": i,
+                }
+            )
+            calls.append(
+                {
+                    "source_id": sid,
+                    "correlation_id": i,
+                    "api": "runtime",
+                    "name": "cudaLaunchKernel",
+                    "start_ns": c * 1000,
+                    "end_ns": c * 1000 + 500,
+                }
+            )
+    t = Tables.build(
+        sources=pl.DataFrame(srcs), kernels=pl.DataFrame(kerns), api_calls=pl.DataFrame(calls)
+    )
+    res = Dataset.from_tables(t).stragglers()
+    host = {r["rank"]: r for r in res.host.to_dicts()}
+    assert host[0]["gap_ms"] == pytest.approx(0.030)
+    assert host[0]["compute_ms"] == pytest.approx(0.010)
+    assert host[0]["idle_ms"] == pytest.approx(0.020)
+    assert host[0]["launch_gap_ms"] == pytest.approx(0.013)
+    # rank 1: gap 10-38, kernel 12-38, idle 10-12, launched at 11: 1 µs
+    assert (host[1]["idle_ms"], host[1]["launch_gap_ms"]) == pytest.approx((0.002, 0.001))
+    # without launch calls the split is not known
+    res = Dataset.from_tables(replace(t, api_calls=Tables.empty().api_calls)).stragglers()
+    assert res.host["launch_gap_ms"].null_count() == 2

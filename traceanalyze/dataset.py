@@ -332,6 +332,7 @@ class Dataset:
             self.scan("ops"),
             self.scan("markers"),
             self.scan_all("gpu_samples"),
+            api_calls=self.scan("api_calls"),
             job=job,
             align=align,
         )

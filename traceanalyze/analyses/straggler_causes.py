@@ -4,8 +4,10 @@ Per rank, over the gaps before its collectives (from the end of its previous mat
 to its arrival at the next; the first instance has no gap and is skipped), medians over gaps of:
 
 * `compute_ms`: time at least one non-collective kernel runs (union over the rank's streams);
-* `idle_ms`: the gap minus that: the GPU has nothing to run (the host is late: data loader,
-  Python, launch gaps);
+* `idle_ms`: the gap minus that: the GPU has nothing to run;
+* `launch_gap_ms`: of that idle time, the part when the next kernel had been launched (its
+  launch call had started; `launches.launch_calls`), as the `idle` analysis counts it; the rest
+  has nothing queued: the host is late (data loader, Python, synchronization);
 * `loader_ms`: time inside a data-loader operator (`enumerate(DataLoader)…`, `DataLoader` in an
   operator's or annotation's name) during the gap;
 * `gap_ms`: the gap itself.
@@ -13,16 +15,17 @@ to its arrival at the next; the first instance has no gap and is skipped), media
 Telemetry, over the rank's matched collectives' span widened by `TELEMETRY_PAD_NS` on each side
 (samplers log every 100 ms to 1 s, often less often than a step): the medians of SM clock,
 power, power limit and temperature of the samples of the rank's own source, else of a source of
-the same job with the same rank (a sampler log named `…rank<N>…`), on the common time base
-(epoch origins); where those samples cover several devices, the device of the rank's collective
-kernels. Throttle reasons: the NVML clock-event bits set in most of those samples, idle (0x1)
+the same job with the same rank (a sampler log named `…rank<N>…`), else of the job's one sampler
+log without a rank (host-wide), on the common time base (epoch origins); where those samples
+cover several devices, the device of the rank's collective kernels (none when unknown). Throttle reasons: the NVML clock-event bits set in most of those samples, idle (0x1)
 excepted.
 
 Cause rules, each a score (the straggler against the median of the other ranks' values):
 
 * SM clock: `1 - own / others` when the clock is lower by at least 2 % (with power at its limit,
   temperature and throttle reasons added to the line where they differ or are set);
-* data loader / host: `(own idle - others' idle) / others' gap`;
+* data loader / launch gaps / host: `(own idle - others' idle) / others' gap`, named after
+  the loader or the launch gaps when either explains at least half of the extra idle time;
 * kernel time: `(own compute - others' compute) / others' gap`.
 
 An SM clock at least `CLOCK_FIRST` (5 %) below the others' median is named first whatever the
@@ -76,18 +79,36 @@ def _covered(a: iv.Set, t: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return np.where(i > 0, before[j], 0) + part
 
 
+def _queued(k: pl.DataFrame, busy: iv.Set, shift: int, lo: int, hi: int) -> iv.Set:
+    """The launch-gap part of the idle time in `[lo, hi)` (the `idle` analysis' rule): in
+    each idle piece, from the launch call's start of the kernel that ends the piece to its end;
+    the rest is time with nothing queued. Empty without `call_start_ns`."""
+    if "call_start_ns" not in k.columns:
+        return iv.EMPTY
+    nxt = (
+        k.filter(pl.col("call_start_ns").is_not_null())
+        .group_by((pl.col("start_ns") + shift).alias("g1"))
+        .agg((pl.col("call_start_ns").min() + shift).alias("cs"))
+    )
+    idle = iv.complement(busy, lo, hi)
+    g = pl.DataFrame({"g0": idle[0], "g1": idle[1]}, schema={"g0": pl.Int64, "g1": pl.Int64})
+    g = g.join(nxt, on="g1")
+    return iv.as_set(g.select(pl.max_horizontal("g0", "cs")).to_series().to_numpy(), g["g1"])
+
+
 def host_gaps(
     arr: pl.DataFrame, m: Matched, kernels: pl.DataFrame, ops: pl.DataFrame
 ) -> pl.DataFrame:
-    """Per rank: gap_ms, compute_ms, idle_ms, loader_ms (medians over gaps; module doc)."""
-    kern = kernels.filter(
-        pl.col("name").str.extract(NCCL_KERNEL).is_null() & pl.col("end_ns").is_not_null()
-    )
+    """Per rank: gap_ms, compute_ms, idle_ms, launch_gap_ms, loader_ms (medians over gaps;
+    module doc). `kernels` may carry `call_start_ns` (`launches.launch_calls`)."""
+    is_coll = pl.col("name").str.extract(NCCL_KERNEL).is_not_null()
+    timed = kernels.filter(pl.col("end_ns").is_not_null() & pl.col("start_ns").is_not_null())
     load = ops.filter(pl.col("name").str.contains(LOADER) & pl.col("end_ns").is_not_null())
     rows = []
     for rank, sid in m.ranks.select("rank", "source_id").rows():
         shift = m.shifts[int(rank)]
-        busy = _set(kern.filter(pl.col("source_id") == sid), shift)
+        mine_k = timed.filter(pl.col("source_id") == sid)
+        busy = _set(mine_k.filter(~is_coll), shift)
         loader = _set(load.filter(pl.col("source_id") == sid), shift)
         mine = arr.filter(pl.col("rank") == rank).sort("arrival_ns")
         lo = np.maximum.accumulate(mine["end_ns"].to_numpy())[:-1]
@@ -95,13 +116,18 @@ def host_gaps(
         keep = hi > lo
         lo, hi = lo[keep], hi[keep]
         if lo.size == 0:
-            rows.append((rank, None, None, None, None))
+            rows.append((rank, None, None, None, None, None))
             continue
+        queued = _queued(mine_k, busy, shift, int(lo.min()), int(hi.max()))
         c = _covered(busy, hi) - _covered(busy, lo)
+        q = _covered(queued, hi) - _covered(queued, lo)
         d = _covered(loader, hi) - _covered(loader, lo)
-        gaps = np.stack([hi - lo, c, hi - lo - c, d]).astype(np.float64)
-        rows.append((rank, *(float(v) / 1e6 for v in np.median(gaps, axis=1))))
-    names = ["rank", "gap_ms", "compute_ms", "idle_ms", "loader_ms"]
+        gaps = np.stack([hi - lo, c, hi - lo - c, q, d]).astype(np.float64)
+        med = [float(v) / 1e6 for v in np.median(gaps, axis=1)]
+        if "call_start_ns" not in mine_k.columns or mine_k["call_start_ns"].is_null().all():
+            med[3] = None  # type: ignore[call-overload]
+        rows.append((rank, *med))
+    names = ["rank", "gap_ms", "compute_ms", "idle_ms", "launch_gap_ms", "loader_ms"]
     return pl.DataFrame(
         rows, schema=[(n, pl.Int64 if n == "rank" else pl.Float64) for n in names], orient="row"
     )
@@ -211,15 +237,23 @@ def _host(rank: int, gaps: pl.DataFrame) -> list[tuple[float, str]]:
     idle, idle_o = _own(gaps, rank, "idle_ms"), _others(gaps, rank, "idle_ms")
     if idle is not None and idle_o is not None and idle > idle_o:
         load, load_o = _own(gaps, rank, "loader_ms") or 0.0, _others(gaps, rank, "loader_ms") or 0
+        lg, lg_o = _own(gaps, rank, "launch_gap_ms"), _others(gaps, rank, "launch_gap_ms")
         if load - load_o >= 0.5 * (idle - idle_o):
             text = (
                 f"{load:,.3f} ms data-loader gap before each collective vs {load_o:,.3f} ms "
                 f"median of the others (GPU idle {idle:,.3f} vs {idle_o:,.3f} ms)"
             )
+        elif lg is not None and lg_o is not None and lg - lg_o >= 0.5 * (idle - idle_o):
+            text = (
+                f"launch gaps {lg:,.3f} ms before each collective vs {lg_o:,.3f} ms median of "
+                f"the others (kernels launched, not yet started; GPU idle {idle:,.3f} vs "
+                f"{idle_o:,.3f} ms)"
+            )
         else:
+            why = "nothing queued: the host is late" if lg is not None else "no launch calls"
             text = (
                 f"GPU idle {idle:,.3f} ms before each collective vs {idle_o:,.3f} ms median of "
-                "the others (host late: launch gaps, nothing queued)"
+                f"the others ({why})"
             )
         out.append(((idle - idle_o) / gap_o, text))
     comp, comp_o = _own(gaps, rank, "compute_ms"), _others(gaps, rank, "compute_ms")

@@ -25,6 +25,7 @@ import polars as pl
 from ..results import Stragglers
 from . import rank_split, ranks
 from . import straggler_causes as causes
+from .launches import launch_calls
 from .ranks import Matched
 
 Frame = pl.DataFrame | pl.LazyFrame
@@ -135,6 +136,7 @@ def stragglers(
     markers: Frame,
     gpu_samples: Frame,
     *,
+    api_calls: Frame | None = None,
     job: str | None = None,
     align: bool | None = None,
 ) -> Stragglers:
@@ -158,6 +160,8 @@ def stragglers(
     arr = arrivals(m.instances)
     rows = per_rank(arr, m)
     chosen, line = verdict(rows, arr["instance"].n_unique())
+    if api_calls is not None:  # launch calls tell launch gaps from time with nothing queued
+        kern = launch_calls(kern, _job_rows(ranks.lazy(api_calls), one, split))
     gaps = causes.host_gaps(arr, m, kern, op)
     samples = _job_samples(gpu_samples, table, m.job, split)
     tel = causes.telemetry(arr, m, table, samples, origins)
