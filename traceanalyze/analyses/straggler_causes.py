@@ -17,7 +17,8 @@ Telemetry, over the rank's matched collectives' span widened by `TELEMETRY_PAD_N
 power, power limit and temperature of the samples of the rank's own source, else of a source of
 the same job with the same rank (a sampler log named `…rank<N>…`), else of the job's one sampler
 log without a rank (host-wide), on the common time base (epoch origins); where those samples
-cover several devices, the device of the rank's collective kernels (none when unknown). Throttle reasons: the NVML clock-event bits set in most of those samples, idle (0x1)
+cover several devices, the device of the rank's collective kernels (none when unknown).
+Throttle reasons: the NVML clock-event bits set in most of those samples, idle (0x1)
 excepted.
 
 Cause rules, each a score (the straggler against the median of the other ranks' values):
