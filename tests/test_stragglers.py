@@ -65,7 +65,9 @@ def expected_last_and_wait() -> tuple[Counter[int], dict[int, int], int]:
         for k in range(len(first)):
             starts = {r: raw[r][key][k][0] for r in raw}
             latest = max(starts.values())
-            last[min(r for r, s in starts.items() if s == latest)] += 1
+            at_latest = [r for r, s in starts.items() if s == latest]
+            if len(at_latest) == 1:  # a tie leaves the instance without a last arriver
+                last[at_latest[0]] += 1
             for r, s in starts.items():
                 wait_us[r] += latest - s
             n += 1
@@ -90,7 +92,7 @@ def test_rank_seven_is_the_straggler_counted_from_the_raw_json() -> None:
     for key, first in raw[0].items():
         for k in range(len(first)):
             starts = {r: raw[r][key][k][0] for r in raw}
-            if max(starts, key=lambda r: (starts[r], -r)) == 7:
+            if [r for r in starts if starts[r] == max(starts.values())] == [7]:
                 caused += sum(starts[7] - s for s in starts.values())
     assert rows[7]["wait_caused_ms"] == pytest.approx(caused / 1000)
     assert res.stragglers == (7,)
@@ -737,3 +739,11 @@ def test_gaps_before_collectives_split_into_kernels_launch_gaps_and_nothing_queu
     # without launch calls the split is not known
     res = Dataset.from_tables(replace(t, api_calls=Tables.empty().api_calls)).stragglers()
     assert res.host["launch_gap_ms"].null_count() == 2
+
+
+def test_a_tie_for_last_counts_for_no_rank() -> None:
+    t = nccl_frames({0: [(DEV, 100), (DEV, 200)], 1: [(DEV, 100), (DEV, 150)]})
+    res = Dataset.from_tables(t).stragglers()
+    assert dict(res.ranks.select("rank", "arrived_last").iter_rows()) == {0: 1, 1: 0}
+    first = res.instances.filter(pl.col("instance") == 0)
+    assert not first["last"].any() and first["wait_ns"].to_list() == [0, 0]

@@ -3,8 +3,9 @@
 In data-parallel training every rank waits at each collective for the last one to arrive, so the
 slow rank's collectives are the *shortest* and everyone else's run long. Per instance (collectives
 matched across ranks by `ranks.match`): each rank's arrival is its collective's start on the
-common time base; the last arriver is the rank with the latest arrival (ties: the lower rank); a
-rank's wait is `last arrival - its arrival`.
+common time base; the last arriver is the rank with the latest arrival (when several ranks share
+the latest arrival to the ns, the instance has no last arriver and counts for none); a rank's wait
+is `last arrival - its arrival`.
 
 Per rank: `collectives` (instances), `arrived_last` (instances it started last),
 `arrived_last_pct`, `wait_ms` (its own waiting, summed), `wait_caused_ms` (the others' waiting
@@ -37,15 +38,13 @@ PAIR_PCT = 75.0
 def arrivals(inst: pl.DataFrame) -> pl.DataFrame:
     """`inst` with arrival_ns (= start), last (bool), wait_ns and spread_ns per instance."""
     last_t = pl.col("start_ns").max().over("instance")
-    order = inst.sort("instance", "start_ns", "rank", descending=[False, True, False])
-    first_rank = order.group_by("instance", maintain_order=True).agg(pl.col("rank").first())
-    out = inst.with_columns(
+    at_last = (pl.col("start_ns") == last_t).sum().over("instance")
+    return inst.with_columns(
         pl.col("start_ns").alias("arrival_ns"),
+        ((pl.col("start_ns") == last_t) & (at_last == 1)).alias("last"),
         (last_t - pl.col("start_ns")).alias("wait_ns"),
         (last_t - pl.col("start_ns").min().over("instance")).alias("spread_ns"),
     )
-    out = out.join(first_rank.rename({"rank": "_last"}), on="instance")
-    return out.with_columns((pl.col("rank") == pl.col("_last")).alias("last")).drop("_last")
 
 
 def per_rank(arr: pl.DataFrame, m: Matched) -> pl.DataFrame:
