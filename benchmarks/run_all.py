@@ -47,6 +47,11 @@ FIGURES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "csv-readers": ("bench_csv_readers.py", (), "ncu/smi CSV readers vs bare pyarrow and polars"),
     "nvprof-csv": ("bench_nvprof_csv.py", (), "nvprof CSV reader vs bare pyarrow"),
     "analyses": ("bench_analyses.py", (), "summary and variability over a fleet-sized store"),
+    "stragglers": (
+        "bench_stragglers.py",
+        ("--ranks", "64", "--steps", "100"),
+        "stragglers over 64 ranks, 800 collectives, 2.6 M kernels",
+    ),
     "sampler-overhead": (
         "bench_sampler_overhead.py",
         (),
