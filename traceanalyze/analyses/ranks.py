@@ -6,7 +6,9 @@ Rank identity (`rank_table`), always stated in `rank_from`:
   `rank_from = "distributedInfo"`; other formats that state it: `"trace"`);
 * else `rank<N>` / `worker<N>` in the file name (nsys, nvprof and sampler logs written per rank;
   `rank_from = "file name"`), world size unknown;
-* else the source has no rank and takes no part (it is listed as left out).
+* else, for one file holding the collectives of several processes, one rank per process
+  (`rank_split`);
+* else the source has no rank and takes no part (a note says so when it has collectives).
 
 Job key: `sources.job` where the source states one, else the file's directory (all ranks of a
 job are usually written to one directory). Ranks of one job must agree on the world size, and a
@@ -14,7 +16,8 @@ rank number may appear only once per job.
 
 Collectives (`collectives`): NCCL and RCCL kernels, `ncclKernel_<Op>_…` and `ncclDevKernel_<Op>_…`
 (`void ` prefix allowed; RCCL uses the same names, or `ncclDevKernel_Generic`), and, on sources
-without such kernels, CPU collectives that PyTorch records as operators (`gloo:all_reduce`, …).
+without such kernels, the CPU collectives PyTorch records as user annotations or operators
+(`gloo:all_reduce`, …; `host_ranges`).
 Matching (`match`): per rank, communication "streams" are numbered by their first collective
 (CUDA stream; all CPU collectives are one stream), and the k-th collective of operation `op` on
 stream number s is one instance on every rank (NCCL runs a communicator's collectives in the
