@@ -747,3 +747,19 @@ def test_a_tie_for_last_counts_for_no_rank() -> None:
     assert dict(res.ranks.select("rank", "arrived_last").iter_rows()) == {0: 1, 1: 0}
     first = res.instances.filter(pl.col("instance") == 0)
     assert not first["last"].any() and first["wait_ns"].to_list() == [0, 0]
+
+
+def test_dataset_ranks_lists_every_source_with_its_rank_and_job() -> None:
+    if not NSYS_2GPU.exists():
+        pytest.skip("../shared/traces/nsys_sqlite 2-GPU torchrun trace is absent")
+    files = dlrm_files()[:2]
+    got = ta.open(*files, NSYS_2GPU).ranks()
+    rows = got.select("file", "job", "rank", "world_size", "rank_from", "collective_count").rows()
+    assert rows == [
+        (str(files[0]), str(SET), 0, 8, "distributedInfo", 8),
+        (str(files[1]), str(SET), 1, 8, "distributedInfo", 8),
+        (str(NSYS_2GPU), str(NSYS_2GPU), 0, None, "process on GPU 0", 33),
+        (str(NSYS_2GPU), str(NSYS_2GPU), 1, None, "process on GPU 1", 33),
+    ]
+    # source ids stay the files' own (no per-process suffix)
+    assert got["source_id"].n_unique() == 3

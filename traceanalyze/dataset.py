@@ -18,6 +18,7 @@ One method per analysis, each returning polars frames or a small frozen result o
     ds.coreutil(weight=...)     -> CoreUtil      ds.variability()      -> Variability
     ds.timeline(...)            -> Timeline      ds.compare(other)     -> Comparison
     ds.compare_sources(a, b)    -> Comparison   ds.stragglers()       -> Stragglers
+    ds.ranks()                  -> DataFrame
 
 Plots take those results: `traceanalyze.plot.timeline(ds.timeline(), "t.png")`.
 """
@@ -316,6 +317,15 @@ class Dataset:
         return with_file(annotations(self, depth=depth, strip_ids=strip_ids), self.names())
 
     # --- several ranks of one job (traceanalyze.analyses.stragglers) ------------------------
+
+    def ranks(self) -> pl.DataFrame:
+        """Who is which rank of which job, per source (`rank_from` says how it is known; one
+        row per process for a file holding several ranks) and its collective_count."""
+        from .analyses.stragglers import identify
+
+        return identify(
+            self.scan("sources"), self.scan("kernels"), self.scan("ops"), self.scan("markers")
+        )
 
     def stragglers(self, *, job: str | None = None, align: bool | None = None) -> Stragglers:
         """Which rank holds the job back: collectives matched across ranks, who arrives last

@@ -184,6 +184,21 @@ def stragglers(
     )
 
 
+def identify(sources: Frame, kernels: Frame, ops: Frame, markers: Frame) -> pl.DataFrame:
+    """Who is which rank of which job, for every source: source_id, file, job, rank,
+    world_size, rank_from, process_id (split sources: one row per process) and
+    collective_count (what `stragglers` would match on)."""
+    events = ranks.collectives(ranks.lazy(kernels), ranks.host_ranges(ops, markers))
+    split = rank_split.split_processes(
+        ranks.rank_table(_df(sources)), events.filter(pl.col("stream_id") != ranks.CPU_STREAM)
+    )
+    counts = rank_split.by_process(events, split).group_by("source_id").len("collective_count")
+    out = split.table.join(counts, on="source_id", how="left").with_columns(
+        pl.col("collective_count").fill_null(0).cast(pl.Int64), rank_split.real_source()
+    )
+    return out.sort("job", "rank", "file", nulls_last=True)
+
+
 def _without_collectives(
     kernels: pl.LazyFrame, events: pl.DataFrame, table: pl.DataFrame
 ) -> list[str]:
