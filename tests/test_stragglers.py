@@ -774,3 +774,17 @@ def test_cli_several_jobs_is_a_usage_error_and_job_picks_one() -> None:
     assert f"Error: ranks of several jobs; choose one (--job): {SET}, {NSYS_2GPU}" in r.output
     r = CliRunner().invoke(main, ["stragglers", *files, "--job", str(NSYS_2GPU)])
     assert r.exit_code == 0 and "straggler: rank 1: last in 22 of 33" in r.output
+
+
+def test_files_without_ranks_one_gpu_each_are_ranked_in_gpu_order() -> None:
+    """nvprof's `%p` names say no rank: rank = the file's GPU's place in device order."""
+    t = nccl_frames({1: [(DEV, 100), (DEV, 200)], 0: [(DEV, 110), (DEV, 190)]})
+    named = {"s1": "job/nvprof_4242.csv", "s0": "job/nvprof_5151.csv"}
+    t = replace(t, sources=t.sources.with_columns(pl.col("source_id").replace(named).alias("path")))
+    res = Dataset.from_tables(t).stragglers()
+    got = res.ranks.select("rank", "source_id", "rank_from").rows()
+    assert got == [(0, "s0", "file on GPU 0"), (1, "s1", "file on GPU 1")]
+    # two files on the same GPU (two nodes): no rank, said so
+    t2 = replace(t, kernels=t.kernels.with_columns(pl.lit(0, dtype=pl.Int64).alias("device_id")))
+    with pytest.raises(NotAnswerable, match="no source with collectives names its rank"):
+        Dataset.from_tables(t2).stragglers()

@@ -9,6 +9,9 @@ the rank is the GPU ordinal's place), `rank_from = "process on GPU <d>"`, world 
 the job the file itself. The pieces get the key `<source_id>/pid<process_id>` in place of the
 source id for the analysis; their kernels and host ranges go by process id, their samples by
 GPU. A source that cannot be split this way is left whole, with a note.
+
+The same rule numbers several files of one job that state no rank, one process each (nvprof's
+`%p` file names, `collect`'s `nvprof_<pid>.csv`): `rank_from = "file on GPU <d>"`.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ class Split:
 def split_processes(table: pl.DataFrame, collective_kernels: pl.DataFrame) -> Split:
     """Find the sources to split (module doc) and their per-process rank rows."""
     table = table.with_columns(pl.lit(None, dtype=pl.Int64).alias("process_id"))
-    k = collective_kernels.filter(pl.col("process_id").is_not_null())
-    per = k.group_by("source_id", "process_id").agg(pl.col("device_id").unique().alias("devs"))
+    per_all = collective_kernels.group_by("source_id", "process_id").agg(
+        pl.col("device_id").unique().alias("devs")
+    )
+    per = per_all.filter(pl.col("process_id").is_not_null())
     multi = per.group_by("source_id").agg(pl.len().alias("n")).filter(pl.col("n") > 1)
     pieces: dict[str, dict[int, int]] = {}
     notes: list[str] = []
@@ -63,10 +68,54 @@ def split_processes(table: pl.DataFrame, collective_kernels: pl.DataFrame) -> Sp
                     pl.col("file").alias("job"),  # all of this job's ranks are in this file
                 )
             )
-    if not pieces:
-        return Split(table, pieces, tuple(notes))
-    whole = table.filter(~pl.col("source_id").is_in(list(pieces)))
-    return Split(pl.concat([whole, *rows]), pieces, tuple(notes))
+    if pieces:
+        whole = table.filter(~pl.col("source_id").is_in(list(pieces)))
+        table = pl.concat([whole, *rows])
+    table = _rank_by_gpu(table, per_all.filter(~pl.col("source_id").is_in(list(pieces))), notes)
+    return Split(table, pieces, tuple(notes))
+
+
+def _rank_by_gpu(table: pl.DataFrame, per: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
+    """Files of one job without ranks (`nvprof -o prof_%p.nvvp`, one process each): when each
+    ran its collectives on one GPU and no two on the same, rank = the GPU's place in device
+    order, `rank_from = "file on GPU <d>"` (one node; on several, GPU numbers repeat and the
+    files stay without rank, with a note)."""
+    one_proc = per.group_by("source_id").agg(pl.col("devs").first(), pl.len().alias("n"))
+    one_proc = one_proc.filter(pl.col("n") == 1)
+    with_coll = table.join(per.select("source_id").unique(), on="source_id", how="semi")
+    ranked = with_coll.filter(pl.col("rank").is_not_null())["job"].unique().implode()
+    cand = table.filter(pl.col("rank").is_null() & ~pl.col("job").is_in(ranked))
+    cand = cand.join(one_proc, on="source_id")
+    for (job,), g in cand.sort("file").group_by("job", maintain_order=True):
+        devs = [d.to_list() for d in g["devs"]]
+        if g.height < 2:
+            continue
+        if any(len(d) != 1 or d[0] is None for d in devs) or len({d[0] for d in devs}) < g.height:
+            notes.append(
+                f"{job}: {g.height} files without a rank whose collectives are not on one GPU "
+                "each; left without rank"
+            )
+            continue
+        order = sorted((d[0], sid) for d, sid in zip(devs, g["source_id"].to_list(), strict=True))
+        rank = {sid: r for r, (_, sid) in enumerate(order)}
+        dev = {sid: d for d, sid in order}
+        hit = pl.col("source_id").is_in(list(rank))
+        table = table.with_columns(
+            pl.when(hit)
+            .then(pl.col("source_id").replace_strict(rank, default=None, return_dtype=pl.Int64))
+            .otherwise(pl.col("rank"))
+            .alias("rank"),
+            pl.when(hit)
+            .then(
+                pl.format(
+                    "file on GPU {}",
+                    pl.col("source_id").replace_strict(dev, default=None, return_dtype=pl.Int64),
+                )
+            )
+            .otherwise(pl.col("rank_from"))
+            .alias("rank_from"),
+        )
+    return table
 
 
 def by_process(df: pl.DataFrame, split: Split) -> pl.DataFrame:
