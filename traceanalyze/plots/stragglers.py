@@ -15,6 +15,8 @@ from matplotlib.figure import Figure
 
 from ..analyses import ranks
 
+MAX_LABELS = 40
+
 
 def stragglers_figure(instances: pl.DataFrame, ranks: pl.DataFrame, verdict: str) -> Figure:
     """Dot plot of arrivals after the first (ms) per instance; bars of arrived_last per rank."""
@@ -35,7 +37,8 @@ def stragglers_figure(instances: pl.DataFrame, ranks: pl.DataFrame, verdict: str
         ax.scatter(mine["instance"], mine["_ms"], color=c, s=18, label=f"rank {r}", zorder=2)
         last = mine.filter(pl.col("last"))
         ax.scatter(last["instance"], last["_ms"], color=c, s=90, edgecolors="black", zorder=3)
-    ax.set_xticks(labels["instance"].to_list(), labels["l"].to_list(), rotation=60, ha="right")
+    if labels.height <= MAX_LABELS:  # beyond that, instance numbers (in time order)
+        ax.set_xticks(labels["instance"].to_list(), labels["l"].to_list(), rotation=60, ha="right")
     ax.set_ylabel("arrival after the first rank (ms)")
     ax.set_xlabel("collective instance (outlined: the last to arrive)")
     ax.legend(fontsize="small", ncols=2)
