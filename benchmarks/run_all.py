@@ -52,6 +52,11 @@ FIGURES: dict[str, tuple[str, tuple[str, ...], str]] = {
         (),
         "mlperf_log reader on a 2 GB log of console noise: time, peak RSS, one answer",
     ),
+    "stragglers": (
+        "bench_stragglers.py",
+        ("--ranks", "64", "--steps", "100"),
+        "stragglers over 64 ranks, 800 collectives, 2.6 M kernels",
+    ),
     "sampler-overhead": (
         "bench_sampler_overhead.py",
         (),

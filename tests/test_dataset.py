@@ -57,6 +57,7 @@ COVERED = {
     "runs": "tests/test_analyses_runs.py::test_runs_scaling_history_json_equal_the_library",
     "scaling": "tests/test_analyses_runs.py::test_runs_scaling_history_json_equal_the_library",
     "history": "tests/test_analyses_runs.py::test_runs_scaling_history_json_equal_the_library",
+    "stragglers": "tests/test_stragglers.py::test_cli_json_equals_the_library",
 }
 
 

@@ -37,6 +37,21 @@ from .conftest import FIXTURES, ROOT, SHARED_TRACES
 README = ROOT / "README.md"
 RESNET = "kineto_json/hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz"
 NSYS_2GPU = "nsys_sqlite/nsysai_h100x2_torchrun_train_1window_nsys2026.2.sqlite"
+DLRM = [
+    f"worker{r}_step_12.{ms}.pt.trace.json.gz"
+    for r, ms in enumerate(
+        [
+            1694128201545,
+            1694128201556,
+            1694128201554,
+            1694128201557,
+            1694128201547,
+            1694128201549,
+            1694128201553,
+            1694128201553,
+        ]
+    )
+]
 SH_BLOCK = re.compile(r"```(?:sh|bash|shell|console)\n(.*?)```", re.S)
 PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9_]*(\.\.\.)?$")
 
@@ -250,6 +265,8 @@ COMMAND_VALUES: dict[tuple[str, str], list[str]] = {
     ("annotations", "TRACE..."): ["shared:" + NSYS_2GPU],
     ("ops", "TRACE..."): ["shared:" + RESNET],
     ("coreutil", "batch_*.csv"): ["shared:nvprof_csv/magus_matrixMul_gtx1080ti_metrics_all.csv"],
+    # All 8 ranks of one DLRM step (../shared/sets, beside ../shared/traces).
+    ("stragglers", "TRACE..."): [f"shared:../sets/multirank_param_dlrm_8xv100/{n}" for n in DLRM],
 }
 # option -> the value its placeholder takes
 OPTION_VALUES: dict[str, str] = {

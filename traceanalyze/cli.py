@@ -59,6 +59,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "traceanalyze.cli_trace",
     "traceanalyze.cli_ops",
     "traceanalyze.cli_runs",
+    "traceanalyze.cli_ranks",
 )
 
 # Names other modules import from here, kept importable without loading them up front.

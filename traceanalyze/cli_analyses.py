@@ -202,8 +202,12 @@ def timeline(
 ) -> None:
     """Kernels and copies per device/stream with iterations and SM clock/power/temperature.
 
-    One source. The default window spans everything drawn or exported (kernels, copies, host
-    operators, markers, iterations); an interval belongs to a window when it overlaps it. Lanes
+    One source; or the ranks of one job (several traces with collectives, matched as in
+    `stragglers`): one lane (Perfetto: one process) per rank on the common time base, the
+    collective instances joined (Perfetto: flow arrows) across ranks, the longest --max-bars
+    kernels per rank drawn. The default window spans everything drawn or exported (kernels,
+    copies, host operators, markers, iterations); an interval belongs to a window when it
+    overlaps it. Lanes
     with more intervals than --max-bars are drawn as busy-fraction density, and the figure says
     so. Markers and iterations are labelled where they are wide enough; a legend names the
     kernels with the most time. Telemetry: the source's own samples, or --samples-from, or else
@@ -214,6 +218,12 @@ def timeline(
 
     if output is None and perfetto is None:
         raise click.UsageError("give -o FIGURE and/or --perfetto TRACE.json")
+    if len(ds.source_ids()) > 1:  # ranks of one job: one process/lane per rank (cli_ranks)
+        from .cli_ranks import ranks_timeline
+
+        windowed = any(x is not None for x in (start_ms, end_ms, iteration, samples_from))
+        if ranks_timeline(ds, output, perfetto, max_bars, windowed):
+            return
     res = ds.timeline(
         start_ms=start_ms,
         end_ms=end_ms,

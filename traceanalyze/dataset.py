@@ -17,7 +17,8 @@ One method per analysis, each returning polars frames or a small frozen result o
     ds.busy(start_ms, end_ms)   -> DataFrame     ds.attribute(per=...) -> DataFrame
     ds.coreutil(weight=...)     -> CoreUtil      ds.variability()      -> Variability
     ds.timeline(...)            -> Timeline      ds.compare(other)     -> Comparison
-    ds.compare_sources(a, b)    -> Comparison
+    ds.compare_sources(a, b)    -> Comparison   ds.stragglers()       -> Stragglers
+    ds.ranks()                  -> DataFrame
 
 Plots take those results: `traceanalyze.plot.timeline(ds.timeline(), "t.png")`.
 """
@@ -37,7 +38,16 @@ from .errors import TraceanalyzeError, UsageProblem
 
 if TYPE_CHECKING:
     from .analyses.launches import Launches
-    from .results import Comparison, CoreUtil, Health, Scaling, Summary, Timeline, Variability
+    from .results import (
+        Comparison,
+        CoreUtil,
+        Health,
+        Scaling,
+        Stragglers,
+        Summary,
+        Timeline,
+        Variability,
+    )
 
 Scan = Callable[[str], pl.LazyFrame]
 PathLike = str | os.PathLike[str]
@@ -306,6 +316,37 @@ class Dataset:
         from .analyses.annotations import annotations
 
         return with_file(annotations(self, depth=depth, strip_ids=strip_ids), self.names())
+
+    # --- several ranks of one job (traceanalyze.analyses.stragglers) ------------------------
+
+    def ranks(self) -> pl.DataFrame:
+        """Who is which rank of which job, per source (`rank_from` says how it is known; one
+        row per process for a file holding several ranks) and its collective_count."""
+        from .analyses.stragglers import identify
+
+        return identify(
+            self.scan("sources"), self.scan("kernels"), self.scan("ops"), self.scan("markers")
+        )
+
+    def stragglers(self, *, job: str | None = None, align: bool | None = None) -> Stragglers:
+        """Which rank holds the job back: collectives matched across ranks, who arrives last
+        and how often, each rank's waiting and the waiting it causes, a verdict and, per
+        straggler, why (SM clock/power/temperature where telemetry covers it, kernel time and
+        GPU idle before its collectives). `job`: which job when the sources hold several;
+        `align`: apply the clock offsets estimated from collective ends (default: only when
+        some rank's trace has no epoch time). Rules in docs/stragglers.md."""
+        from .analyses.stragglers import stragglers
+
+        return stragglers(
+            self.scan_all("sources"),  # sampler logs of the ranks may be other sources
+            self.scan("kernels"),
+            self.scan("ops"),
+            self.scan("markers"),
+            self.scan_all("gpu_samples"),
+            api_calls=self.scan("api_calls"),
+            job=job,
+            align=align,
+        )
 
     # --- host operators and model FLOP utilization (traceanalyze.report_ops) ----------------
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from .errors import NotAnswerable
-from .results import CoreUtil, Scaling, Timeline, Variability
+from .results import CoreUtil, Scaling, Stragglers, Timeline, Variability
 
 DPI = 120
 
@@ -87,4 +87,37 @@ def scaling(
     return fig
 
 
-__all__ = ["timeline", "coreutil", "variability", "scaling", "save"]
+def stragglers(result: Stragglers, path: str | os.PathLike[str] | None = None) -> Figure:
+    """Arrival spread per collective instance (ms after the first rank), the last arriver
+    outlined; how often each rank came last."""
+    from .plots.stragglers import stragglers_figure
+
+    fig = stragglers_figure(result.instances, result.ranks, result.verdict)
+    if path is not None:
+        save(fig, path)
+    return fig
+
+
+def ranks_timeline(
+    result: Stragglers, path: str | os.PathLike[str] | None = None, max_bars: int = 1500
+) -> Figure:
+    """One lane per rank on the common time base: kernels, matched collectives by operation,
+    each instance joined across ranks at the arrivals."""
+    from .plots.stragglers import ranks_timeline_figure
+
+    title = f"{result.job}: {result.ranks.height} ranks; {result.time_base}"
+    fig = ranks_timeline_figure(result.instances, result.kernels, title, max_bars)
+    if path is not None:
+        save(fig, path)
+    return fig
+
+
+__all__ = [
+    "timeline",
+    "coreutil",
+    "variability",
+    "scaling",
+    "stragglers",
+    "ranks_timeline",
+    "save",
+]

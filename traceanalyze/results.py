@@ -164,9 +164,6 @@ class Comparison:
         return {"a": self.a, "b": self.b, "overview": self.overview, "kernels": self.kernels}
 
 
-__all__ = ["Health", "Summary", "CoreUtil", "Timeline", "Variability", "Comparison"]
-
-
 @dataclass(frozen=True)
 class Scaling:
     """Throughput against accelerators (`traceanalyze.analyses.scaling`): `table` has the group
@@ -175,3 +172,61 @@ class Scaling:
 
     table: pl.DataFrame
     by: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Stragglers:
+    """Which rank holds a job back (`traceanalyze.analyses.stragglers`, rules in
+    docs/stragglers.md). `ranks`: one row per rank (`rank, collectives, arrived_last,
+    arrived_last_pct, wait_ms, wait_caused_ms, clock_offset_us, offset_spread_us, world_size,
+    rank_from, job, source_id, file, straggler, cause`); `instances`: one row per matched
+    collective instance and rank (`instance, stream, op, order, rank, arrival_ns, end_ns,
+    wait_ns, spread_ns, last`, times on the common base); `verdict`: one line; `stragglers`
+    and `causes`: the straggler ranks and one line each saying why; `time_base`: how the ranks'
+    clocks were put on one base; `notes`: what was left out; `host` and `telemetry`: per rank,
+    the numbers the causes compare; `kernels`: every kernel of the ranks on the common base
+    (`rank, stream_id, name, start_ns, end_ns`), for `to_perfetto`."""
+
+    ranks: pl.DataFrame
+    instances: pl.DataFrame
+    verdict: str
+    stragglers: tuple[int, ...]
+    causes: tuple[str, ...]
+    time_base: str
+    job: str
+    notes: tuple[str, ...]
+    host: pl.DataFrame = field(repr=False)
+    telemetry: pl.DataFrame = field(repr=False)
+    kernels: pl.DataFrame = field(repr=False)
+
+    def to_perfetto(self, path: str | os.PathLike[str]) -> None:
+        """Chrome trace JSON: one process per rank on the common time base, each collective
+        instance linked across ranks (from the last arriver to the ranks that waited)."""
+        from .export.perfetto_ranks import write_chrome_trace_ranks
+
+        files = dict(self.ranks.select("rank", "file").iter_rows())
+        write_chrome_trace_ranks(path, self.instances, self.kernels, files)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "verdict": self.verdict,
+            "stragglers": list(self.stragglers),
+            "causes": list(self.causes),
+            "time_base": self.time_base,
+            "notes": list(self.notes),
+            "ranks": self.ranks,
+            "instances": self.instances,
+        }
+
+
+__all__ = [
+    "Health",
+    "Summary",
+    "CoreUtil",
+    "Timeline",
+    "Variability",
+    "Comparison",
+    "Stragglers",
+    "Scaling",
+]

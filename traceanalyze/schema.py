@@ -135,6 +135,12 @@ TABLES: dict[str, Table] = {
                 ),
                 _c("rank", _INT, "Distributed rank of the process that wrote the file, if known."),
                 _c("world_size", _INT, "Distributed world size, if known."),
+                _c(
+                    "job",
+                    _S,
+                    "Job the source belongs to, when the file or the caller states one; null "
+                    "otherwise (analyses across ranks then take the file's directory).",
+                ),
                 _c("schema_version", _INT, "traceanalyze schema version of the rows."),
             ),
         ),
