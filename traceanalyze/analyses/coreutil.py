@@ -54,7 +54,7 @@ from typing import NamedTuple
 
 import polars as pl
 
-from ..errors import NotAnswerable
+from ..errors import NotAnswerable, UsageProblem
 from .naming import source_name, source_paths
 
 Frame = pl.DataFrame | pl.LazyFrame
@@ -206,7 +206,7 @@ def core_utilization_each(
     source without any kernel metrics is unanswered too) and messages name its file path.
     """
     if weight not in WEIGHT_METRICS:
-        raise ValueError(f"weight must be one of {list(WEIGHT_METRICS)}, got {weight!r}")
+        raise UsageProblem(f"weight must be one of {list(WEIGHT_METRICS)}, got {weight!r}")
     names = source_paths(sources)
     wanted = {m for c in PIPE_METRICS.values() for m in c} | set(NVPROF_LEVELS.values())
     wanted |= {w for w in WEIGHT_METRICS.values() if w}
