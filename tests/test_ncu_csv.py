@@ -287,7 +287,8 @@ def test_unknown_unit_on_a_kept_metric_does_not_reject_the_file(write) -> None:
 
 def test_unit_needed_covers_what_the_analyses_read() -> None:
     from traceanalyze.analyses import coreutil, mfu
-    from traceanalyze.readers.ncu_csv import UNIT_NEEDED
+
+    UNIT_NEEDED = READERS["ncu_csv"].module.UNIT_NEEDED
 
     read = [m for c in coreutil.PIPE_METRICS.values() for m in c]
     read += [m for m in coreutil.WEIGHT_METRICS.values() if m]

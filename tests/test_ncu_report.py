@@ -1,5 +1,5 @@
 """`.ncu-rep` reading through `ncu_report`, on a stand-in module (tests/standins/ncu_report.py)
-put on sys.path by a fixture: the success path of `readers/_ncu_report.py` runs here without
+put on sys.path by a fixture: the success path of the reader's `.ncu-rep` module runs here without
 Nsight Compute. The stand-in's API is checked against the real module's: against the names of
 ncu-report 2026.3.1 listed below (taken from that wheel with `dir()`), against every call the
 reader makes (found in its source), and against the real module itself where it is importable.
@@ -18,10 +18,12 @@ import pytest
 
 import traceanalyze as ta
 from traceanalyze.errors import MalformedInput
-from traceanalyze.readers import _ncu_report as reader_module
-from traceanalyze.readers import detect_format
+from traceanalyze.readers import READERS, detect_format
 
 STANDINS = Path(__file__).resolve().parent / "standins"
+# The module of the ncu reader that calls ncu_report (found through the registry, wherever the
+# reader package keeps it).
+reader_module = sys.modules[READERS["ncu_csv"].module._report_long.__module__]
 
 # Public members of ncu-report 2026.3.1 (PyPI wheel, `dir()` of each class), the part the
 # stand-in may mimic: it must define no name these lack.

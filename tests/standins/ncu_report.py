@@ -1,6 +1,6 @@
 """A stand-in for NVIDIA's `ncu_report` module (PyPI `ncu-report`), for tests only.
 
-It offers the part of the real module's API that `traceanalyze.readers._ncu_report` calls,
+It offers the part of the real module's API that the ncu reader (its `.ncu-rep` module) calls,
 with the same names, signatures and value-kind constants as ncu-report 2026.3.1 (checked in
 tests/test_ncu_report.py against a list taken from that release, and against the real module
 where it is importable):
