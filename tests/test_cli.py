@@ -127,9 +127,8 @@ def test_formats_say_which_stream_and_the_readme_agrees() -> None:
     doc = json.loads(run("formats", "--json").output)
     shown = {r["format"]: r["streams"] for r in doc}
     # the column is whether the reader module defines `stream_<slug>`, checked here directly
-    for slug in READERS:
-        mod = __import__(f"traceanalyze.readers.{slug}", fromlist=["_"])
-        assert shown[slug] == hasattr(mod, f"stream_{slug}"), slug
+    for slug, reader in READERS.items():
+        assert shown[slug] == hasattr(reader.module, f"stream_{slug}"), slug
     assert not shown["ncu_csv"] and not shown["iterlog"] and shown["kineto_json"]
     # the README names exactly the streaming formats, and says which are read whole
     text = (Path(__file__).resolve().parents[1] / "README.md").read_text("utf-8")
