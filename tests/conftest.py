@@ -1,10 +1,66 @@
-"""Shared test helpers: paths to real captures (../shared/traces) and the project's fixtures."""
+"""Shared test helpers: paths to real captures (../shared/traces) and the project's fixtures.
+
+Optional extras, one policy: a test that needs torch is marked `requires_torch` (with the other
+modules it needs, e.g. `@pytest.mark.requires_torch("torchvision")`), one that needs dask
+`requires_dask`; it is skipped, with the reason, when a module is missing. Nothing else may need
+them: a test that needs no torch is not skipped for lack of it.
+
+To check that policy on a machine that has torch, hide it: `TRACEANALYZE_TEST_HIDE=torch,
+torchvision pytest …` makes those modules unimportable in the test process (`sys.modules[name]
+= None`: `import` raises ImportError, `importlib.util.find_spec` returns None) and in every
+Python subprocess the tests start (a `sitecustomize` on PYTHONPATH doing the same).
+"""
 
 from __future__ import annotations
 
+import atexit
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+
+HIDE_ENV = "TRACEANALYZE_TEST_HIDE"
+HIDDEN = tuple(m.strip() for m in os.environ.get(HIDE_ENV, "").split(",") if m.strip())
+_SITECUSTOMIZE = """import os, sys
+for _n in os.environ.get("TRACEANALYZE_TEST_HIDE", "").split(","):
+    if _n.strip():
+        sys.modules[_n.strip()] = None
+"""
+if HIDDEN:
+    for _name in HIDDEN:
+        sys.modules[_name] = None  # type: ignore[assignment]
+    _shadow = tempfile.mkdtemp(prefix="traceanalyze-hide-")
+    Path(_shadow, "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (_shadow, os.environ.get("PYTHONPATH", "")) if p
+    )
+    atexit.register(shutil.rmtree, _shadow, True)
+
+_EXTRAS = {"requires_torch": ("torch", "collect"), "requires_dask": ("dask", "dask")}
+
+
+def have(module: str) -> bool:
+    """Whether `module` can be imported (False for a hidden one)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or hidden
+        return False
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker, (base, extra) in _EXTRAS.items():
+        for m in item.iter_markers(marker):
+            missing = [n for n in (base, *m.args) if not have(n)]
+            if missing:
+                pytest.skip(
+                    f"needs {', '.join(missing)} (pip install 'traceanalyze[{extra}]')"
+                    + (f"; hidden by {HIDE_ENV}" if set(missing) & set(HIDDEN) else "")
+                )
+
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = ROOT.parent / "shared" / "traces"

@@ -299,3 +299,46 @@ def test_hopper_hmma_and_gmma_are_summed_per_launch() -> None:
     want = sum(c * p for c, p in zip(cycles, per_launch, strict=True)) / sum(cycles)
     assert r["tensor_pct"] == pytest.approx(want)
     assert r["tensor_metric"] == f"{hmma} + {gmma}"
+
+
+def test_blackwell_raw_page_names_and_an_unknown_unit_kept(write) -> None:
+    # `ncu --import x.ncu-rep --page raw --csv` on Blackwell (CC 12.0): no FP16 pipe and no
+    # `sm__pipe_fp16_cycles_active`; tcgen05 Tensor Core work on `sm__pipe_tc_cycles_active`
+    # next to `sm__pipe_tensor_cycles_active`; `launch__cluster_max_active` in unit `cluster`,
+    # which the reader does not know and keeps as given.
+    sfx = ".avg.pct_of_peak_sustained_active"
+    fma, fp16 = f"sm__inst_executed_pipe_fma{sfx}", f"sm__inst_executed_pipe_fma_type_fp16{sfx}"
+    tc, tensor = f"sm__pipe_tc_cycles_active{sfx}", f"sm__pipe_tensor_cycles_active{sfx}"
+    xu = f"sm__inst_executed_pipe_xu{sfx}"
+    metrics = [CYC, "launch__cluster_max_active", fma, fp16, tc, tensor, xu]
+    units = ["cycle", "cluster", "%", "%", "%", "%", "%"]
+    # (ID, cycles, clusters, fma, fp16, tc, tensor, xu)
+    launches = [
+        (0, "1,204,224", "8", "12.5", "0", "71.25", "0", "0.5"),
+        (1, "40,960", "0", "35", "22.5", "0", "0", "4"),
+    ]
+    ident = '"ID","Process ID","Process Name","Host Name","Kernel Name","Device","CC"'
+    lines = [
+        ident + "," + ",".join(f'"{m}"' for m in metrics),
+        ",".join(['""'] * 7 + [f'"{u}"' for u in units]),
+    ]
+    for kid, *vals in launches:
+        cells = [str(kid), "77", "python", "h", f"k{kid}", "0", "12.0", *vals]
+        lines.append(",".join(f'"{c}"' for c in cells))
+    p = write("batch_64.csv", "\n".join(lines) + "\n")
+    t = ta.read(p, format="ncu_csv")
+    kept = t.kernel_metrics.filter(pl.col("metric_name") == "launch__cluster_max_active")
+    assert kept["unit"].to_list() == ["cluster", "cluster"]
+    r = core_utilization(t.kernel_metrics).row(0, named=True)
+    w = [num(x[1]) for x in launches]
+
+    def by_hand(i: int) -> float:
+        return sum(wk * float(x[i]) for wk, x in zip(w, launches, strict=True)) / sum(w)
+
+    assert (r["fp16_metric"], r["tensor_metric"]) == (fp16, tc)
+    assert r["fma_pct"] == pytest.approx(by_hand(3))
+    assert r["fp16_pct"] == pytest.approx(by_hand(4))
+    assert r["tensor_pct"] == pytest.approx(by_hand(5))
+    assert r["sfu_pct"] == pytest.approx(by_hand(7))
+    for name in (fp16, tc, "sm__inst_executed_pipe_tc" + sfx):
+        assert name in PIPE_METRICS["fp16"] + PIPE_METRICS["tensor"]

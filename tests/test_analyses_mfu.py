@@ -26,7 +26,9 @@ from traceanalyze.collect.throughput import with_mfu
 
 from .conftest import fixture, shared
 
-pytest.importorskip("torchvision")
+# FLOPs per image are counted on torchvision's model: those tests need torch; the peak table
+# and the roofline (ncu counters) need no torch and run everywhere.
+TORCH = pytest.mark.requires_torch("torchvision")
 
 ITERLOG = "iterlog-resnet50-cpu/iterations_bs2_rank0.csv"
 RESNET = "kineto_json/hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz"
@@ -57,6 +59,7 @@ def resnet50_macs(size: int) -> tuple[int, int]:
     return total, first
 
 
+@TORCH
 @pytest.mark.parametrize("size", [224, 64])
 def test_flops_per_image_from_the_architecture(size: int) -> None:
     macs, first = resnet50_macs(size)
@@ -106,6 +109,7 @@ def test_peak_table_rows_and_matching() -> None:
     assert M.peak_flop_per_s(v100, "bf16") == (None, "bf16")
 
 
+@TORCH
 def test_mfu_from_iteration_log() -> None:
     p = fixture(ITERLOG)
     lines = [ln for ln in p.read_text().splitlines() if not ln.startswith("#")]
@@ -122,6 +126,7 @@ def test_mfu_from_iteration_log() -> None:
     assert r["note"] is None
 
 
+@TORCH
 def test_mfu_unknown_gpu_and_missing_batch_size() -> None:
     t = read(fixture(ITERLOG))
     r = M.mfu(t.iterations, t.devices, image_size=64).row(0, named=True)
@@ -135,6 +140,7 @@ def test_mfu_unknown_gpu_and_missing_batch_size() -> None:
     assert r["device_name"] == "Tesla V100-SXM2-32GB"
 
 
+@TORCH
 def test_mfu_resnet_trace_with_batch_size() -> None:
     with gzip.open(shared(RESNET), "rt") as f:
         doc = json.load(f, parse_float=Decimal)
@@ -151,6 +157,7 @@ def test_mfu_resnet_trace_with_batch_size() -> None:
     assert r["mfu_pct"] == pytest.approx(100 * ips * 24_299_077_632 / 15.7e12)
 
 
+@TORCH
 def test_mfu_cli_and_no_iterations() -> None:
     r = CliRunner().invoke(
         main, ["mfu", str(fixture(ITERLOG)), "--gpu", "NVIDIA L4", "--image-size", "64", "--json"]
@@ -163,6 +170,7 @@ def test_mfu_cli_and_no_iterations() -> None:
     assert r.exit_code == 1 and "no iterations" in r.output
 
 
+@TORCH
 def test_throughput_table_mfu_columns() -> None:
     table = pl.DataFrame({"batch_size": [64], "ranks": [2], "median_images_per_s": [1000.0]})
     got = with_mfu(table, "Tesla V100-SXM2-16GB", "amp-fp16", 224).row(0, named=True)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
+import sqlite3
 from collections import Counter, defaultdict
 from decimal import Decimal
 from pathlib import Path
@@ -24,6 +26,7 @@ from .conftest import shared
 
 RESNET = "kineto_json/hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz"
 ALEXNET = "kineto_json/hta_alexnet_a100_param_benchmark_trace.json.gz"
+H100 = "nsys_sqlite/nsysai_h100x2_torchrun_train_1window_nsys2026.2.sqlite"
 TABLES = ("ops", "api_calls", "kernels", "markers")
 
 
@@ -101,9 +104,11 @@ def test_removed_operator_and_coverage(resnet: Tables) -> None:
             orphans += 1
     changed = set(d.filter(pl.col("status") == "changed")["op"].to_list())
     assert changed == set(parents)
-    # add_ calls outside every op leave their kernels to the null row, new in B.
-    added = d.filter(pl.col("status") == "added")["op"].to_list()
-    assert added == ([None] if orphans else [])
+    # add_ calls outside every op leave their kernels to the null row: not an operator, so
+    # "outside", never "added".
+    assert d.filter(pl.col("status") == "added").height == 0
+    nulls = d.filter(pl.col("op").is_null())["status"].to_list()
+    assert nulls == (["outside"] if orphans else [])
 
 
 def test_resnet_against_alexnet_names() -> None:
@@ -132,3 +137,61 @@ def test_compare_ops_cli(tmp_path: Path) -> None:
     assert {"matched_self_time_pct", "matched_kernel_time_pct"} <= metrics
     r = CliRunner().invoke(main, ["compare", str(shared(RESNET)), str(shared(RESNET)), "--ops"])
     assert r.exit_code == 0 and "== operators overview" in r.stdout
+
+
+def raw_nvtx_range_names(rel: str) -> set[str]:
+    """Names of the timed NVTX ranges of an nsys export, by hand: `text` or the `StringIds` row
+    of `textId`, PyTorch emit_nvtx's `, seq = …, op_id = …` suffix (from `, key = `) cut."""
+    con = sqlite3.connect(f"file:{shared(rel)}?mode=ro", uri=True)
+    try:
+        strings = dict(con.execute("SELECT id, value FROM StringIds"))
+        rows = con.execute(
+            "SELECT text, textId FROM NVTX_EVENTS WHERE eventType = 59 AND end IS NOT NULL"
+        ).fetchall()
+    finally:
+        con.close()
+    names = set()
+    for text, tid in rows:
+        name = text if text is not None else strings[tid]
+        m = re.search(r", \w+ = ", name)
+        names.add(name[: m.start()] if m else name)
+    return names
+
+
+def raw_kernels_outside_ranges(rel: str) -> int:
+    """Kernels of an nsys export without a launch call (same process, same correlation id) or
+    whose call lies in no NVTX range of its thread."""
+    con = sqlite3.connect(f"file:{shared(rel)}?mode=ro", uri=True)
+    try:
+        ranges = defaultdict(list)
+        for s, e, tid in con.execute(
+            "SELECT start, end, globalTid FROM NVTX_EVENTS WHERE eventType = 59 AND end IS NOT NULL"
+        ):
+            ranges[tid].append((s, e))
+        calls = con.execute(
+            "SELECT r.start, r.globalTid FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+            "LEFT JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId "
+            "AND r.globalTid / 16777216 % 16777216 = k.globalPid / 16777216 % 16777216"
+        ).fetchall()
+    finally:
+        con.close()
+    return sum(t is None or not any(s <= t < e for s, e in ranges[tid]) for t, tid in calls)
+
+
+def test_kernels_outside_every_operator_are_not_an_added_operator() -> None:
+    # ResNet-50 (Kineto: every kernel under a cpu_op) against the 2xH100 nsys export (NVTX
+    # ranges stand in; some kernels are launched outside every range): the null-op row is on
+    # B only, and used to be counted as one more added operator.
+    assert raw_kernels_outside_ranges(H100) > 0
+    a, b = read(shared(RESNET)), read(shared(H100))
+    c = both(a, b)
+    d = compare_ops(*(c[t] for t in TABLES), "A", "B")
+    na = {e["name"] for e in raw_ops(RESNET)}
+    nb = raw_nvtx_range_names(H100)
+    added = d.filter(pl.col("status") == "added")
+    assert added["op"].null_count() == 0
+    assert set(added["op"]) == nb - na
+    ov = dict(zip(*ops_diff_overview(d).select("metric", "b").to_dict().values(), strict=True))
+    assert ov["ops_added"] == len(nb - na)
+    null_row = d.filter(pl.col("op").is_null()).to_dicts()
+    assert [r["status"] for r in null_row] == ["outside"]

@@ -40,10 +40,12 @@ def test_small_frame_by_hand() -> None:
     cols = ["compute_ns", "comm_ns", "comm_kernel_ns", "comm_copy_ns", "overlapped_ns"]
     d0 = df.filter(pl.col("device_id") == 0)
     # compute [0,100) [120,130); comm [50,160) (NCCL [50,150) + DtoH [140,160)); DtoD, memset out
-    assert d0.select("iteration", *cols, "exposed_ns").rows() == [
-        (None, 110, 110, 100, 20, 60, 50),
-        (1, 100, 50, 50, 0, 50, 0),
-        (2, 10, 60, 50, 20, 10, 50),
+    # Per iteration (no launch calls here: by each event's own start, the event whole):
+    # 1 = gemm [0,100) + NCCL [50,150); 2 = relu [120,130) + DtoH [140,160).
+    assert d0.select("iteration", "window_ns", *cols, "exposed_ns").rows() == [
+        (None, 160, 110, 110, 100, 20, 60, 50),
+        (1, 150, 100, 100, 100, 0, 50, 50),
+        (2, 40, 10, 20, 0, 20, 0, 20),
     ]
     assert d0["overlap_pct"].to_list()[0] == pytest.approx(100 * 60 / 110)
     # device 1: no communication -> overlap_pct null, not 0
@@ -83,9 +85,18 @@ def test_nsys_two_gpus_against_sql() -> None:
 
 
 def test_resnet_iterations_against_json() -> None:
+    # GPU work belongs to the step that launched it: each kernel goes to the ProfilerStep whose
+    # window holds its launch call (the cuda_runtime event with its correlation id), whole. The
+    # host runs ~67 ms ahead of the GPU here, so clipping to the host's step window would give
+    # step 101 only 29 ms of the ~93.7 ms it launched.
     p = shared(RESNET)
     ev = kineto_events(p)
-    kern = [(e["start"], e["end"]) for e in ev if e.get("cat") == "kernel"]
+    calls = {
+        e["args"]["correlation"]: e["start"]
+        for e in ev
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e["args"]
+    }
+    kern = [e for e in ev if e.get("cat") == "kernel"]
     steps = {
         int(e["name"].split("#")[1]): (e["start"], e["end"])
         for e in ev
@@ -94,12 +105,16 @@ def test_resnet_iterations_against_json() -> None:
     with pytest.warns(UserWarning, match="no communication"):
         df = overlap(ta.open(p))
     assert df["iteration"].to_list() == [None, *sorted(steps)]
-    assert df["compute_ns"][0] == total(kern)
+    assert df["compute_ns"][0] == total([(e["start"], e["end"]) for e in kern])
     for it, (lo, hi) in steps.items():
+        mine = [e for e in kern if lo <= calls[e["args"]["correlation"]] < hi]
         row = df.filter(pl.col("iteration") == it).row(0, named=True)
-        assert row["compute_ns"] == total([(max(s, lo), min(e, hi)) for s, e in kern])
-        assert row["window_ns"] == hi - lo
+        launched = sum(e["dur_ns"] for e in mine)  # one stream: kernels do not overlap
+        assert row["compute_ns"] == total([(e["start"], e["end"]) for e in mine]) == launched
+        assert row["window_ns"] == max(e["end"] for e in mine) - min(e["start"] for e in mine)
         assert row["comm_ns"] == 0
+    first = df.filter(pl.col("iteration") == 101)["compute_ns"].item()
+    assert first == pytest.approx(93.7e6, rel=1e-3)  # not the 29.0 ms inside the host window
 
 
 def test_plot_per_iteration_with_units() -> None:

@@ -115,8 +115,29 @@ def test_formats_lists_every_reader() -> None:
 
     r = run("formats", "--csv")
     lines = r.output.strip().splitlines()
-    assert lines[0] == "format,description"
+    assert lines[0] == "format,description,streams"
     assert [ln.split(",")[0] for ln in lines[1:]] == list(READERS)
+
+
+def test_formats_say_which_stream_and_the_readme_agrees() -> None:
+    import re
+
+    from traceanalyze.readers import READERS
+
+    doc = json.loads(run("formats", "--json").output)
+    shown = {r["format"]: r["streams"] for r in doc}
+    # the column is whether the reader module defines `stream_<slug>`, checked here directly
+    for slug, reader in READERS.items():
+        assert shown[slug] == hasattr(reader.module, f"stream_{slug}"), slug
+    assert not shown["ncu_csv"] and not shown["iterlog"] and shown["kineto_json"]
+    # the README names exactly the streaming formats, and says which are read whole
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text("utf-8")
+    para = text[text.index("* **Streaming ingest.**") :].split("\n* ")[0]
+    listed = re.search(r"for the formats that stream \(([^)]*)\)", para.replace("\n  ", " "))
+    assert listed is not None
+    assert {s.strip() for s in listed.group(1).split(",")} == {s for s, v in shown.items() if v}
+    for slug in (s for s, v in shown.items() if not v):
+        assert slug in para
 
 
 def test_python_dash_m(tmp_path: Path) -> None:

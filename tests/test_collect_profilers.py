@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import have
 
 from traceanalyze.cli import main
 from traceanalyze.collect import profilers as P
@@ -619,8 +620,11 @@ def nvml_unusable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def torch_without_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    torch = pytest.importorskip("torch")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    """torch sees no CUDA device (nothing to patch where torch is not installed)."""
+    if have("torch"):
+        import torch
+
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
 
 
 def test_nvprof_refused_on_a100_without_nvml_via_nvidia_smi(
@@ -634,10 +638,12 @@ def test_nvprof_refused_on_a100_without_nvml_via_nvidia_smi(
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.requires_torch
 def test_capability_falls_back_to_torch(
     only_fake_path: Path, nvml_unusable: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     from traceanalyze.collect.run import device_capabilities
 
     # An old driver's nvidia-smi has no compute_cap field; torch still sees the GPU.
@@ -739,11 +745,14 @@ def test_cli_dry_run_prints_commands_and_creates_nothing(
 
 @pytest.fixture
 def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A login node: torch sees no CUDA device and nothing tells a compute capability."""
-    torch = pytest.importorskip("torch")
+    """A login node: torch (where installed) sees no CUDA device and nothing tells a compute
+    capability."""
     from traceanalyze.collect import run as run_mod
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    if have("torch"):
+        import torch
+
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(run_mod, "device_capabilities", lambda nvml=None: [])
 
 
@@ -757,6 +766,22 @@ def dry(tmp_path: Path, *args: str) -> list[str]:
     assert r.exit_code == 0, r.output
     assert not out.exists()
     return r.output.splitlines()
+
+
+def test_dry_run_without_torch_is_one_line_or_needs_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No torch installed (hidden here): the device cannot be asked, so a plain dry run says
+    # what is missing in one line (it was a ModuleNotFoundError traceback); --device cpu plans.
+    monkeypatch.setitem(sys.modules, "torch", None)
+    out = tmp_path / "runs"
+    r = CliRunner().invoke(main, ["collect", "--out", str(out), "--dry-run"])
+    assert r.exit_code == 1 and not isinstance(r.exception, ImportError), r.output
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("traceanalyze: error: ") and "traceanalyze[collect]" in line
+    assert "--device" in line and not out.exists()
+    lines = dry(tmp_path, "--device", "cpu", "--sampler", "off")
+    assert lines and "resnet50" in "\n".join(lines)
 
 
 def sampler_line(run: Path) -> str:
@@ -992,7 +1017,7 @@ def test_import_does_not_load_torch() -> None:
 
     code = (
         "import sys, traceanalyze.collect, traceanalyze.collect.cli, traceanalyze.collect.sampler;"
-        "print(sorted(m for m in ('torch','torchvision','pynvml') if m in sys.modules))"
+        "print(sorted(m for m in ('torch','torchvision','pynvml') if sys.modules.get(m)))"
     )
     out = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -299,9 +299,9 @@ def read_iterlog_csv(p: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(lines[1:]))
 
 
+@pytest.mark.requires_torch("torchvision")
 def test_end_to_end_cpu_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("torchvision")
+    import torch
     from test_collect_sampler import write_fake_pynvml
 
     from traceanalyze.readers import READERS

@@ -341,8 +341,10 @@ def test_sampler_process_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     assert (tmp_path / "shut").read_text() == "shutdown"
 
 
+@pytest.mark.requires_torch
 def test_overhead_benchmark_skips_without_a_gpu() -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     if torch.cuda.is_available():
         pytest.skip("a GPU is present; the benchmark would really run")
     bench = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_sampler_overhead.py"

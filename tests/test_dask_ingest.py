@@ -20,7 +20,7 @@ from traceanalyze.cli import main
 from traceanalyze.errors import MalformedInput, TraceanalyzeError
 from traceanalyze.parallel import ingest_dask
 
-distributed = pytest.importorskip("distributed")
+pytestmark = pytest.mark.requires_dask("distributed")
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -65,6 +65,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                     stderr=logs[i], **common,
                 )
             )  # fmt: skip
+        import distributed
+
         with distributed.Client(address, timeout=30) as c:
             c.wait_for_workers(2, timeout=30)
         yield address
@@ -80,6 +82,8 @@ def test_same_store_table_by_table_as_serial(cluster: str, tmp_path: Path) -> No
     res = ingest_dask(files, tmp_path / "dask", scheduler=cluster)
     assert res == serial
     assert_same_store(tmp_path / "serial", tmp_path / "dask")
+    import distributed
+
     with distributed.Client(cluster) as c:  # both workers took part
         assert len(c.scheduler_info()["workers"]) == 2
 
@@ -112,10 +116,10 @@ def test_unreachable_scheduler_is_one_line(tmp_path: Path) -> None:
         ingest_dask([f], tmp_path / "st", scheduler="tcp://127.0.0.1:9", connect_timeout=2)
 
 
+@pytest.mark.requires_dask("dask_jobqueue")
 def test_slurm_script_dry_run(tmp_path: Path) -> None:
     """collectors/slurm/ingest_dask.py builds its SLURMCluster from the arguments (no Slurm:
     --dry-run prints the job script it would submit)."""
-    pytest.importorskip("dask_jobqueue")
     script = Path(__file__).resolve().parents[1] / "collectors" / "slurm" / "ingest_dask.py"
     args = ["x.json", "--store", str(tmp_path / "st"), "--cores", "8", "--memory", "32GB"]
     args += ["--walltime", "02:30:00", "--queue", "gpu", "--account", "proj", "--dry-run"]

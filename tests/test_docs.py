@@ -216,12 +216,13 @@ def test_reading_the_store_recipes_run(gpu_store: Path, monkeypatch: pytest.Monk
     assert str(table.schema.field("source_id").type) == "string"  # type: ignore[attr-defined]
 
 
+@pytest.mark.requires_dask
 def test_store_recipes_keep_an_all_digit_source_id_a_string(
     gpu_store: Path, tmp_path: Path
 ) -> None:
     """The reason the page insists on string ids: a partition named by digits only, read with the
     page's options, keeps its leading zero in every engine."""
-    dd = pytest.importorskip("dask.dataframe")
+    import dask.dataframe as dd
     import duckdb
     import pyarrow as pa
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 import traceanalyze as ta
@@ -34,6 +36,9 @@ H2020 = (
     '"ID","Process ID","Process Name","Host Name","Kernel Name","Kernel Time","Context",'
     '"Stream","Section Name","Metric Name","Metric Unit","Metric Value"'
 )
+
+
+FMA_PCT = "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_elapsed"
 
 
 def _row2026(i: int, pid: int, name: str, metric: str, unit: str, value: str) -> str:
@@ -231,20 +236,66 @@ def test_unknown_unit_names_file_line_and_column(write) -> None:
         H2026,
         _row2026(0, 1, "k", "gpu__time_duration.sum", "ns", "5"),
         _row2026(0, 1, "k", "weird.metric", "furlong/fortnight", "5"),
+        _row2026(0, 1, "k", FMA_PCT, "furlong/fortnight", "5"),
     ]
     p = write("bad_unit.csv", "\n".join(lines) + "\n")
     with pytest.raises(UnknownUnit) as e:
         ta.read(p)
     msg = str(e.value)
-    assert str(p) in msg and "line 4" in msg and "'Metric Unit'" in msg and "furlong" in msg
+    # the first row with it on a metric coreutil needs, not the kept `weird.metric` one
+    assert str(p) in msg and "line 5" in msg and "'Metric Unit'" in msg and "furlong" in msg
 
 
 def test_unknown_unit_in_raw_page_names_the_metric_column(write) -> None:
-    hdr = '"ID","Process ID","Kernel Name","gpu__time_duration.sum","odd__metric.sum"'
+    hdr = '"ID","Process ID","Kernel Name","gpu__time_duration.sum","dram__bytes.sum"'
     text = "\n".join([hdr, '"","","","ns","bogon"', '"0","1","k","5","6"']) + "\n"
     with pytest.raises(UnknownUnit) as e:
         read_ncu_csv(write("raw_bad.csv", text))
-    assert "line 2" in str(e.value) and "'odd__metric.sum'" in str(e.value)
+    assert "line 2" in str(e.value) and "'dram__bytes.sum'" in str(e.value)
+
+
+# A Blackwell raw page (`ncu --import x.ncu-rep --page raw --csv`) as the real export has
+# it: `launch__cluster_max_active` in unit `cluster`, a unit the reader does not know, next to
+# the metrics the reader and analyses read.
+BLACKWELL_RAW = (
+    '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
+    '"Grid Size","Device","CC","gpu__time_duration.sum","launch__cluster_max_active",'
+    '"launch__registers_per_thread","sm__pipe_tc_cycles_active.avg.pct_of_peak_sustained_active"\n'
+    '"","","","","","","","","","","","nsecond","cluster","register/thread","%"\n'
+    '"0","4242","train","node1","gemm_kernel","1","7","(256, 1, 1)","(148, 1, 1)","0","12.0",'
+    '"12,480","8","168","61.25"\n'
+    '"1","4242","train","node1","relu_kernel","1","7","(128, 1, 1)","(296, 1, 1)","0","12.0",'
+    '"2,016","0","16","0"\n'
+)
+
+
+def test_unknown_unit_on_a_kept_metric_does_not_reject_the_file(write) -> None:
+    t = read_ncu_csv(write("blackwell_raw.csv", BLACKWELL_RAW))
+    rows = list(csv.reader(io.StringIO(BLACKWELL_RAW)))
+    hdr, units, data = rows[0], rows[1], rows[2:]
+    col = hdr.index("launch__cluster_max_active")
+    km = t.kernel_metrics.filter(pl.col("metric_name") == "launch__cluster_max_active")
+    assert km.sort("kernel_id").select("kernel_id", "unit", "value").rows() == [
+        (int(r[0]), units[col], float(r[col])) for r in data
+    ]
+    # the other metrics still converted as usual
+    dur = hdr.index("gpu__time_duration.sum")
+    assert t.kernels["duration_ns"].to_list() == [int(r[dur].replace(",", "")) for r in data]
+    tc = t.kernel_metrics.filter(pl.col("metric_name").str.starts_with("sm__pipe_tc"))
+    assert tc["unit"].to_list() == ["%", "%"]
+
+
+def test_unit_needed_covers_what_the_analyses_read() -> None:
+    from traceanalyze.analyses import coreutil, mfu
+
+    UNIT_NEEDED = READERS["ncu_csv"].module.UNIT_NEEDED
+
+    read = [m for c in coreutil.PIPE_METRICS.values() for m in c]
+    read += [m for m in coreutil.WEIGHT_METRICS.values() if m]
+    read += [m for ms in mfu._FLOP_METRICS.values() for m in ms]
+    read += [*mfu._BYTES, *(m for p in mfu._BYTES_PAIRS for m in p), mfu._TIME]
+    assert [m for m in read if not re.match(UNIT_NEEDED, m)] == []
+    assert not re.match(UNIT_NEEDED, "launch__cluster_max_active")
 
 
 def test_same_id_in_two_processes_is_two_launches(write) -> None:

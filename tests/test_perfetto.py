@@ -12,6 +12,7 @@ import bisect
 import csv
 import gzip
 import json
+import sqlite3
 from collections import defaultdict
 from datetime import datetime
 from decimal import Decimal
@@ -320,6 +321,86 @@ def test_h100_nsys_flows_stay_within_a_process() -> None:
         # one host process drives each GPU
         assert pid_of_device.setdefault(f["pid"], s["pid"]) == s["pid"]
     assert len(pid_of_device) == 2 and len(set(pid_of_device.values())) == 2
+
+
+def improper_nesting(ev: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Pairs of complete slices of one (pid, tid) that overlap without one holding the other,
+    found by a stack sweep over the exported times in integer ns (start, longer first)."""
+    tracks: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    for e in ev:
+        if e["ph"] == "X":
+            s = round(e["ts"] * 1000)
+            tracks[(e["pid"], e["tid"])].append((s, s + round(e["dur"] * 1000)))
+    bad = []
+    for key, sl in tracks.items():
+        sl.sort(key=lambda x: (x[0], -x[1]))
+        stack: list[tuple[int, int]] = []
+        for s, end in sl:
+            while stack and stack[-1][1] <= s:
+                stack.pop()
+            if stack and end > stack[-1][1]:
+                bad.append((key, stack[-1], (s, end)))
+            stack.append((s, end))
+    return bad
+
+
+def raw_same_stream_overlaps(rel: str) -> list[tuple[int, int, int, int]]:
+    """(device, stream, overlap ns, later kernel's correlation id) per pair of kernels of one
+    stream that overlap, from the nsys SQLite by hand."""
+    con = sqlite3.connect(f"file:{shared(rel)}?mode=ro", uri=True)
+    try:
+        rows = con.execute(
+            "SELECT deviceId, streamId, start, end, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL "
+            "ORDER BY deviceId, streamId, start"
+        ).fetchall()
+    finally:
+        con.close()
+    out = []
+    for (d0, s0, _, e0, _), (d1, s1, b1, e1, c1) in zip(rows, rows[1:], strict=False):
+        if (d0, s0) == (d1, s1) and b1 < e0:
+            out.append((d1, s1, min(e0, e1) - b1, c1))
+    return out
+
+
+def test_h100_overlapping_kernels_nest_properly_per_track() -> None:
+    overlaps = raw_same_stream_overlaps(H100)
+    assert [o[:3] for o in overlaps] == [(0, 7, 12442)]  # the 12.4 µs overlap
+    t = read(shared(H100))
+    doc = json.loads(
+        chrome_trace_json(t.kernels, t.memcpy, t.markers, api_calls=t.api_calls, ops=t.ops)
+    )
+    validate(doc)
+    ev = doc["traceEvents"]
+    assert improper_nesting(ev) == []
+    # the later kernel of the pair is on stream 7's first sub-track, named after it
+    (dev, stream, _, later) = overlaps[0]
+    moved = [e for e in ev if e["ph"] == "X" and e["tid"] == stream + 10_000_000]
+    assert len(moved) == 1 and moved[0]["pid"] == dev
+    assert moved[0]["args"]["correlation_id"] == later
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["name"] == "thread_name"}
+    assert names[(dev, stream + 10_000_000)] == "stream 7 · overlap 1"
+    # its launch arrow ends on the sub-track
+    kern = enclosing(ev, "kernel")
+    ends = [f for _, f in flows(ev).values() if (f["pid"], f["tid"]) == (dev, stream + 10**7)]
+    assert len(ends) == 1 and holder(kern[(dev, stream + 10**7)], ends[0]["ts"]) == moved[0]
+
+
+def test_resnet_gpu_annotations_on_their_stream(resnet_doc) -> None:
+    with gzip.open(shared(RESNET), "rt") as f:
+        raw = json.load(f, parse_float=Decimal)["traceEvents"]
+    want = sorted(
+        (e["name"], int(e["pid"]), int(e["tid"]))
+        for e in raw
+        if e.get("ph") == "X" and e.get("cat") == "gpu_user_annotation"
+    )
+    ev = resnet_doc["traceEvents"]
+    got = sorted(
+        (e["name"], e["pid"], e["tid"]) for e in ev if e.get("cat") == "gpu_user_annotation"
+    )
+    assert len(got) == 15 and got == want
+    tracks = {(e["pid"], e["tid"]) for e in ev if e["ph"] == "X" and e["pid"] < 1_000_000}
+    assert (0, 0) not in tracks  # no "stream 0": the trace has no such stream
+    assert improper_nesting(ev) == []
 
 
 # --- counters and escaping ----------------------------------------------------------------------

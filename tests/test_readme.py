@@ -366,18 +366,36 @@ def _flatten(items: list[object]) -> list[object]:
     return out
 
 
-RUNS = [(ln, v) for ln in TA_LINES if not skip_reason(ln) for v in variants(ln)]
+def torch_mark(words: list[str]) -> list[pytest.MarkDecorator]:
+    """`requires_torch` for the commands that need it: mfu (FLOPs counted on torchvision's
+    model), a collect run, and a collect dry run that asks torch for the device (no --device
+    and the torch profiler)."""
+    from traceanalyze.collect.profilers import EXTERNAL
+
+    if words[1] == "mfu" or (words[1] == "collect" and "--dry-run" not in words):
+        return [pytest.mark.requires_torch("torchvision")]
+    if words[1] == "collect":
+        prof = words[words.index("--profiler") + 1] if "--profiler" in words else "none"
+        if "--device" not in words and prof not in EXTERNAL:
+            return [pytest.mark.requires_torch]
+    return []
 
 
-@pytest.mark.parametrize(("line", "words"), RUNS, ids=[" ".join(v) for _, v in RUNS])
+RUNS = [
+    pytest.param(ln, v, marks=torch_mark(v), id=" ".join(v))
+    for ln in TA_LINES
+    if not skip_reason(ln)
+    for v in variants(ln)
+]
+
+
+@pytest.mark.parametrize(("line", "words"), RUNS)
 def test_readme_command_runs(
     line: str, words: list[str], work: dict[str, object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     why = skip_reason(" ".join(words), RUN_SKIP)
     if why:
         pytest.skip(why)
-    if words[1] == "collect" and "--dry-run" not in words:
-        pytest.importorskip("torch")
     argv = concrete(words, work)
     run_dir = Path(str(work["dir"])) / f"run_{abs(hash(tuple(words)))}"
     run_dir.mkdir()

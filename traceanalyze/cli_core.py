@@ -195,10 +195,19 @@ def schema_cmd(table: str | None, markdown: bool, out_json: bool, out_csv: bool)
 @click.command()
 @output_options
 def formats(out_json: bool, out_csv: bool) -> None:
-    """List the input formats (reader slugs)."""
+    """List the input formats (reader slugs), and whether ingest streams each one.
+
+    streams: true when ingest reads the format in bounded memory (chunks written as they are
+    read); false when it reads the file whole, so memory grows with the file.
+    """
     import polars as pl
 
     from .readers import READERS
 
-    df = pl.DataFrame([{"format": r.slug, "description": r.description} for r in READERS.values()])
+    df = pl.DataFrame(
+        [
+            {"format": r.slug, "description": r.description, "streams": r.streams}
+            for r in READERS.values()
+        ]
+    )
     emit(df, out_json, out_csv)

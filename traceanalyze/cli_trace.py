@@ -131,8 +131,9 @@ def overlap(
     ReduceScatter, AllToAll, SendRecv, Broadcast) and copies leaving the device (peer PtoP,
     host HtoD/DtoH/…); computation: every other kernel. Device-local copies and memsets are
     neither. On interval unions: comm_ns, compute_ns, overlapped_ns = comm ∩ compute,
-    exposed_ns = comm_ns - overlapped_ns, overlap_pct = overlapped / comm. Rows with an
-    iteration clip everything to it (iterations table: ProfilerStep#N, iteration logs).
+    exposed_ns = comm_ns - overlapped_ns, overlap_pct = overlapped / comm. A row with an
+    iteration (ProfilerStep#N, iteration logs) holds the work that iteration launched (by the
+    launch calls' correlation ids), whole, not clipped to the host's step window.
     """
     df = ds.overlap()
     if plot is not None:

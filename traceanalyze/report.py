@@ -16,7 +16,7 @@ import polars as pl
 from .analyses import health as h
 from .analyses import summary as s
 from .analyses.naming import with_file
-from .errors import NotAnswerable, StoreError, TraceanalyzeError
+from .errors import NotAnswerable, StoreError, TraceanalyzeError, UsageProblem
 from .results import CoreUtil, Health, Summary, Variability
 from .store import MARKER, Store
 
@@ -240,7 +240,7 @@ def attribute(ds: Dataset, per: str = "iteration", samples_from: str | None = No
     from .analyses import telemetry as tel
 
     if per not in ("iteration", "kernel"):
-        raise ValueError(f"per must be 'iteration' or 'kernel', got {per!r}")
+        raise UsageProblem(f"per must be 'iteration' or 'kernel', got {per!r}")
     if samples_from is not None:
         ds.one_source("samples from another source (--samples-from)")
         check_source(ds, samples_from)

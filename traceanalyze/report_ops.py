@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from .analyses.naming import with_file
-from .errors import NotAnswerable, TraceanalyzeError
+from .errors import NotAnswerable, TraceanalyzeError, UsageProblem
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -31,7 +31,7 @@ def ops(ds: Dataset, by: str = "op", top: int = 25) -> pl.DataFrame:
         )
         sort = ["source_id", "kernel_ns"]
     else:
-        raise ValueError(f"by must be 'op' or 'kernel', not {by!r}")
+        raise UsageProblem(f"by must be 'op' or 'kernel', not {by!r}")
     if by == "kernel" and df.height == 0 and ds.scan("kernels").head(1).collect().height == 0:
         raise NotAnswerable(f"no GPU kernels in {ds.origin} (a CPU run?): try --by op")
     if df.height == 0 or (by == "op" and df["op"].drop_nulls().len() == 0):

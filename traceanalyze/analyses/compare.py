@@ -213,7 +213,8 @@ def compare_ops(
     `analyses.ops`) on each side, and the kernel names launched on one side only. `status`:
     `added` (only in B), `removed` (only in A), `changed` (call count or kernel names differ, or
     self or kernel time differs by more than `rel_tol` of the larger side), else `unchanged`.
-    The row with a null `op` holds kernels launched outside every operator.
+    The row with a null `op` holds kernels launched outside every operator; it is no operator,
+    so its status is `outside` on either side (never added, removed or matched).
     """
     from .ops import op_kernels, op_stats
 
@@ -284,14 +285,16 @@ def _ops_side_by_side(st: pl.DataFrame, a: str, b: str, rel_tol: float) -> pl.Da
 
 
 def _ops_status(rel_tol: float) -> pl.Expr:
-    """added / removed / changed / unchanged (rules: `compare_ops`)."""
+    """outside / added / removed / changed / unchanged (rules: `compare_ops`)."""
 
     def differs(c: str) -> pl.Expr:
         x, y = pl.col(f"{c}_a"), pl.col(f"{c}_b")
         return (x - y).abs() > rel_tol * pl.max_horizontal(x, y)
 
     return (
-        pl.when(pl.col("count_a").is_null())
+        pl.when(pl.col("op").is_null())
+        .then(pl.lit("outside"))
+        .when(pl.col("count_a").is_null())
         .then(pl.lit("added"))
         .when(pl.col("count_b").is_null())
         .then(pl.lit("removed"))

@@ -24,8 +24,15 @@ the first one present in the data is used (the chosen name is reported):
   `sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active` (plus `_imma`, `_dmma`
   on GA100/GH100, and `sm__pipe_tensor_op_gmma_cycles_active` for Hopper's warp-group MMA). On
   GA10x/GH100 FP16x2 is dual-issued to the fmaheavy/fmalite pipes (NVIDIA forum answer on
-  "separate CUDA core pipeline for fp16 and fp32"), so `pipe_fp16` may be absent there; the unit is
-  then null, with a warning, never a guess.
+  "separate CUDA core pipeline for fp16 and fp32"), so `pipe_fp16` may be absent there: FP16 is
+  then `sm__inst_executed_pipe_fma_type_fp16` (FP16 instructions on the FMA pipe) where present,
+  else null, with a warning, never a guess.
+* Blackwell (sm_100/120) has no `sm__pipe_fp16_cycles_active`: FP16 is
+  `sm__inst_executed_pipe_fma_type_fp16`; Tensor Cores are `sm__inst_executed_pipe_tc` (before
+  the cycle counters) or `sm__pipe_tc_cycles_active` (tried before
+  `sm__pipe_tensor_cycles_active`).
+
+The table per pipe and generation is in docs/howto-ncu.md.
 
 nvprof (Kepler…Volta) reports utilization *levels* 0–10 (`Idle (0)` … `Max (10)`), not percent:
 `single_precision_fu_utilization`, `half_precision_fu_utilization`,
@@ -47,7 +54,7 @@ from typing import NamedTuple
 
 import polars as pl
 
-from ..errors import NotAnswerable
+from ..errors import NotAnswerable, UsageProblem
 from .naming import source_name, source_paths
 
 Frame = pl.DataFrame | pl.LazyFrame
@@ -68,12 +75,15 @@ PIPE_METRICS: dict[str, list[str]] = {
     "fp16": [
         *_variants("sm__inst_executed_pipe_fp16"),
         *_variants("sm__pipe_fp16_cycles_active"),
+        *_variants("sm__inst_executed_pipe_fma_type_fp16"),  # no FP16 pipe: GA10x, sm_90, sm_100+
     ],
     "tensor": [
         *_variants("sm__inst_executed_pipe_tensor"),  # sm_70/75
         *_variants("sm__inst_executed_pipe_tensor_op_hmma"),  # sm_80+
         *_variants("sm__inst_executed_pipe_tensor_op_gmma"),  # sm_90 wgmma instructions
+        *_variants("sm__inst_executed_pipe_tc"),  # Blackwell
         *_variants("sm__pipe_tensor_op_hmma_cycles_active"),
+        *_variants("sm__pipe_tc_cycles_active"),  # Blackwell
         *_variants("sm__pipe_tensor_cycles_active"),
         *_variants("sm__pipe_tensor_op_gmma_cycles_active"),  # sm_90 wgmma
     ],
@@ -196,7 +206,7 @@ def core_utilization_each(
     source without any kernel metrics is unanswered too) and messages name its file path.
     """
     if weight not in WEIGHT_METRICS:
-        raise ValueError(f"weight must be one of {list(WEIGHT_METRICS)}, got {weight!r}")
+        raise UsageProblem(f"weight must be one of {list(WEIGHT_METRICS)}, got {weight!r}")
     names = source_paths(sources)
     wanted = {m for c in PIPE_METRICS.values() for m in c} | set(NVPROF_LEVELS.values())
     wanted |= {w for w in WEIGHT_METRICS.values() if w}

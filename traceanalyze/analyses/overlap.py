@@ -11,8 +11,13 @@ Per device, intervals are merged first (unions), then: `comm_ns` = |communicatio
 `compute_ns` = |computation|, `overlapped_ns` = |communication ∩ computation|, `exposed_ns` =
 `comm_ns − overlapped_ns` (communication that nothing hides), `overlap_pct` = overlapped / comm.
 With iterations known (the iterations table: `ProfilerStep#N` of the PyTorch profiler, iteration
-logs on the same clock), one more row per iteration with every interval clipped to it; the
-whole-trace row has `iteration` null.
+logs on the same clock), one more row per iteration; the whole-trace row has `iteration` null.
+**GPU work belongs to the iteration that launched it**: a kernel or copy goes to the iteration
+whose window holds the start of its launch call (the API call with its correlation id, in the
+same process where both give one: `launches.launch_calls`), whole, never clipped to the host's
+step window (the host may run a step or more ahead of the GPU). Work without a launch call (no
+API calls in the trace, or a call outside the capture) goes by its own start. An iteration row's
+`window_ns` is the span of its work on the device (first start to last end; 0 when none).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import polars as pl
 
 from ..errors import NotAnswerable
 from . import _intervals as iv
+from .launches import launch_calls
 from .naming import source_name
 
 if TYPE_CHECKING:
@@ -54,9 +60,19 @@ def _lazy(df: Frame) -> pl.LazyFrame:
     return df.lazy() if isinstance(df, pl.DataFrame) else df
 
 
+def _ids(df: pl.LazyFrame) -> list[pl.Expr]:
+    """correlation_id and process_id, null where the frame lacks them."""
+    have = set(df.collect_schema().names())
+    return [
+        pl.col(c) if c in have else pl.lit(None, pl.Int64).alias(c)
+        for c in ("correlation_id", "process_id")
+    ]
+
+
 def classify(kernels: Frame, memcpy: Frame) -> pl.DataFrame:
-    """Timed kernels and copies as `source_id, device_id, start_ns, end_ns, role` with role
-    `compute`, `comm_kernel` or `comm_copy`; device-local copies and memsets left out."""
+    """Timed kernels and copies as `source_id, device_id, start_ns, end_ns, role,
+    correlation_id, process_id` with role `compute`, `comm_kernel` or `comm_copy`; device-local
+    copies and memsets left out."""
     k = _lazy(kernels).select(
         "source_id",
         "device_id",
@@ -66,30 +82,47 @@ def classify(kernels: Frame, memcpy: Frame) -> pl.DataFrame:
         .then(pl.lit("comm_kernel"))
         .otherwise(pl.lit("compute"))
         .alias("role"),
+        *_ids(_lazy(kernels)),
     )
     off_device = pl.col("kind").str.contains("H") | (pl.col("kind") == "PtoP")
     c = (
         _lazy(memcpy)
         .filter(off_device.fill_null(False) & (pl.col("kind") != "memset"))
-        .select("source_id", "device_id", "start_ns", "end_ns", pl.lit("comm_copy").alias("role"))
+        .select(
+            "source_id",
+            "device_id",
+            "start_ns",
+            "end_ns",
+            pl.lit("comm_copy").alias("role"),
+            *_ids(_lazy(memcpy)),
+        )
     )
-    return pl.concat([k, c]).drop_nulls(["start_ns", "end_ns"]).collect()
+    return pl.concat([k, c.cast(k.collect_schema())]).drop_nulls(["start_ns", "end_ns"]).collect()
 
 
-def _measure(rows: pl.DataFrame, lo: int | None, hi: int | None) -> dict[str, Any]:
+def _launched_at(rows: pl.DataFrame, api_calls: Frame | None) -> pl.DataFrame:
+    """`rows` with `at_ns`: the start of the event's launch call, else the event's start."""
+    if api_calls is None:
+        return rows.with_columns(pl.col("start_ns").alias("at_ns"))
+    j = launch_calls(rows, api_calls)
+    return j.select(*rows.columns, pl.coalesce("call_start_ns", "start_ns").alias("at_ns"))
+
+
+def _measure(rows: pl.DataFrame) -> dict[str, Any]:
+    """The row's numbers over `rows` (whole intervals); window: first start to last end."""
+
     def part(role: tuple[str, ...]) -> iv.Set:
         r = rows.filter(pl.col("role").is_in(role))
-        s = iv.as_set(r["start_ns"].to_numpy(), r["end_ns"].to_numpy())
-        return s if lo is None or hi is None else iv.clip(s, lo, hi)
+        return iv.as_set(r["start_ns"].to_numpy(), r["end_ns"].to_numpy())
 
     compute, kern, copy = part(("compute",)), part(("comm_kernel",)), part(("comm_copy",))
     comm = iv.union(kern, copy)
     comm_ns = iv.length(comm)
     over = iv.length(iv.intersect(comm, compute))
-    if lo is None or hi is None:
-        lo, hi = int(rows["start_ns"].min()), int(rows["end_ns"].max())  # type: ignore[arg-type]
+    lo, hi = rows.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
+    window = int(hi) - int(lo) if rows.height else 0
     return {
-        "window_ns": hi - lo,
+        "window_ns": window,
         "compute_ns": iv.length(compute),
         "comm_ns": comm_ns,
         "comm_kernel_ns": iv.length(kern),
@@ -105,17 +138,21 @@ def comm_overlap(
     memcpy: Frame,
     iterations: Frame | None = None,
     *,
+    api_calls: Frame | None = None,
     names: Mapping[str, str] | None = None,
 ) -> pl.DataFrame:
     """Per source and device (and iteration): compute, communication, overlapped and exposed ns.
 
-    Iterations with a null `device_id` (host-side steps) frame every device of their source.
+    Iterations with a null `device_id` (host-side steps) frame every device of their source;
+    an iteration's work is what it launched (`api_calls` give the launches; module docstring).
     Columns: see `COLUMNS`. A source without any communication gets a warning, not a row of
     zeros only: its `overlap_pct` is null.
     """
     rows = classify(kernels, memcpy)
     if rows.height == 0:
         raise NotAnswerable("no kernels or copies with start and end times")
+    if iterations is not None:
+        rows = _launched_at(rows, api_calls)
     its = (
         _lazy(iterations).drop_nulls(["start_ns", "end_ns"]).collect()
         if iterations is not None
@@ -123,9 +160,7 @@ def comm_overlap(
     )
     out: list[dict[str, Any]] = []
     for (sid, dev), r in rows.group_by(["source_id", "device_id"], maintain_order=True):
-        out.append(
-            {"source_id": sid, "device_id": dev, "iteration": None, **_measure(r, None, None)}
-        )
+        out.append({"source_id": sid, "device_id": dev, "iteration": None, **_measure(r)})
         if its is None:
             continue
         mine = its.filter(
@@ -133,7 +168,7 @@ def comm_overlap(
             & (pl.col("device_id").is_null() | pl.col("device_id").eq_missing(dev))
         ).sort("iteration")
         for it, lo, hi in mine.select("iteration", "start_ns", "end_ns").iter_rows():
-            m = _measure(r, int(lo), int(hi))
+            m = _measure(r.filter((pl.col("at_ns") >= lo) & (pl.col("at_ns") < hi)))
             out.append({"source_id": sid, "device_id": dev, "iteration": it, **m})
     df = pl.DataFrame(
         out,
@@ -159,5 +194,6 @@ def overlap(ds: Dataset, **options: Any) -> pl.DataFrame:
         ds.scan("kernels"),
         ds.scan("memcpy"),
         ds.scan("iterations"),
+        api_calls=ds.scan("api_calls"),
         **opts,
     )

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ..errors import NotAnswerable
+from ..errors import NotAnswerable, UsageProblem
 from .busy import binned_busy
 
 Frame = pl.DataFrame | pl.LazyFrame
@@ -123,6 +123,8 @@ def lanes(
     `markers` (NVTX ranges, PyTorch annotations) add one "markers" lane per thread the same way;
     an instant marker (no end) is a zero-length interval, `start_ns == end_ns`.
     """
+    if max_bars < 1:
+        raise UsageProblem(f"max_bars (--max-bars) must be at least 1, got {max_bars}")
     rows = _intervals(kernels, memcpy, ops, markers)
     if rows.height == 0:
         raise NotAnswerable("no kernels, copies, CPU ops or markers with start and end times")

@@ -151,8 +151,13 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
 def resolve_device(requested: str | None) -> str:
     if requested == "cpu":
         return "cpu"
-    import torch
-
+    try:
+        import torch
+    except ImportError:
+        raise CollectError(
+            "the ResNet-50 workload needs torch and torchvision (pip install "
+            "'traceanalyze[collect]'); a dry run without them needs --device"
+        ) from None
     if requested == "cuda" and not torch.cuda.is_available():
         raise CollectError("--device cuda, but torch sees no CUDA device")
     if requested:

@@ -10,7 +10,15 @@ Written by `traceanalyze timeline --perfetto out.json`. Events:
 * host side, `pid` = process_id + 10⁶, `tid` = thread id: runtime/driver API calls
   (`cat: "cuda_runtime"` / `"cuda_driver"`), framework operators (`cat` = their category, e.g.
   `cpu_op`), NVTX ranges and user annotations (`ph: "X"`; marks without an end `ph: "i"`);
-  GPU-side annotations (markers with a device) on the device's process;
+  GPU-side annotations (markers with a device, e.g. Kineto's `gpu_user_annotation`) on the
+  device's process, on their own stream's track (`tid` = stream; a track "GPU annotations",
+  `tid` 2 000 000, where the stream is unknown);
+* overlap: the complete slices of one track nest properly (Perfetto requires it of `ph: "X"`).
+  Where two slices of a track overlap without one holding the other (kernels of one stream
+  that really run concurrently, as newer GPUs allow; ranges that cross), the later one goes to
+  a sub-track of the same process: `tid` + n × 10 000 000, named "<track> · overlap n", n the
+  first sub-track where it nests (slices in order of start, longer first). Complete slices on
+  sub-tracks, not async slices, so flows still bind to them;
 * flows: one arrow per kernel or copy whose launch call is exported, from the call to the GPU
   event: a flow start `ph: "s"` at the call's start on the call's thread and a flow end
   `ph: "f"` with `bp: "e"` (bind to the enclosing slice) at the GPU event's start on its
@@ -20,7 +28,8 @@ Written by `traceanalyze timeline --perfetto out.json`. Events:
 * telemetry: counters `ph: "C"` (`sm_clock_mhz`, `power_w`, `temperature_c`), one track per device
   and metric, `args: {"value": v}`;
 * `ph: "M"` metadata naming processes ("GPU 0 · Tesla V100-SXM2-32GB · rank 1",
-  "host pid 123 · rank 1") and threads ("stream 7", "copies stream 7", "thread 456").
+  "host pid 123 · rank 1") and threads ("stream 7", "copies stream 7", "thread 456",
+  "stream 7 · overlap 1").
 
 Times: `ts`/`dur` in microseconds as floats (the format's unit), relative to `origin_ns` (default:
 the earliest exported time) so that float64 keeps sub-µs precision. An event that starts before
@@ -35,12 +44,15 @@ from __future__ import annotations
 import io
 import os
 
+import numpy as np
 import polars as pl
 
 Frame = pl.DataFrame | pl.LazyFrame
 
 HOST_PID_OFFSET = 1_000_000
 COPY_TID_OFFSET = 1_000_000
+ANNOTATION_TID = 2_000_000
+LANE_TID_OFFSET = 10_000_000
 COUNTERS: tuple[str, ...] = ("sm_clock_mhz", "power_w", "temperature_c")
 FLOW_CAT = "launch"
 
@@ -66,12 +78,14 @@ def _timed(df: pl.DataFrame | None) -> pl.DataFrame | None:
 
 
 class _Writer:
-    """Collects event blocks (NDJSON text) and the (pid, tid) pairs they use."""
+    """Collects event blocks (NDJSON text), the (pid, tid) pairs they use and the sub-tracks
+    made for overlapping slices ((pid, tid) -> (the track's own tid, n))."""
 
     def __init__(self, t0: int) -> None:
         self.t0 = t0
         self.parts: list[str] = []
         self.ids: list[pl.DataFrame] = []
+        self.lanes: dict[tuple[int, int], tuple[int, int]] = {}
 
     def us(self, c: str) -> pl.Expr:
         return (pl.col(c) - self.t0) / 1e3
@@ -83,15 +97,8 @@ class _Writer:
         if track:
             self.ids.append(ev.select(pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64)))
 
-    def slices(
-        self,
-        df: pl.DataFrame,
-        cat: pl.Expr,
-        name: pl.Expr,
-        pid: pl.Expr,
-        tid: pl.Expr,
-        args: pl.Expr,
-    ) -> None:
+    def slices(self, df: pl.DataFrame, cat: pl.Expr, name: pl.Expr, args: pl.Expr) -> None:
+        """Complete events of `df` on the tracks `_tracks` gave it (`_pid`, `_tid`)."""
         self.add(
             df.select(
                 name.alias("name"),
@@ -99,8 +106,8 @@ class _Writer:
                 pl.lit("X").alias("ph"),
                 self.us("start_ns").alias("ts"),
                 ((pl.col("end_ns") - pl.col("start_ns")) / 1e3).alias("dur"),
-                pid.alias("pid"),
-                tid.alias("tid"),
+                pl.col("_pid").alias("pid"),
+                pl.col("_tid").alias("tid"),
                 args.alias("args"),
             )
         )
@@ -111,6 +118,91 @@ _HOST_PID = pl.col("process_id").fill_null(0) + HOST_PID_OFFSET
 _HOST_TID = pl.col("thread_id").fill_null(0)
 _STREAM_TID = pl.col("stream_id").fill_null(0)
 _COPY_TID = pl.col("stream_id").fill_null(0) + COPY_TID_OFFSET
+_ON_GPU = pl.col("device_id").is_not_null()
+_MARK_PID = pl.when(_ON_GPU).then(_DEV).otherwise(_HOST_PID)
+_MARK_TID = (
+    pl.when(_ON_GPU).then(pl.col("stream_id").fill_null(ANNOTATION_TID)).otherwise(_HOST_TID)
+)
+
+_Block = tuple[pl.DataFrame | None, pl.Expr, pl.Expr]
+
+
+def _greedy(starts: list[int], ends: list[int], groups: list[int]) -> list[int]:
+    """Sub-track of each slice (in order of start, longer first; `groups`: runs of slices that
+    overlap one another): the first one where it nests in the slices still open there."""
+    out: list[int] = []
+    open_: list[list[int]] = []  # per sub-track, the ends of its open slices, innermost last
+    last = -1
+    for a, b, g in zip(starts, ends, groups, strict=True):
+        if g != last:
+            open_, last = [], g
+        for i, ends_open in enumerate(open_):
+            while ends_open and ends_open[-1] <= a:
+                ends_open.pop()
+            if not ends_open or b <= ends_open[-1]:
+                ends_open.append(b)
+                out.append(i)
+                break
+        else:
+            open_.append([b])
+            out.append(len(open_) - 1)
+    return out
+
+
+def _lane_of(keys: pl.DataFrame) -> np.ndarray:
+    """Sub-track per row of `keys` (pid, tid, s, e; sorted by track, start, longer first).
+    Only runs of mutually overlapping slices go through the loop; a lone slice stays at 0."""
+    prev = pl.col("e").cum_max().shift(1).over("pid", "tid")
+    run = keys.select((prev.is_null() | (pl.col("s") >= prev)).cum_sum().alias("c"))["c"]
+    lane = np.zeros(keys.height, dtype=np.int64)
+    idx = np.flatnonzero(run.is_duplicated().to_numpy())
+    if idx.size:
+        s, e = (keys[col].to_numpy()[idx].tolist() for col in ("s", "e"))
+        lane[idx] = _greedy(s, e, run.to_numpy()[idx].tolist())
+    return lane
+
+
+def _tracks(w: _Writer, blocks: list[_Block]) -> list[pl.DataFrame | None]:
+    """Each block's frame with its track (`_pid`, `_tid`), the complete slices of all blocks
+    together nesting properly per track (module docstring, "overlap")."""
+    live = [(i, df, p, t) for i, (df, p, t) in enumerate(blocks) if df is not None and df.height]
+    out: list[pl.DataFrame | None] = [b[0] for b in blocks]
+    if not live:
+        return out
+    keys = pl.concat(
+        df.select(
+            p.cast(pl.Int64).alias("pid"),
+            t.cast(pl.Int64).alias("tid"),
+            pl.col("start_ns").cast(pl.Int64).alias("s"),
+            pl.col("end_ns").cast(pl.Int64).alias("e"),
+            pl.lit(i, pl.Int64).alias("b"),
+        ).with_row_index("r")
+        for i, df, p, t in live
+    ).sort(["pid", "tid", "s", "e", "b", "r"], descending=[False, False, False, True, False, False])
+    keys = keys.with_columns(n=pl.Series(_lane_of(keys))).with_columns(
+        _tid=pl.col("tid") + pl.col("n") * LANE_TID_OFFSET
+    )
+    for pid, tid, n, lt in keys.filter(pl.col("n") > 0).select("pid", "tid", "n", "_tid").rows():
+        w.lanes[(pid, lt)] = (tid, n)
+    for i, df, _, _ in live:
+        got = keys.filter(pl.col("b") == i).sort("r")
+        out[i] = df.with_columns(got["pid"].alias("_pid"), got["_tid"].alias("_tid"))
+    return out
+
+
+def _origin(frames: list[tuple[pl.DataFrame | None, str]], origin_ns: int | None) -> int:
+    starts: list[int] = []
+    for df, col in frames[:4]:
+        if df is not None and df.height:
+            v = df.select(pl.col(col).min()).item()
+            if v is not None:
+                starts.append(int(v))
+    if origin_ns is None:
+        origin_ns = min(starts) if starts else 0
+    for df, col in frames[4:]:
+        if df is not None and df.height:
+            starts.append(int(df[col].min()))  # type: ignore[arg-type]
+    return min([origin_ns, *starts])
 
 
 def chrome_trace_json(
@@ -128,29 +220,47 @@ def chrome_trace_json(
     """The trace as a JSON text `{"traceEvents": [...], "displayTimeUnit": "ms"}`."""
     k, m, mk, s = _timed(_c(kernels)), _timed(_c(memcpy)), _c(markers), _c(gpu_samples)
     a, o = _timed(_c(api_calls)), _timed(_c(ops))
-    starts: list[int] = []
-    for df, col in ((k, "start_ns"), (m, "start_ns"), (mk, "start_ns"), (s, "timestamp_ns")):
-        if df is not None and df.height:
-            v = df.select(pl.col(col).min()).item()
-            if v is not None:
-                starts.append(int(v))
-    if origin_ns is None:
-        origin_ns = min(starts) if starts else 0
-    for df in (a, o):
-        if df is not None and df.height:
-            starts.append(int(df["start_ns"].min()))  # type: ignore[arg-type]
-    w = _Writer(min([origin_ns, *starts]))
+    if mk is not None and "stream_id" not in mk.columns:
+        mk = mk.with_columns(pl.lit(None, pl.Int64).alias("stream_id"))
+    frames = [(k, "start_ns"), (m, "start_ns"), (mk, "start_ns"), (s, "timestamp_ns")]
+    w = _Writer(_origin([*frames, (a, "start_ns"), (o, "start_ns")], origin_ns))
+    k, m, a, o, ranges = _tracks(
+        w,
+        [
+            (k, _DEV, _STREAM_TID),
+            (m, _DEV, _COPY_TID),
+            (a, _HOST_PID, _HOST_TID),
+            (o, _HOST_PID, _HOST_TID),
+            (_timed(mk), _MARK_PID, _MARK_TID),
+        ],
+    )
+    _slices(w, k, m, a, o, ranges)
+    if mk is not None and mk.height:
+        _marks(w, mk)
+    if a is not None:
+        _flows(w, a, k, m)
+    if s is not None and s.height:
+        _counters(w, s)
+    w.add(_metadata(w.ids, w.lanes, _c(devices), _c(sources)), track=False)
+    body = ",\n".join(p for p in w.parts if p)
+    return '{"displayTimeUnit": "ms", "traceEvents": [\n' + body + "\n]}\n"
+
+
+def _slices(
+    w: _Writer,
+    k: pl.DataFrame | None,
+    m: pl.DataFrame | None,
+    a: pl.DataFrame | None,
+    o: pl.DataFrame | None,
+    ranges: pl.DataFrame | None,
+) -> None:
     if k is not None:
-        w.slices(
-            k, pl.lit("kernel"), pl.col("name").fill_null("kernel"), _DEV, _STREAM_TID, _kargs()
-        )
+        w.slices(k, pl.lit("kernel"), pl.col("name").fill_null("kernel"), _kargs())
     if m is not None:
         w.slices(
             m,
             pl.lit("memcpy"),
             pl.concat_str(pl.lit("Memcpy "), pl.col("kind").fill_null("?")),
-            _DEV,
-            _COPY_TID,
             pl.struct(
                 "kind",
                 "size_bytes",
@@ -160,25 +270,17 @@ def chrome_trace_json(
         )
     if a is not None:
         cat = pl.concat_str(pl.lit("cuda_"), pl.col("api").fill_null("api"))
-        w.slices(a, cat, pl.col("name").fill_null("api"), _HOST_PID, _HOST_TID, _aargs())
+        w.slices(a, cat, pl.col("name").fill_null("api"), _aargs())
     if o is not None:
         w.slices(
             o,
             pl.col("category").fill_null("op"),
             pl.col("name").fill_null("op"),
-            _HOST_PID,
-            _HOST_TID,
             pl.struct(pl.col("external_id").alias("external_id")),
         )
-    if mk is not None and mk.height:
-        _markers(w, mk)
-    if a is not None:
-        _flows(w, a, k, m)
-    if s is not None and s.height:
-        _counters(w, s)
-    w.add(_metadata(w.ids, _c(devices), _c(sources)), track=False)
-    body = ",\n".join(p for p in w.parts if p)
-    return '{"displayTimeUnit": "ms", "traceEvents": [\n' + body + "\n]}\n"
+    if ranges is not None:
+        cat = pl.coalesce("category", pl.lit("marker"))
+        w.slices(ranges, cat, pl.col("name").fill_null(""), pl.struct(pl.col("domain")))
 
 
 def _kargs() -> pl.Expr:
@@ -204,21 +306,16 @@ def _aargs() -> pl.Expr:
     )
 
 
-def _markers(w: _Writer, mk: pl.DataFrame) -> None:
-    host = mk.filter(pl.col("start_ns").is_not_null())
-    pid = pl.when(pl.col("device_id").is_not_null()).then(_DEV).otherwise(_HOST_PID)
-    cat = pl.coalesce("category", pl.lit("marker"))
-    args = pl.struct(pl.col("domain").alias("domain"))
-    ranges = host.filter(pl.col("end_ns").is_not_null())
-    w.slices(ranges, cat, pl.col("name").fill_null(""), pid, _HOST_TID, args)
-    marks = host.filter(pl.col("end_ns").is_null()).select(
+def _marks(w: _Writer, mk: pl.DataFrame) -> None:
+    """Marks without an end: instant events on the track their ranges would use."""
+    marks = mk.filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_null()).select(
         pl.col("name").fill_null(""),
-        cat.alias("cat"),
+        pl.coalesce("category", pl.lit("marker")).alias("cat"),
         pl.lit("i").alias("ph"),
         w.us("start_ns").alias("ts"),
         pl.lit("t").alias("s"),
-        pid.alias("pid"),
-        _HOST_TID.alias("tid"),
+        _MARK_PID.alias("pid"),
+        _MARK_TID.alias("tid"),
     )
     w.add(marks)
 
@@ -230,20 +327,20 @@ def _flows(w: _Writer, a: pl.DataFrame, k: pl.DataFrame | None, m: pl.DataFrame 
         "source_id",
         "correlation_id",
         pl.col("process_id").alias("_cpid"),
-        _HOST_PID.alias("_spid"),
-        _HOST_TID.alias("_stid"),
+        pl.col("_pid").alias("_spid"),
+        pl.col("_tid").alias("_stid"),
         pl.col("start_ns").alias("_sts"),
     )
     gpu = []
-    for df, tid in ((k, _STREAM_TID), (m, _COPY_TID)):
+    for df in (k, m):
         if df is not None and df.height:
             gpu.append(
                 df.filter(pl.col("correlation_id").is_not_null()).select(
                     "source_id",
                     "correlation_id",
                     pl.col("process_id").alias("_gpid"),
-                    _DEV.alias("pid"),
-                    tid.cast(pl.Int64).alias("tid"),
+                    pl.col("_pid").alias("pid"),
+                    pl.col("_tid").cast(pl.Int64).alias("tid"),
                     "start_ns",
                 )
             )
@@ -295,7 +392,10 @@ def _counters(w: _Writer, s: pl.DataFrame) -> None:
 
 
 def _metadata(
-    ids: list[pl.DataFrame], devices: pl.DataFrame | None, sources: pl.DataFrame | None
+    ids: list[pl.DataFrame],
+    lanes: dict[tuple[int, int], tuple[int, int]],
+    devices: pl.DataFrame | None,
+    sources: pl.DataFrame | None,
 ) -> pl.DataFrame:
     if not ids:
         return pl.DataFrame()
@@ -335,19 +435,32 @@ def _metadata(
             pl.struct(pname.alias("name")).alias("args"),
         )
     )
-    tname = (
-        pl.when(pl.col("pid") >= HOST_PID_OFFSET)
-        .then(pl.format("thread {}", pl.col("tid")))
-        .when(pl.col("tid") >= COPY_TID_OFFSET)
-        .then(pl.format("copies stream {}", pl.col("tid") - COPY_TID_OFFSET))
-        .otherwise(pl.format("stream {}", pl.col("tid")))
+    sub = pl.DataFrame(
+        [(p, t, b, n) for (p, t), (b, n) in lanes.items()],
+        schema={"pid": pl.Int64, "tid": pl.Int64, "_base": pl.Int64, "_n": pl.Int64},
+        orient="row",
     )
-    threads = both.drop_nulls("tid").select(
-        pl.lit("thread_name").alias("name"),
-        pl.lit("M").alias("ph"),
-        pl.col("pid"),
-        pl.col("tid"),
-        pl.struct(tname.alias("name")).alias("args"),
+    base = pl.coalesce("_base", "tid")
+    tname = pl.concat_str(
+        pl.when(pl.col("pid") >= HOST_PID_OFFSET)
+        .then(pl.format("thread {}", base))
+        .when(base == ANNOTATION_TID)
+        .then(pl.lit("GPU annotations"))
+        .when(base >= COPY_TID_OFFSET)
+        .then(pl.format("copies stream {}", base - COPY_TID_OFFSET))
+        .otherwise(pl.format("stream {}", base)),
+        pl.format(" · overlap {}", pl.col("_n")).fill_null(""),
+    )
+    threads = (
+        both.drop_nulls("tid")
+        .join(sub, on=["pid", "tid"], how="left")
+        .select(
+            pl.lit("thread_name").alias("name"),
+            pl.lit("M").alias("ph"),
+            pl.col("pid"),
+            pl.col("tid"),
+            pl.struct(tname.alias("name")).alias("args"),
+        )
     )
     return pl.concat([procs, threads]).sort("pid", "tid")
 

@@ -43,8 +43,13 @@ Units (§4.1: the spelling changed across versions and `--print-units auto` scal
   (`Kbyte/block` → `bytes/block`, `register/thread`, `inst/cycle`, `sector/request`);
 * counts keep their name (`cycle`, `inst`, `warp`, `block`, `thread`, `sector`, `request`,
   `register`, `wavefront`, `flop`, `SM`, …), `%` stays `%`, an empty unit is a null unit;
-* anything else raises UnknownUnit naming the file, the line of the first row with it and the
-  column: never guessed.
+* anything else is never guessed: on a metric that the reader or an analysis needs
+  (`UNIT_NEEDED`: `gpu__time_duration`, `gpc__cycles_elapsed`, `launch__registers_per_thread`,
+  `launch__shared_mem_per_block*`, the pipe metrics `sm__inst_executed_pipe_*` /
+  `sm__pipe_*`, the FLOP counters `smsp__sass_thread_inst_executed_op_*`, `dram__bytes*`) it
+  raises UnknownUnit naming the file, the line of the first row with it and the column; on
+  any other metric the value is kept as printed, with its unit text as given (a Blackwell raw
+  page's `launch__cluster_max_active` in `cluster`).
 
 Output:
 
@@ -88,6 +93,16 @@ else:  # imported on first use, so format detection stays light
     pacsv = lazy_import("pyarrow.csv")
 
 REP_MAGIC_SUFFIX = ".ncu-rep"
+
+# Metrics whose unit must be known (converted, never kept as text): those the reader turns into
+# `kernels` columns and those analyses read (coreutil: pipe percentages and its cycle/time
+# weights; roofline: SASS FLOP counters, DRAM bytes, time). tests/test_ncu_csv.py checks that
+# every metric name those analyses list matches.
+UNIT_NEEDED = (
+    r"^(gpu__time_duration|gpc__cycles_elapsed|launch__registers_per_thread"
+    r"|launch__shared_mem_per_block|sm__inst_executed_pipe_|sm__pipe_"
+    r"|smsp__sass_thread_inst_executed_op_|dram__bytes)"
+)
 
 # --- units ------------------------------------------------------------------------------------
 
@@ -318,8 +333,11 @@ def _convert(long: pl.DataFrame, body: _Body, path: PathLike, wide: bool) -> pl.
     factor: dict[str, float] = {}
     for u in long.select(unit_col.unique())["Metric Unit"].to_list():
         conv = ncu_unit(u)
+        needed = (unit_col == u) & pl.col("Metric Name").str.contains(UNIT_NEEDED)
+        if conv is None and not long.select(needed.any()).item():
+            conv = u.strip(), 1.0  # a value the reader only keeps: its unit text as given
         if conv is None:
-            first = long.filter(unit_col == u).row(0, named=True)
+            first = long.filter(needed).row(0, named=True)
             if wide:  # the units row names it, under the metric's column
                 line, column = body.units_line, str(first["Metric Name"])
             else:

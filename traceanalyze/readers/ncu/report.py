@@ -48,7 +48,9 @@ def _report_long(ncu_report: Any, ctx: Any, path: PathLike) -> pl.DataFrame:
         rng = ctx.range_by_idx(r)
         for a in range(rng.num_actions()):
             action = rng.action_by_idx(a)
-            aname = action.name()
+            # Demangled, as the CSV's `Kernel Name` (ncu's default); name() alone is the
+            # function name without its parameters.
+            aname = action.name(action.NameBase_DEMANGLED)
             for m in action.metric_names():
                 metric = action.metric_by_name(m)
                 if metric is None or not metric.has_value():
