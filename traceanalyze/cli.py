@@ -58,6 +58,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "traceanalyze.cli_analyses",
     "traceanalyze.cli_trace",
     "traceanalyze.cli_ops",
+    "traceanalyze.cli_path",
 )
 
 # Names other modules import from here, kept importable without loading them up front.

@@ -37,7 +37,7 @@ from .errors import TraceanalyzeError, UsageProblem
 
 if TYPE_CHECKING:
     from .analyses.launches import Launches
-    from .results import Comparison, CoreUtil, Health, Summary, Timeline, Variability
+    from .results import Comparison, CoreUtil, CriticalPath, Health, Summary, Timeline, Variability
 
 Scan = Callable[[str], pl.LazyFrame]
 PathLike = str | os.PathLike[str]
@@ -306,6 +306,27 @@ class Dataset:
         from .analyses.annotations import annotations
 
         return with_file(annotations(self, depth=depth, strip_ids=strip_ids), self.names())
+
+    def critical_path(
+        self,
+        iteration: int | None = None,
+        what_if: Sequence[str] = (),
+        by_event: bool = False,
+    ) -> CriticalPath:
+        """What bounds each iteration: the longest dependency chain through host events,
+        launches, stream order and waits, split by kind (`analyses.critical_path`); `what_if`
+        specs ('kernel:REGEX=F', 'op:REGEX=F', 'launch=F') replay it with scaled times; with
+        `by_event` the events on the path. A `file` column names each source."""
+        from .analyses.critical_path import critical_path_ds
+
+        res = critical_path_ds(self, iteration=iteration, what_if=tuple(what_if), by_event=by_event)
+        names = self.names()
+        return replace(
+            res,
+            iterations=with_file(res.iterations, names),
+            events=None if res.events is None else with_file(res.events, names),
+            predicted=None if res.predicted is None else with_file(res.predicted, names),
+        )
 
     # --- host operators and model FLOP utilization (traceanalyze.report_ops) ----------------
 

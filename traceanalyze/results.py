@@ -164,4 +164,40 @@ class Comparison:
         return {"a": self.a, "b": self.b, "overview": self.overview, "kernels": self.kernels}
 
 
-__all__ = ["Health", "Summary", "CoreUtil", "Timeline", "Variability", "Comparison"]
+@dataclass(frozen=True)
+class CriticalPath:
+    """`Dataset.critical_path()`: what bounds each iteration (`analyses.critical_path`).
+
+    `iterations`: one row per source and iteration: `duration_ms` (the iteration's span),
+    `path_ms` (the longest dependency chain from its start) and its split `gpu_compute_ms`,
+    `gpu_comm_ms`, `gpu_memory_ms`, `host_ms`, `launch_ms`, `sync_ms`, `idle_ms`, `carry_ms`
+    (adding up to `path_ms`), `gpu_pct` (GPU share of the path without the carry); with a
+    what-if also `predicted_ms` and `change_pct`. `events` (with `by_event`): the events on the
+    path, each with its category, `path_ms`, `share_pct` and `launched_by` (the operator that
+    launched a kernel), `scenario` "trace" or "what_if". `predicted`: the what-if path's split.
+    """
+
+    iterations: pl.DataFrame
+    events: pl.DataFrame | None = None
+    predicted: pl.DataFrame | None = None
+    what_if: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"iterations": self.iterations}
+        if self.predicted is not None:
+            out["what_if"] = list(self.what_if)
+            out["predicted"] = self.predicted
+        if self.events is not None:
+            out["events"] = self.events
+        return out
+
+
+__all__ = [
+    "Health",
+    "Summary",
+    "CoreUtil",
+    "Timeline",
+    "Variability",
+    "Comparison",
+    "CriticalPath",
+]

@@ -33,6 +33,12 @@ _COPY_CALL = pl.col("name").str.contains("^cu(da)?Mem(cpy|set)") & ~pl.col("name
 )
 
 
+# A launch call this long blocked (the launch queue was full): it waits for the GPU like a
+# synchronizing call.
+QUEUE_FULL_NS = 50_000
+_dur = pl.col("end_ns") - pl.col("start_ns")
+
+
 def _i64(s: pl.Series, none: int = -1) -> np.ndarray[Any, Any]:
     return s.fill_null(none).cast(pl.Int64).to_numpy().copy()
 
@@ -73,7 +79,9 @@ def _host(ops: Frame, markers: Frame, api_calls: Frame) -> pl.DataFrame:
             "end_ns",
             pl.lit("call").alias("kind"),
             "correlation_id",
-            SYNC_CALL.fill_null(False).alias("sync"),
+            (SYNC_CALL | (pl.col("name").str.contains("Launch") & (_dur >= QUEUE_FULL_NS)))
+            .fill_null(False)
+            .alias("sync"),
             _COPY_CALL.fill_null(False).alias("copy_sync"),
         )
         .collect()
@@ -194,6 +202,7 @@ def _sync_waits(h: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
         right_on="wait_end",
         by=["source_id", "process_id"],
         strategy="backward",
+        check_sortedness=False,  # sorted by `end_ns` as a whole, hence within each group
     )
     j = j.join(own, on=["source_id", "hid"], how="left")
     use_own = (
@@ -253,6 +262,7 @@ class SourceEvents:
             h.select(pl.struct("process_id", "thread_id").rank("dense")).to_series()
         )
         self.h_tid = h["thread_id"].to_list()
+        self.h_pid = _i64(h["process_id"])
         self.h_kind = h["kind"].to_list()
         self.h_name = h["name"].to_list()
         self.h_is_call = (h["kind"] == "call").to_numpy()
@@ -298,6 +308,7 @@ class SourceEvents:
         call = self.g_call[gids]
         host = cg.HostSlice(
             thread=self.h_thread[hids],
+            process=self.h_pid[hids],
             start=self.h_start[hids],
             end=self.h_end[hids].copy(),
             is_call=self.h_is_call[hids],

@@ -56,6 +56,7 @@ class HostSlice:
     (filled in by `build`)."""
 
     thread: I64
+    process: I64
     start: I64
     end: I64
     is_call: npt.NDArray[np.bool_]
@@ -109,10 +110,49 @@ def _add(b: Built, u: int, v: int, w: int, w2: float, cat: int, ref: int) -> Non
         b.edges[(u, v)] = (w, w2, cat, ref)
 
 
+def _nest(b: Built, h: HostSlice) -> None:
+    """Each host event's parent (innermost enclosing event on its thread); a child that outlives
+    its parent is cut at the parent's end."""
+    b.parent = [-1] * h.start.size
+    stack: list[int] = []
+    cur = -1
+    for i in range(h.start.size):
+        if int(h.thread[i]) != cur:
+            cur, stack = int(h.thread[i]), []
+        while stack and h.end[stack[-1]] <= h.start[i]:
+            stack.pop()
+        if stack:
+            b.parent[i] = stack[-1]
+            if h.end[i] > h.end[stack[-1]]:
+                h.end[i] = h.end[stack[-1]]
+        stack.append(i)
+
+
+class _OtherThreads:
+    """The latest-ending host event of another thread of the same process before a time."""
+
+    def __init__(self, h: HostSlice) -> None:
+        self.lanes: dict[int, tuple[I64, I64]] = {}
+        self.h = h
+        for t in np.unique(h.thread).tolist():
+            first = int(np.flatnonzero(h.thread == t)[0])
+            mask = (h.thread != t) & (h.process == h.process[first])
+            ids = np.flatnonzero(mask)
+            order = np.argsort(h.end[ids], kind="stable")
+            self.lanes[t] = (h.end[ids][order], ids[order])
+
+    def before(self, i: int) -> int:
+        ends, ids = self.lanes[int(self.h.thread[i])]
+        k = int(np.searchsorted(ends, self.h.start[i], side="left"))
+        return int(ids[k - 1]) if k > 0 else -1
+
+
 def _host_edges(b: Built, h: HostSlice, lo: int) -> None:
-    """Thread order: consecutive time points of each thread, owned by the innermost open event."""
-    n = h.start.size
-    b.parent = [-1] * n
+    """Thread order: consecutive time points of each thread, owned by the innermost open event.
+    After a gap outside every event, the next event waits for its own thread or for the
+    latest-ending event of another thread of its process, whichever was ready last."""
+    _nest(b, h)
+    others = _OtherThreads(h)
     cur = -1
     stack: list[int] = []
     fac: list[float] = []
@@ -128,7 +168,7 @@ def _host_edges(b: Built, h: HostSlice, lo: int) -> None:
             _add(b, prev_node, 2 * j + 1, seg, seg * fac[-1], cat, j)
         prev_node, prev_t = 2 * j + 1, int(h.end[j])
 
-    for i in range(n):
+    for i in range(h.start.size):
         if int(h.thread[i]) != cur:
             while stack:
                 close(stack.pop())
@@ -138,14 +178,17 @@ def _host_edges(b: Built, h: HostSlice, lo: int) -> None:
         while stack and int(h.end[stack[-1]]) <= s:
             close(stack.pop())
             fac.pop()
-        b.parent[i] = stack[-1] if stack else -1
-        if stack and h.end[i] > h.end[stack[-1]]:
-            h.end[i] = h.end[stack[-1]]  # a child that outlives its parent is cut at its end
         seg = s - prev_t
         if stack:
             _add(b, prev_node, 2 * i, seg, seg * fac[-1], HOST, stack[-1])
         else:
-            _add(b, prev_node, 2 * i, seg, float(seg), IDLE, -1)
+            o = others.before(i)
+            if o >= 0 and int(h.end[o]) > prev_t:
+                _add(b, prev_node, 2 * i, 0, 0.0, IDLE, -1)
+                gap = s - int(h.end[o])
+                _add(b, 2 * o + 1, 2 * i, gap, float(gap), IDLE, -1)
+            else:
+                _add(b, prev_node, 2 * i, seg, float(seg), IDLE, -1)
         prev_node, prev_t = 2 * i, s
         stack.append(i)
         fac.append((fac[-1] if fac else 1.0) * float(h.own_factor[i]))

@@ -44,6 +44,7 @@ import numpy as np
 import polars as pl
 
 from ..errors import NotAnswerable, UsageProblem
+from ..results import CriticalPath
 from . import _cpgraph as cg
 from ._cpframes import SourceEvents, source_events
 
@@ -207,15 +208,6 @@ def _tag(df: pl.DataFrame, ev: SourceEvents, it_no: int | None, scenario: str) -
     )
 
 
-@dataclass(frozen=True)
-class PathResult:
-    """Frames of `critical_path`: per iteration, the path's events, the what-if path's split."""
-
-    iterations: pl.DataFrame
-    events: pl.DataFrame | None
-    predicted: pl.DataFrame | None
-
-
 def critical_path(
     kernels: Frame,
     memcpy: Frame,
@@ -228,7 +220,7 @@ def critical_path(
     what_if: Sequence[str] | WhatIf | None = None,
     by_event: bool = False,
     names: Mapping[str, str] | None = None,
-) -> PathResult:
+) -> CriticalPath:
     """Per source and iteration: the critical path's length and split (see the module doc)."""
     wi = parse_what_if(what_if) if not isinstance(what_if, WhatIf | None) else what_if
     its = iterations.lazy().collect() if isinstance(iterations, pl.LazyFrame) else iterations
@@ -257,10 +249,11 @@ def critical_path(
         if wi is not None
         else None
     )
-    return PathResult(out, events, predicted)
+    specs = tuple(what_if) if isinstance(what_if, list | tuple) else ()
+    return CriticalPath(out, events, predicted, specs)
 
 
-def critical_path_ds(ds: Dataset, **options: Any) -> PathResult:
+def critical_path_ds(ds: Dataset, **options: Any) -> CriticalPath:
     """`Dataset.critical_path(iteration=None, what_if=(), by_event=False)`."""
     return critical_path(
         ds.scan("kernels"),
