@@ -384,7 +384,11 @@ def source_events(
     h = _host(ops, markers, api_calls)
     g = _gpu(kernels, memcpy, api_calls, h)
     g = _cross_waits(g).sort("source_id", "gid")
-    h = h.join(_sync_waits(h, g), on=["source_id", "hid"], how="left") if h.height else h
+    if h.height:
+        h = h.join(_sync_waits(h, g), on=["source_id", "hid"], how="left")
+        # A long launch that waited for no GPU event was slow on the host (module loading).
+        blocked = pl.col("wait_gid").is_not_null() | ~pl.col("name").str.contains("Launch")
+        h = h.with_columns((pl.col("sync") & blocked.fill_null(True)).alias("sync"))
     for sid in sorted(g["source_id"].unique().to_list()):
         hs = h.filter(pl.col("source_id") == sid)
         if "wait_gid" not in hs.columns:

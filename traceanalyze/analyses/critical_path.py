@@ -128,13 +128,14 @@ def _windows(ev: SourceEvents, iterations: pl.DataFrame, only: int | None) -> li
 def _path_events(
     ev: SourceEvents, it: cg.Built, sl: Any, path: cg.Path, weight: str
 ) -> pl.DataFrame:
-    """The path's edges charged to their events, in order of first appearance."""
+    """The path's edges charged to their events, in order of first appearance (edges of no
+    length, such as a stream-order edge with no gap, left out)."""
     acc: dict[tuple[int, int], float] = {}
     for u, v in path.edges:
         a = it.graph.edges[u, v]
         key = (int(a["ref"]), int(a["cat"]))
         acc[key] = acc.get(key, 0.0) + float(a[weight])
-    rows = [ev.describe(sl, it, ref, cat, ns) for (ref, cat), ns in acc.items()]
+    rows = [ev.describe(sl, it, ref, cat, ns) for (ref, cat), ns in acc.items() if ns != 0]
     total = path.length or 1.0
     df = pl.DataFrame(rows, schema=ev.EVENT_SCHEMA, orient="row")
     return df.with_columns((pl.col("path_ms") * 1e6 / total * 100.0).alias("share_pct"))
