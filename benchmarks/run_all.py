@@ -47,6 +47,11 @@ FIGURES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "csv-readers": ("bench_csv_readers.py", (), "ncu/smi CSV readers vs bare pyarrow and polars"),
     "nvprof-csv": ("bench_nvprof_csv.py", (), "nvprof CSV reader vs bare pyarrow"),
     "analyses": ("bench_analyses.py", (), "summary and variability over a fleet-sized store"),
+    "critical-path": (
+        "bench_critical_path.py",
+        (),
+        "critical-path over ~1 M events (the ResNet-50 trace x22): s per M events, peak RSS",
+    ),
     "sampler-overhead": (
         "bench_sampler_overhead.py",
         (),

@@ -6,7 +6,7 @@ them (`traceanalyze.plot`), notebooks read their fields.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
@@ -114,6 +114,20 @@ class Timeline:
     ops: pl.DataFrame | None = field(default=None, repr=False)
     devices: pl.DataFrame | None = field(default=None, repr=False)
     sources: pl.DataFrame | None = field(default=None, repr=False)
+    critical_path: pl.DataFrame | None = field(default=None, repr=False)
+
+    def with_critical_path(self, events: pl.DataFrame | None) -> Timeline:
+        """This timeline with the critical path's events (`CriticalPath.events`) of its source
+        that overlap its window: the figure marks them, the Perfetto export links them."""
+        if events is None:
+            return self
+        mine = events.filter(
+            (pl.col("source_id") == self.source_id)
+            & (pl.col("scenario") == "trace")
+            & (pl.col("end_ns") >= self.start_ns)
+            & (pl.col("start_ns") <= self.end_ns)
+        )
+        return replace(self, critical_path=mine)
 
     def to_perfetto(self, path: str | os.PathLike[str]) -> None:
         """Chrome trace JSON of the window for ui.perfetto.dev (times from the window start)."""
@@ -130,6 +144,7 @@ class Timeline:
             devices=self.devices,
             sources=self.sources,
             origin_ns=self.start_ns,
+            critical_path=self.critical_path,
         )
 
 

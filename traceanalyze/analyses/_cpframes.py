@@ -247,7 +247,9 @@ class SourceEvents:
         "name": pl.String,
         "start_ns": pl.Int64,
         "end_ns": pl.Int64,
+        "process_id": pl.Int64,
         "thread_id": pl.Int64,
+        "device_id": pl.Int64,
         "stream_id": pl.Int64,
         "path_ms": pl.Float64,
         "launched_by": pl.String,
@@ -276,6 +278,7 @@ class SourceEvents:
         self.g_wait, self.g_wait_end = _i64(g["wait_gid"]), _i64(g["wait_end"], cg.NONE)
         self.g_name, self.g_kind = g["name"].to_list(), g["kind"].to_list()
         self.g_stream = g["stream_id"].to_list()
+        self.g_device = g["device_id"].to_list()
         kern = pl.when(pl.col("kind") == "kernel").then(pl.col("name"))
         self.g_factor = _factor(g.select(kern).to_series(), wi.kernel if wi else ())
         with_call = np.flatnonzero(self.g_call >= 0)
@@ -292,7 +295,11 @@ class SourceEvents:
         gids = np.concatenate([self.by_call[c0:c1], self.no_call[n0:n1]])
         # Threads that launch nothing in the window (watchdogs, loaders) bound nothing here.
         launching = np.unique(self.h_thread[self.g_call[self.by_call[c0:c1]]])
-        keep = np.flatnonzero(np.isin(self.h_thread[a:b], launching))
+        keep = (
+            np.flatnonzero(np.isin(self.h_thread[a:b], launching))
+            if launching.size
+            else np.arange(b - a)  # a CPU-only window: every thread
+        )
         order = keep[
             np.lexsort((-self.h_end[a + keep], self.h_start[a + keep], self.h_thread[a + keep]))
         ]
@@ -303,6 +310,8 @@ class SourceEvents:
         gmap[gids] = np.arange(gids.size)
 
         def local(ix: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+            if gmap.size == 0:
+                return np.full(ix.size, -1, dtype=np.int64)
             return np.where(ix >= 0, gmap[np.maximum(ix, 0)], -1)
 
         call = self.g_call[gids]
@@ -340,7 +349,7 @@ class SourceEvents:
         """One `EVENT_SCHEMA` row: the event `ref` (local) charged `ns` of category `cat`."""
         category = cg.CATEGORIES[cat]
         if ref < 0:
-            return (category, None, None, None, None, None, None, ns / 1e6, None)
+            return (category, None, None, None, None, None, None, None, None, ns / 1e6, None)
         if ref < b.n_host:
             i = int(sl.hids[ref])
             return (
@@ -349,7 +358,9 @@ class SourceEvents:
                 self.h_name[i],
                 int(self.h_start[i]),
                 int(self.h_end[i]),
+                int(self.h_pid[i]) if self.h_pid[i] >= 0 else None,
                 self.h_tid[i],
+                None,
                 None,
                 ns / 1e6,
                 None,
@@ -366,6 +377,8 @@ class SourceEvents:
             int(self.g_start[i]),
             int(self.g_end[i]),
             None,
+            None,
+            self.g_device[i],
             self.g_stream[i],
             ns / 1e6,
             by,
@@ -380,7 +393,7 @@ def source_events(
     markers: Frame,
     wi: WhatIf | None,
 ) -> Iterator[SourceEvents]:
-    """One `SourceEvents` per source with timed GPU events, in source id order."""
+    """One `SourceEvents` per source with timed host or GPU events, in source id order."""
     h = _host(ops, markers, api_calls)
     g = _gpu(kernels, memcpy, api_calls, h)
     g = _cross_waits(g).sort("source_id", "gid")
@@ -389,7 +402,7 @@ def source_events(
         # A long launch that waited for no GPU event was slow on the host (module loading).
         blocked = pl.col("wait_gid").is_not_null() | ~pl.col("name").str.contains("Launch")
         h = h.with_columns((pl.col("sync") & blocked.fill_null(True)).alias("sync"))
-    for sid in sorted(g["source_id"].unique().to_list()):
+    for sid in sorted(set(g["source_id"].to_list()) | set(h["source_id"].to_list())):
         hs = h.filter(pl.col("source_id") == sid)
         if "wait_gid" not in hs.columns:
             hs = hs.with_columns(

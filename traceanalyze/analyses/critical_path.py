@@ -237,7 +237,7 @@ def critical_path(
             if pred is not None:
                 preds.append(pred)
     if not rows:
-        what = f"iteration {iteration}" if iteration is not None else "timed GPU events"
+        what = f"iteration {iteration}" if iteration is not None else "timed events"
         raise NotAnswerable(f"no {what} to build a critical path from")
     out = pl.DataFrame(rows, infer_schema_length=None).with_columns(
         pl.col("iteration").cast(pl.Int64)
