@@ -263,10 +263,9 @@ class SourceEvents:
         self.h_thread = _i64(
             h.select(pl.struct("process_id", "thread_id").rank("dense")).to_series()
         )
-        self.h_tid = h["thread_id"].to_list()
+        self.h_tid = h["thread_id"]
         self.h_pid = _i64(h["process_id"])
-        self.h_kind = h["kind"].to_list()
-        self.h_name = h["name"].to_list()
+        self.h_kind, self.h_name = h["kind"], h["name"]
         self.h_is_call = (h["kind"] == "call").to_numpy()
         self.h_is_sync = h["sync"].to_numpy()
         self.h_wait_gid, self.h_wait_end = _i64(h["wait_gid"]), _i64(h["wait_end"], cg.NONE)
@@ -276,9 +275,10 @@ class SourceEvents:
         self.g_cat, self.g_call = _i64(g["cat"]), _i64(g["call_hid"])
         self.g_prev, self.g_prev_end = _i64(g["prev_gid"]), _i64(g["prev_end"], cg.NONE)
         self.g_wait, self.g_wait_end = _i64(g["wait_gid"]), _i64(g["wait_end"], cg.NONE)
-        self.g_name, self.g_kind = g["name"].to_list(), g["kind"].to_list()
-        self.g_stream = g["stream_id"].to_list()
-        self.g_device = g["device_id"].to_list()
+        # names and ids stay polars Series (no Python object per event): read only for
+        # the events on a path (`describe`)
+        self.g_name, self.g_kind = g["name"], g["kind"]
+        self.g_stream, self.g_device = g["stream_id"], g["device_id"]
         kern = pl.when(pl.col("kind") == "kernel").then(pl.col("name"))
         self.g_factor = _factor(g.select(kern).to_series(), wi.kernel if wi else ())
         with_call = np.flatnonzero(self.g_call >= 0)

@@ -131,10 +131,10 @@ def _path_events(
     """The path's edges charged to their events, in order of first appearance (edges of no
     length, such as a stream-order edge with no gap, left out)."""
     acc: dict[tuple[int, int], float] = {}
-    for u, v in path.edges:
-        a = it.graph.edges[u, v]
-        key = (int(a["ref"]), int(a["cat"]))
-        acc[key] = acc.get(key, 0.0) + float(a[weight])
+    w = it.w if weight == "w" else it.w2
+    for e in path.edges:
+        key = (int(it.ref[e]), int(it.cat[e]))
+        acc[key] = acc.get(key, 0.0) + float(w[e])
     rows = [ev.describe(sl, it, ref, cat, ns) for (ref, cat), ns in acc.items() if ns != 0]
     total = path.length or 1.0
     df = pl.DataFrame(rows, schema=ev.EVENT_SCHEMA, orient="row")
@@ -154,8 +154,8 @@ def _gpu_pct(path: cg.Path) -> float | None:
 def _predicted_ends(built: cg.Built, sl: Any, path: cg.Path, lo: int) -> dict[int, float]:
     out: dict[int, float] = {}
     for k, gid in enumerate(sl.gids.tolist()):
-        d = path.dist.get(2 * (built.n_host + k) + 1)
-        if d is not None:
+        d = path.dist[2 * (built.n_host + k) + 1]
+        if d == d:  # reached
             out[int(gid)] = lo + d
     return out
 
