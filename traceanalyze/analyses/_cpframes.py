@@ -11,7 +11,6 @@ blocking call (`idle.SYNC_CALL`), the GPU event it waited for.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -284,7 +283,7 @@ class SourceEvents:
         with_call = np.flatnonzero(self.g_call >= 0)
         self.by_call = with_call[np.argsort(self.g_call[with_call], kind="stable")]
         self.by_call_key = self.g_call[self.by_call]
-        no_call = np.flatnonzero(self.g_call < 0)
+        no_call = np.flatnonzero((self.g_call < 0) & g["orphan_ok"].to_numpy())
         self.no_call = no_call[np.argsort(self.g_start[no_call], kind="stable")]
         self.gmap = np.full(self.g_start.size, -1, dtype=np.int64)
 
@@ -385,28 +384,41 @@ class SourceEvents:
         )
 
 
-def source_events(
+def window_events(
     kernels: Frame,
     memcpy: Frame,
     api_calls: Frame,
     ops: Frame,
     markers: Frame,
     wi: WhatIf | None,
-) -> Iterator[SourceEvents]:
-    """One `SourceEvents` per source with timed host or GPU events, in source id order."""
+    *,
+    orphans: bool,
+) -> SourceEvents | None:
+    """The `SourceEvents` of one source's window (frames already cut to it, see `_cpwindows`);
+    None when it has no timed event. `orphans`: GPU events without a launch call in the window
+    count as the window's own when they start in it (the source has no API calls at all, or
+    the event carries no correlation id)."""
     h = _host(ops, markers, api_calls)
     g = _gpu(kernels, memcpy, api_calls, h)
     g = _cross_waits(g).sort("source_id", "gid")
+    if h.height == 0 and g.height == 0:
+        return None
+    procs = h.filter(pl.col("kind") == "call")["process_id"].drop_nulls().unique()
+    if procs.len() == 1:
+        # Kineto leaves a kernel's process empty: the trace's one process ran the earlier
+        # work that a call of this window may wait for.
+        g = g.with_columns(pl.col("pid").fill_null(procs[0]))
     if h.height:
         h = h.join(_sync_waits(h, g), on=["source_id", "hid"], how="left")
         # A long launch that waited for no GPU event was slow on the host (module loading).
         blocked = pl.col("wait_gid").is_not_null() | ~pl.col("name").str.contains("Launch")
         h = h.with_columns((pl.col("sync") & blocked.fill_null(True)).alias("sync"))
-    for sid in sorted(set(g["source_id"].to_list()) | set(h["source_id"].to_list())):
-        hs = h.filter(pl.col("source_id") == sid)
-        if "wait_gid" not in hs.columns:
-            hs = hs.with_columns(
-                pl.lit(None, dtype=pl.Int64).alias("wait_gid"),
-                pl.lit(None, dtype=pl.Int64).alias("wait_end"),
-            )
-        yield SourceEvents(sid, hs, g.filter(pl.col("source_id") == sid), wi)
+    else:
+        h = h.with_columns(
+            pl.lit(None, dtype=pl.Int64).alias("wait_gid"),
+            pl.lit(None, dtype=pl.Int64).alias("wait_end"),
+        )
+    sid = (g if g.height else h)["source_id"][0]
+    own = pl.lit(True) if orphans else pl.col("correlation_id").is_null()
+    g = g.with_columns(own.alias("orphan_ok"))
+    return SourceEvents(sid, h, g, wi)

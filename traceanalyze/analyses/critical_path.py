@@ -46,7 +46,8 @@ import polars as pl
 from ..errors import NotAnswerable, UsageProblem
 from ..results import CriticalPath
 from . import _cpgraph as cg
-from ._cpframes import SourceEvents, source_events
+from . import _cpwindows as cw
+from ._cpframes import SourceEvents
 
 if TYPE_CHECKING:
     from ..dataset import Dataset
@@ -111,20 +112,6 @@ class _Scenario:
     events: pl.DataFrame | None
 
 
-def _windows(ev: SourceEvents, iterations: pl.DataFrame, only: int | None) -> list[Any]:
-    its = iterations.filter(pl.col("source_id") == ev.source_id).drop_nulls(["start_ns", "end_ns"])
-    its = its.unique("iteration", keep="first").sort("iteration")
-    if its.height == 0:
-        if only is not None:
-            return []
-        starts = np.concatenate([ev.h_start, ev.g_start])
-        ends = np.concatenate([ev.h_end, ev.g_end])
-        return [(None, int(starts.min()), int(ends.max()) + 1)]
-    if only is not None:
-        its = its.filter(pl.col("iteration") == only)
-    return list(its.select("iteration", "start_ns", "end_ns").iter_rows())
-
-
 def _path_events(
     ev: SourceEvents, it: cg.Built, sl: Any, path: cg.Path, weight: str
 ) -> pl.DataFrame:
@@ -151,12 +138,26 @@ def _gpu_pct(path: cg.Path) -> float | None:
     return 100.0 * sum(path.split[: cg.GPU_MEMORY + 1]) / own if own > 0 else None
 
 
-def _predicted_ends(built: cg.Built, sl: Any, path: cg.Path, lo: int) -> dict[int, float]:
-    out: dict[int, float] = {}
+Ends = dict[tuple[int, int], float]  # GPU event (start, end) -> predicted end
+
+
+def _predicted_ends(ev: SourceEvents, built: cg.Built, sl: Any, path: cg.Path, lo: int) -> Ends:
+    out: Ends = {}
     for k, gid in enumerate(sl.gids.tolist()):
         d = path.dist[2 * (built.n_host + k) + 1]
         if d == d:  # reached
-            out[int(gid)] = lo + d
+            out[(int(ev.g_start[gid]), int(ev.g_end[gid]))] = lo + d
+    return out
+
+
+def _carry_ends(ev: SourceEvents, ends: Ends) -> dict[int, float]:
+    """`ends` keyed by this window's GPU ids, for `rebase_carry`."""
+    if not ends:
+        return {}
+    out: dict[int, float] = {}
+    for gid, (s, e) in enumerate(zip(ev.g_start.tolist(), ev.g_end.tolist(), strict=True)):
+        if (s, e) in ends:
+            out[gid] = ends[(s, e)]
     return out
 
 
@@ -165,8 +166,8 @@ def _one_window(
     window: tuple[int | None, int, int],
     what_if: WhatIf | None,
     by_event: bool,
-    ends: dict[int, float],
-) -> tuple[dict[str, Any], list[pl.DataFrame], dict[str, Any] | None, dict[int, float]]:
+    ends: Ends,
+) -> tuple[dict[str, Any], list[pl.DataFrame], dict[str, Any] | None, Ends]:
     """One iteration: its row, its path events, its what-if row and its GPU events' predicted
     ends (for the next iteration's carry)."""
     it_no, lo, hi = window
@@ -188,7 +189,7 @@ def _one_window(
         frames.append(_tag(_path_events(ev, built, sl, base, "w"), ev, it_no, "trace"))
     if what_if is None:
         return row, frames, None, {}
-    cg.rebase_carry(built, ends)
+    cg.rebase_carry(built, _carry_ends(ev, ends))
     new = cg.longest(built, "w2")
     row["predicted_ms"] = new.length / 1e6
     row["change_pct"] = 100.0 * (new.length - base.length) / base.length if base.length else None
@@ -196,7 +197,7 @@ def _one_window(
     pred |= _split(new)
     if by_event:
         frames.append(_tag(_path_events(ev, built, sl, new, "w2"), ev, it_no, "what_if"))
-    return row, frames, pred, _predicted_ends(built, sl, new, lo)
+    return row, frames, pred, _predicted_ends(ev, built, sl, new, lo)
 
 
 def _tag(df: pl.DataFrame, ev: SourceEvents, it_no: int | None, scenario: str) -> pl.DataFrame:
@@ -228,14 +229,17 @@ def critical_path(
     rows: list[dict[str, Any]] = []
     frames: list[pl.DataFrame] = []
     preds: list[dict[str, Any]] = []
-    for ev in source_events(kernels, memcpy, api_calls, ops, markers, wi):
-        ends: dict[int, float] = {}
-        for it_no, lo, hi in _windows(ev, its, iteration):
-            row, fr, pred, ends = _one_window(ev, (it_no, int(lo), int(hi)), wi, by_event, ends)
-            rows.append(row)
-            frames.extend(fr)
-            if pred is not None:
-                preds.append(pred)
+    inp = cw.Inputs.of(kernels, memcpy, api_calls, ops, markers)
+    ends: Ends = {}
+    current = None
+    for sid, (it_no, lo, hi, _), ev in cw.iterate(inp, its, iteration, wi):
+        if sid != current:
+            current, ends = sid, {}
+        row, fr, pred, ends = _one_window(ev, (it_no, lo, hi), wi, by_event, ends)
+        rows.append(row)
+        frames.extend(fr)
+        if pred is not None:
+            preds.append(pred)
     if not rows:
         what = f"iteration {iteration}" if iteration is not None else "timed events"
         raise NotAnswerable(f"no {what} to build a critical path from")
