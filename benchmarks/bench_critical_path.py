@@ -14,6 +14,13 @@ iteration numbers offset), so the graph has real shapes; 22 copies are ~1.0 M ev
 * `what-if`        — the same with `what_if=("kernel:.=0.5",)` (a second longest path per step).
 
 Prints wall seconds, seconds per million events and peak RSS per task.
+
+    python benchmarks/bench_critical_path.py --hta
+
+compares the path per step with HTA 0.5.0's `critical_path_analysis(rank=0,
+annotation="ProfilerStep", instance_id=i)` on the ResNet-50 trace, run in `bench-data/hta-venv`
+(made on first use: `pip install HolisticTraceAnalysis==0.5.0 "pandas<3"`; HTA 0.5.0 fails
+under pandas 3 with "Cannot specify both 'axis' and 'index'/'columns'").
 """
 
 from __future__ import annotations
@@ -86,9 +93,65 @@ def child(task: str, store: str) -> None:
     print(json.dumps({"task": task, "wall_s": wall, "peak_rss_mib": rss_mib, "events": rows}))
 
 
+HTA_VENV = ROOT / "bench-data" / "hta-venv"
+HTA_SCRIPT = """
+import json, sys
+from hta.trace_analysis import TraceAnalysis
+a = TraceAnalysis(trace_dir=sys.argv[1])
+out = []
+for i in range(10):
+    try:
+        g, ok = a.critical_path_analysis(rank=0, annotation="ProfilerStep", instance_id=i)
+    except Exception as e:  # past the last step HTA keeps
+        break
+    if not ok:
+        break
+    df = g.get_critical_path_breakdown()
+    by = df.groupby("bound_by").duration.sum().to_dict()
+    out.append({"instance": i, "total_us": float(df.duration.sum()),
+                "by": {k: float(v) for k, v in by.items()}})
+print(json.dumps(out))
+"""
+
+
+def hta_compare() -> None:
+    import tempfile
+    import venv
+
+    import traceanalyze as ta
+
+    py = HTA_VENV / "bin" / "python"
+    if not py.exists():
+        venv.create(HTA_VENV, with_pip=True)
+        pins = ["HolisticTraceAnalysis==0.5.0", "pandas<3"]
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *pins], check=True)
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / TRACE.name).symlink_to(TRACE)
+        out = subprocess.run(
+            [str(py), "-c", HTA_SCRIPT, d], capture_output=True, text=True, check=True
+        )
+    hta = json.loads(out.stdout.strip().splitlines()[-1])
+    ours = ta.open(TRACE).critical_path().iterations.sort("iteration")
+    print(
+        f"{'step':>5} {'ours path-carry ms':>19} {'ours compute %':>15} "
+        f"{'HTA path ms':>12} {'HTA compute %':>14}"
+    )
+    for row in ours.iter_rows(named=True):
+        i = row["iteration"] - int(ours["iteration"].min())
+        own = row["path_ms"] - row["carry_ms"]
+        mine = f"{row['iteration']:>5} {own:>19.3f} {100 * row['gpu_compute_ms'] / own:>15.1f}"
+        if i < len(hta):
+            h = hta[i]
+            pct = 100 * h["by"].get("gpu_compute_bound", 0.0) / h["total_us"]
+            print(f"{mine} {h['total_us'] / 1e3:>12.3f} {pct:>14.1f}")
+        else:
+            print(f"{mine} {'(dropped)':>12} {'':>14}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--copies", type=int, default=22)
+    ap.add_argument("--hta", action="store_true", help="Compare with HTA 0.5.0 per step.")
     ap.add_argument("--child", nargs=2, metavar=("TASK", "STORE"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -96,6 +159,9 @@ def main() -> None:
         return
     if not TRACE.exists():
         sys.exit(f"{TRACE} is absent (needs ../shared)")
+    if a.hta:
+        hta_compare()
+        return
     store = ROOT / "bench-data" / f"critical-path-{a.copies}"
     if not store.exists():
         t0 = time.perf_counter()
