@@ -271,3 +271,48 @@ def test_cli_by_event_and_bad_spec(tiny: Path) -> None:
     bad = CliRunner().invoke(main, ["critical-path", str(tiny), "--what-if", "kernel=2"])
     assert bad.exit_code == 2  # a usage problem (errors.UsageProblem)
     assert "bad what-if 'kernel=2'" in bad.output
+
+
+# --- timeline --critical-path: marks on the figure, flows in the Perfetto export -------------
+
+
+def test_timeline_critical_path_flows(tiny: Path, tmp_path: Path) -> None:
+    png, trace = tmp_path / "t.png", tmp_path / "t.json"
+    args = ["timeline", str(tiny), "--critical-path", "-o", str(png), "--perfetto", str(trace)]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert png.stat().st_size > 0
+    flows = [
+        e for e in json.loads(trace.read_text())["traceEvents"] if e.get("cat") == "critical_path"
+    ]
+    starts = {e["id"]: e for e in flows if e["ph"] == "s"}
+    ends = {e["id"]: e for e in flows if e["ph"] == "f"}
+    assert starts.keys() == ends.keys()
+    assert all(e.get("bp") == "e" for e in ends.values())
+    # By hand (see TINY): the path's events in order are the step, mm, the first launch call,
+    # K1, K2, the synchronize call and sum; one arrow from each to the next, start to start.
+    host, gpu = (1 + 1_000_000, 1), (0, 7)
+    hops = [
+        (host, 0, host, 2),
+        (host, 2, host, 5),
+        (host, 5, gpu, 12),
+        (gpu, 12, gpu, 62),
+        (gpu, 62, host, 40),
+        (host, 40, host, 75),
+    ]
+    got = sorted(
+        ((s["pid"], s["tid"]), s["ts"], (ends[i]["pid"], ends[i]["tid"]), ends[i]["ts"])
+        for i, s in starts.items()
+    )
+    assert got == sorted(hops)
+
+
+def test_timeline_result_keeps_the_window(tiny: Path) -> None:
+    ds = ta.open(tiny)
+    events = ds.critical_path(by_event=True).events
+    tl = ds.timeline(start_ms=0.0, end_ms=0.03).with_critical_path(events)
+    assert tl.critical_path is not None
+    # events overlapping [0, 30] µs: the step, mm, the first launch call and K1 (12..62)
+    assert sorted(tl.critical_path["name"].to_list()) == sorted(
+        ["ProfilerStep#1", "aten::mm", "cudaLaunchKernel", "K1"]
+    )
