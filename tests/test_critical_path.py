@@ -316,3 +316,18 @@ def test_timeline_result_keeps_the_window(tiny: Path) -> None:
     assert sorted(tl.critical_path["name"].to_list()) == sorted(
         ["ProfilerStep#1", "aten::mm", "cudaLaunchKernel", "K1"]
     )
+
+
+def test_cli_json_equals_the_library() -> None:
+    from traceanalyze import render
+
+    p = str(shared(RESNET))
+    ds = ta.open(p)
+    spec = ["--what-if", "kernel:conv=0.5"]
+    r = CliRunner().invoke(main, ["critical-path", p, "--iteration", "103", *spec, "--json"])
+    assert r.exit_code == 0, r.output
+    lib = ds.critical_path(iteration=103, what_if=["kernel:conv=0.5"])
+    assert json.loads(r.output) == json.loads(render.to_json(lib.iterations))
+    r = CliRunner().invoke(main, ["critical-path", p, "--iteration", "103", "--by-event", "--json"])
+    lib = ds.critical_path(iteration=103, by_event=True)
+    assert json.loads(r.output) == json.loads(render.to_json(lib.events))

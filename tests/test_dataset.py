@@ -54,6 +54,7 @@ COVERED = {
     "ops": "test_ops_and_mfu_json_equal_the_library",
     "mfu": "test_ops_and_mfu_json_equal_the_library",
     "roofline": "tests/test_analyses_mfu.py::test_roofline_cli_json_equals_the_library",
+    "critical-path": "tests/test_critical_path.py::test_cli_json_equals_the_library",
 }
 
 

@@ -39,7 +39,8 @@ _dur = pl.col("end_ns") - pl.col("start_ns")
 
 
 def _i64(s: pl.Series, none: int = -1) -> np.ndarray[Any, Any]:
-    return s.fill_null(none).cast(pl.Int64).to_numpy().copy()
+    out: np.ndarray[Any, Any] = s.fill_null(none).cast(pl.Int64).to_numpy().copy()
+    return out
 
 
 def _host(ops: Frame, markers: Frame, api_calls: Frame) -> pl.DataFrame:
