@@ -331,3 +331,17 @@ def test_cli_json_equals_the_library() -> None:
     r = CliRunner().invoke(main, ["critical-path", p, "--iteration", "103", "--by-event", "--json"])
     lib = ds.critical_path(iteration=103, by_event=True)
     assert json.loads(r.output) == json.loads(render.to_json(lib.events))
+
+
+def test_store_gives_the_same_rows_as_the_file(tmp_path: Path) -> None:
+    from traceanalyze.store import ingest
+
+    p = shared(RESNET)
+    ingest([p], tmp_path / "store")
+    spec = ["kernel:.=0.5"]
+    a = ta.open(p).critical_path(what_if=spec, by_event=True)
+    b = ta.open(store=tmp_path / "store").critical_path(what_if=spec, by_event=True)
+    drop = ["file"]
+    assert a.iterations.drop(drop).equals(b.iterations.drop(drop))
+    assert a.events is not None and b.events is not None
+    assert a.events.drop(drop).equals(b.events.drop(drop))

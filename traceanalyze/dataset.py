@@ -18,6 +18,7 @@ One method per analysis, each returning polars frames or a small frozen result o
     ds.coreutil(weight=...)     -> CoreUtil      ds.variability()      -> Variability
     ds.timeline(...)            -> Timeline      ds.compare(other)     -> Comparison
     ds.compare_sources(a, b)    -> Comparison
+    ds.critical_path(...)       -> CriticalPath  (what bounds each iteration; what-if)
 
 Plots take those results: `traceanalyze.plot.timeline(ds.timeline(), "t.png")`.
 """
