@@ -16,7 +16,7 @@ iteration's last event and its length is `last end - iteration start`.
 
 The graph is plain arrays (edge lists, predecessor lists by destination, Kahn's topological
 order) and the longest path a dynamic program over that order, not networkx: on the ResNet-50
-trace the same graph and path took 2.5-3x longer through `networkx.DiGraph` (building its
+trace the same graph and path took 2-3x longer through `networkx.DiGraph` (building its
 dict-of-dicts and `topological_sort` dominated); see docs/critical-path.md.
 """
 
