@@ -345,3 +345,33 @@ def test_store_gives_the_same_rows_as_the_file(tmp_path: Path) -> None:
     assert a.iterations.drop(drop).equals(b.iterations.drop(drop))
     assert a.events is not None and b.events is not None
     assert a.events.drop(drop).equals(b.events.drop(drop))
+
+
+# --- across ranks: DLRM's 8 ranks joined at their collectives --------------------------------
+
+
+def test_dlrm_across_ranks_from_the_raw_files() -> None:
+    files = sorted(DLRM_DIR.glob("worker*.pt.trace.json.gz"))
+    if len(files) != 8:
+        pytest.skip("../shared/sets/multirank_param_dlrm_8xv100 is absent")
+    res = ta.open(*files).critical_path(across_ranks=True, by_event=True)
+    assert res.ranks is not None and res.ranks.height == 1
+    row = res.ranks.row(0, named=True)
+    starts, last_ends, nccl = [], [], []
+    for f in files:
+        events = kineto_events(f)
+        ((lo, hi),) = _steps(events).values()
+        starts.append(lo)
+        last_ends.append(_last_end(events, lo, hi))
+        nccl.append(sum(1 for e in events if e.get("cat") == "kernel" and "nccl" in e["name"]))
+    # with the trace's times the job's path ends at the last event of any rank
+    assert row["path_ms"] == pytest.approx((max(last_ends) - min(starts)) / 1e6, abs=1e-6)
+    assert sum(row[c] for c in SPLIT) == pytest.approx(row["path_ms"], rel=1e-9)
+    assert row["rank_count"] == 8
+    assert len(set(nccl)) == 1 and row["collectives_joined_count"] == nccl[0]
+    # the path starts on the rank whose step started last (idle until then) and crosses ranks
+    assert row["idle_ms"] >= (max(starts) - min(starts)) / 1e6 - 1e-6
+    assert row["sources_on_path_count"] >= 2
+    ev = res.events.filter(pl.col("scenario") == "ranks")
+    assert ev["path_ms"].sum() == pytest.approx(row["path_ms"], rel=1e-9)
+    assert ev["source_id"].drop_nulls().n_unique() == row["sources_on_path_count"]

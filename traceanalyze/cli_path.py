@@ -28,6 +28,12 @@ _TABLE_DROP = ("source_id", "start_ns")
     "inside matching operators or NVTX ranges), 'launch=F' (launch latencies). Repeatable.",
 )
 @click.option("--by-event", is_flag=True, help="The events on the path, with their share.")
+@click.option(
+    "--across-ranks",
+    is_flag=True,
+    help="Also the job-wide path of each iteration the ranks share, joined at collectives "
+    "(--json: those rows).",
+)
 @click.option("--top", default=15, show_default=True, help="Path events per iteration (table).")
 @output_options
 def critical_path(
@@ -35,6 +41,7 @@ def critical_path(
     iteration: int | None,
     what_if: tuple[str, ...],
     by_event: bool,
+    across_ranks: bool,
     top: int,
     out_json: bool,
     out_csv: bool,
@@ -53,14 +60,22 @@ def critical_path(
     --what-if scales matching events and replays the same graph: predicted_ms and change_pct
     per iteration (a factor of 1 gives path_ms back). --by-event lists the events on the path
     with their share and the operator that launched each kernel (--json: one row per event).
+    --across-ranks (several ranks of one job, as files or a store) joins the ranks' graphs of
+    each shared iteration at their collectives (the k-th collective of a name on every rank;
+    none ends before the last rank started it): the job's path, which rank it ends on and how
+    many it crosses.
     """
-    res = ds.critical_path(iteration=iteration, what_if=what_if, by_event=by_event)
+    res = ds.critical_path(
+        iteration=iteration, what_if=what_if, by_event=by_event, across_ranks=across_ranks
+    )
     if out_json or out_csv:
-        emit(
-            res.events if by_event and res.events is not None else res.iterations, out_json, out_csv
-        )
+        main = res.ranks if across_ranks and res.ranks is not None else res.iterations
+        emit(res.events if by_event and res.events is not None else main, out_json, out_csv)
         return
     click.echo(render.text_table(res.iterations.drop(_TABLE_DROP, strict=False)))
+    if res.ranks is not None:
+        click.echo("\n== across ranks: one path through every rank, joined at collectives")
+        click.echo(render.text_table(res.ranks.drop("start_ns")))
     if res.predicted is not None:
         click.echo(f"\n== what-if {' '.join(what_if)}: the new path")
         click.echo(render.text_table(res.predicted.drop("source_id", strict=False)))

@@ -196,9 +196,12 @@ class CriticalPath:
     events: pl.DataFrame | None = None
     predicted: pl.DataFrame | None = None
     what_if: tuple[str, ...] = ()
+    ranks: pl.DataFrame | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"iterations": self.iterations}
+        if self.ranks is not None:
+            out["ranks"] = self.ranks
         if self.predicted is not None:
             out["what_if"] = list(self.what_if)
             out["predicted"] = self.predicted

@@ -270,11 +270,11 @@ def build(h: HostSlice, g: GpuSlice, lo: int, launch_factor: float = 1.0) -> Bui
     _host_edges(b, h, lo)
     _sync_edges(b, h, g)
     _gpu_edges(b, h, g, lo, launch_factor)
-    _finish(b)
+    finish(b)
     return b
 
 
-def _finish(b: Built) -> None:
+def finish(b: Built) -> None:
     """Edge arrays, predecessor lists (CSR by destination) and a topological order (Kahn)."""
     n = b.source + 1
     uv = np.array(list(b.edges), dtype=np.int64).reshape(-1, 2)

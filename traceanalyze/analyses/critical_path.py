@@ -46,6 +46,7 @@ import polars as pl
 from ..errors import NotAnswerable, UsageProblem
 from ..results import CriticalPath
 from . import _cpgraph as cg
+from . import _cpranks as cr
 from . import _cpwindows as cw
 from ._cpframes import SourceEvents
 
@@ -200,6 +201,87 @@ def _one_window(
     return row, frames, pred, _predicted_ends(ev, built, sl, new, lo)
 
 
+def _across(
+    inp: cw.Inputs, its: pl.DataFrame, only: int | None, wi: WhatIf | None, by_event: bool
+) -> tuple[pl.DataFrame | None, list[pl.DataFrame]]:
+    """Per iteration number that several sources share: the job-wide path (`_cpranks`)."""
+    by_it: dict[int, list[tuple[str, cw.Window]]] = {}
+    for sid in cw.sources(inp):
+        for w in cw.windows(inp, its, sid, only):
+            if w[0] is not None:
+                by_it.setdefault(w[0], []).append((sid, w))
+    rows: list[dict[str, Any]] = []
+    frames: list[pl.DataFrame] = []
+    for it_no, members in sorted(by_it.items()):
+        parts = []
+        for sid, w in members:
+            ev = cw.events(inp, sid, w, wi, not cw.has_calls(inp, sid))
+            if ev is not None:
+                sl = ev.slice(w[1], w[2])
+                built = cg.build(sl.host, sl.gpu, w[1], wi.launch if wi else 1.0)
+                parts.append(cr.Part(ev, sl, built))
+        if len(parts) < 2:
+            continue
+        row, fr = _joint_row(cr.join(parts), it_no, max(w[2] for _, w in members), wi, by_event)
+        rows.append(row)
+        frames.extend(fr)
+    if not rows:
+        return None, []
+    return pl.DataFrame(rows, infer_schema_length=None), frames
+
+
+def _joint_row(
+    j: cr.Joint, it_no: int, hi: int, wi: WhatIf | None, by_event: bool
+) -> tuple[dict[str, Any], list[pl.DataFrame]]:
+    base = cg.longest(j.built, "w")
+    lo = j.built.lo
+    on_path = {j.locate(int(j.built.ref[e]))[0] for e in base.edges} - {-1}
+    last = j.locate(int(j.built.ref[base.edges[-1]]))[0] if base.edges else -1
+    row: dict[str, Any] = {
+        "iteration": it_no,
+        "rank_count": len(j.parts),
+        "start_ns": lo,
+        "duration_ms": (hi - lo) / 1e6,
+        "path_ms": base.length / 1e6,
+        **_split(base),
+        "gpu_pct": _gpu_pct(base),
+        "collectives_joined_count": j.joined,
+        "sources_on_path_count": len(on_path),
+        "end_source_id": j.parts[last].ev.source_id if last >= 0 else None,
+    }
+    frames = [_joint_events(j, base, "w", it_no, "ranks")] if by_event else []
+    if wi is not None:
+        new = cg.longest(j.built, "w2")
+        row["predicted_ms"] = new.length / 1e6
+        change = 100.0 * (new.length - base.length) / base.length if base.length else None
+        row["change_pct"] = change
+        if by_event:
+            frames.append(_joint_events(j, new, "w2", it_no, "ranks_what_if"))
+    return row, frames
+
+
+def _joint_events(
+    j: cr.Joint, path: cg.Path, weight: str, it_no: int, scenario: str
+) -> pl.DataFrame:
+    acc: dict[tuple[int, int], float] = {}
+    w = j.built.w if weight == "w" else j.built.w2
+    for e in path.edges:
+        key = (int(j.built.ref[e]), int(j.built.cat[e]))
+        acc[key] = acc.get(key, 0.0) + float(w[e])
+    rows = [cr.describe(j, ref, cat, ns) for (ref, cat), ns in acc.items() if ns != 0]
+    schema = {"source_id": pl.String, **SourceEvents.EVENT_SCHEMA}
+    df = pl.DataFrame(rows, schema=schema, orient="row")
+    total = path.length or 1.0
+    return df.select(
+        "source_id",
+        pl.lit(it_no, dtype=pl.Int64).alias("iteration"),
+        pl.lit(scenario).alias("scenario"),
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("step"),
+        pl.all().exclude("source_id"),
+        (pl.col("path_ms") * 1e6 / total * 100.0).alias("share_pct"),
+    )
+
+
 def _tag(df: pl.DataFrame, ev: SourceEvents, it_no: int | None, scenario: str) -> pl.DataFrame:
     return df.select(
         pl.lit(ev.source_id).alias("source_id"),
@@ -221,6 +303,7 @@ def critical_path(
     iteration: int | None = None,
     what_if: Sequence[str] | WhatIf | None = None,
     by_event: bool = False,
+    across_ranks: bool = False,
     names: Mapping[str, str] | None = None,
 ) -> CriticalPath:
     """Per source and iteration: the critical path's length and split (see the module doc)."""
@@ -255,7 +338,16 @@ def critical_path(
         else None
     )
     specs = tuple(what_if) if isinstance(what_if, list | tuple) else ()
-    return CriticalPath(out, events, predicted, specs)
+    ranks = None
+    if across_ranks:
+        ranks, jframes = _across(inp, its, iteration, wi, by_event)
+        if by_event and jframes:
+            events = (
+                pl.concat([events, *jframes], how="diagonal_relaxed")
+                if events is not None
+                else pl.concat(jframes)
+            )
+    return CriticalPath(out, events, predicted, specs, ranks)
 
 
 def critical_path_ds(ds: Dataset, **options: Any) -> CriticalPath:
