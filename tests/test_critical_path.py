@@ -375,3 +375,16 @@ def test_dlrm_across_ranks_from_the_raw_files() -> None:
     ev = res.events.filter(pl.col("scenario") == "ranks")
     assert ev["path_ms"].sum() == pytest.approx(row["path_ms"], rel=1e-9)
     assert ev["source_id"].drop_nulls().n_unique() == row["sources_on_path_count"]
+
+
+def test_cli_across_ranks_json_equals_the_library() -> None:
+    from traceanalyze import render
+
+    files = sorted(str(p) for p in DLRM_DIR.glob("worker*.pt.trace.json.gz"))
+    if len(files) != 8:
+        pytest.skip("../shared/sets/multirank_param_dlrm_8xv100 is absent")
+    r = CliRunner().invoke(main, ["critical-path", *files, "--across-ranks", "--json"])
+    assert r.exit_code == 0, r.output
+    lib = ta.open(*files).critical_path(across_ranks=True).ranks
+    assert json.loads(r.output) == json.loads(render.to_json(lib))
+    assert json.loads(r.output)[0]["end_file"] in files
