@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import NotAnswerable
+
 I64 = npt.NDArray[np.int64]
 NONE = np.iinfo(np.int64).min  # "no such time" in the int64 arrays below
 
@@ -303,7 +305,9 @@ def finish(b: Built) -> None:
             if indeg[v] == 0:
                 stack.append(v)
     if len(order) != int(present.sum()):  # pragma: no cover - edges go forward in time
-        raise AssertionError("critical-path graph has a cycle")
+        raise NotAnswerable(
+            "the dependency graph has a cycle (events out of order beyond clock rounding)"
+        )
     b.order = order
 
 
