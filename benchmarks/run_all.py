@@ -57,6 +57,11 @@ FIGURES: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("--ranks", "64", "--steps", "100"),
         "stragglers over 64 ranks, 800 collectives, 2.6 M kernels",
     ),
+    "critical-path": (
+        "bench_critical_path.py",
+        (),
+        "critical-path over ~1 M events (the ResNet-50 trace x22): s per M events, peak RSS",
+    ),
     "sampler-overhead": (
         "bench_sampler_overhead.py",
         (),

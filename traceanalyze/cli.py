@@ -60,6 +60,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "traceanalyze.cli_ops",
     "traceanalyze.cli_runs",
     "traceanalyze.cli_ranks",
+    "traceanalyze.cli_path",
 )
 
 # Names other modules import from here, kept importable without loading them up front.

@@ -190,6 +190,12 @@ def busy(
     show_default=True,
     help="Per lane, bin into busy fractions above this many intervals.",
 )
+@click.option(
+    "--critical-path",
+    "critical_path",
+    is_flag=True,
+    help="Mark the events on each iteration's critical path (red bars; Perfetto: flows).",
+)
 def timeline(
     ds: Dataset,
     output: Path | None,
@@ -199,6 +205,7 @@ def timeline(
     iteration: int | None,
     samples_from: str | None,
     max_bars: int,
+    critical_path: bool = False,
 ) -> None:
     """Kernels and copies per device/stream with iterations and SM clock/power/temperature.
 
@@ -231,6 +238,9 @@ def timeline(
         samples_from=samples_from,
         max_bars=max_bars,
     )
+    if critical_path:
+        path = ds.where(source=res.source_id).critical_path(iteration=iteration, by_event=True)
+        res = res.with_critical_path(path.events)
     if perfetto is not None:
         res.to_perfetto(perfetto)
         wrote(perfetto)

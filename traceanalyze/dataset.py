@@ -19,6 +19,7 @@ One method per analysis, each returning polars frames or a small frozen result o
     ds.timeline(...)            -> Timeline      ds.compare(other)     -> Comparison
     ds.compare_sources(a, b)    -> Comparison   ds.stragglers()       -> Stragglers
     ds.ranks()                  -> DataFrame
+    ds.critical_path(...)       -> CriticalPath  (what bounds each iteration; what-if)
 
 Plots take those results: `traceanalyze.plot.timeline(ds.timeline(), "t.png")`.
 """
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from .results import (
         Comparison,
         CoreUtil,
+        CriticalPath,
         Health,
         Scaling,
         Stragglers,
@@ -346,6 +348,39 @@ class Dataset:
             api_calls=self.scan("api_calls"),
             job=job,
             align=align,
+        )
+
+    def critical_path(
+        self,
+        iteration: int | None = None,
+        what_if: Sequence[str] = (),
+        by_event: bool = False,
+        across_ranks: bool = False,
+    ) -> CriticalPath:
+        """What bounds each iteration: the longest dependency chain through host events,
+        launches, stream order and waits, split by kind (`analyses.critical_path`); `what_if`
+        specs ('kernel:REGEX=F', 'op:REGEX=F', 'launch=F') replay it with scaled times; with
+        `by_event` the events on the path; `across_ranks` adds the job-wide path of iterations
+        that several ranks share (joined at their collectives). A `file` column names each
+        source."""
+        from .analyses.critical_path import critical_path_ds
+
+        res = critical_path_ds(
+            self,
+            iteration=iteration,
+            what_if=tuple(what_if),
+            by_event=by_event,
+            across_ranks=across_ranks,
+        )
+        names = self.names()
+        return replace(
+            res,
+            iterations=with_file(res.iterations, names),
+            events=None if res.events is None else with_file(res.events, names),
+            predicted=None if res.predicted is None else with_file(res.predicted, names),
+            ranks=None
+            if res.ranks is None
+            else with_file(res.ranks, names, column="end_source_id", alias="end_file"),
         )
 
     # --- host operators and model FLOP utilization (traceanalyze.report_ops) ----------------

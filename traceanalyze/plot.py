@@ -42,6 +42,7 @@ def timeline(result: Timeline, path: str | os.PathLike[str] | None = None) -> Fi
         samples=result.samples,
         title=result.title,
         top_kernels=result.top_kernels,
+        critical_path=result.critical_path,
     )
     if path is not None:
         save(fig, path)

@@ -6,7 +6,7 @@ them (`traceanalyze.plot`), notebooks read their fields.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
@@ -114,6 +114,20 @@ class Timeline:
     ops: pl.DataFrame | None = field(default=None, repr=False)
     devices: pl.DataFrame | None = field(default=None, repr=False)
     sources: pl.DataFrame | None = field(default=None, repr=False)
+    critical_path: pl.DataFrame | None = field(default=None, repr=False)
+
+    def with_critical_path(self, events: pl.DataFrame | None) -> Timeline:
+        """This timeline with the critical path's events (`CriticalPath.events`) of its source
+        that overlap its window: the figure marks them, the Perfetto export links them."""
+        if events is None:
+            return self
+        mine = events.filter(
+            (pl.col("source_id") == self.source_id)
+            & (pl.col("scenario") == "trace")
+            & (pl.col("end_ns") >= self.start_ns)
+            & (pl.col("start_ns") <= self.end_ns)
+        )
+        return replace(self, critical_path=mine)
 
     def to_perfetto(self, path: str | os.PathLike[str]) -> None:
         """Chrome trace JSON of the window for ui.perfetto.dev (times from the window start)."""
@@ -130,6 +144,7 @@ class Timeline:
             devices=self.devices,
             sources=self.sources,
             origin_ns=self.start_ns,
+            critical_path=self.critical_path,
         )
 
 
@@ -220,6 +235,37 @@ class Stragglers:
         }
 
 
+@dataclass(frozen=True)
+class CriticalPath:
+    """`Dataset.critical_path()`: what bounds each iteration (`analyses.critical_path`).
+
+    `iterations`: one row per source and iteration: `duration_ms` (the iteration's span),
+    `path_ms` (the longest dependency chain from its start) and its split `gpu_compute_ms`,
+    `gpu_comm_ms`, `gpu_memory_ms`, `host_ms`, `launch_ms`, `sync_ms`, `idle_ms`, `carry_ms`
+    (adding up to `path_ms`), `gpu_pct` (GPU share of the path without the carry); with a
+    what-if also `predicted_ms` and `change_pct`. `events` (with `by_event`): the events on the
+    path, each with its category, `path_ms`, `share_pct` and `launched_by` (the operator that
+    launched a kernel), `scenario` "trace" or "what_if". `predicted`: the what-if path's split.
+    """
+
+    iterations: pl.DataFrame
+    events: pl.DataFrame | None = None
+    predicted: pl.DataFrame | None = None
+    what_if: tuple[str, ...] = ()
+    ranks: pl.DataFrame | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"iterations": self.iterations}
+        if self.ranks is not None:
+            out["ranks"] = self.ranks
+        if self.predicted is not None:
+            out["what_if"] = list(self.what_if)
+            out["predicted"] = self.predicted
+        if self.events is not None:
+            out["events"] = self.events
+        return out
+
+
 __all__ = [
     "Health",
     "Summary",
@@ -229,4 +275,5 @@ __all__ = [
     "Comparison",
     "Stragglers",
     "Scaling",
+    "CriticalPath",
 ]

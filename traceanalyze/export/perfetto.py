@@ -25,6 +25,8 @@ Written by `traceanalyze timeline --perfetto out.json`. Events:
   stream, sharing `id`, `cat: "launch"` and `name: "launch"`
   (Trace Event Format, "Flow events"; Perfetto binds "s" and "bp":"e" "f" to the enclosing
   slice);
+* the critical path (`critical_path`, `Dataset.critical_path(by_event=True).events`): a flow
+  between consecutive events on it, `cat: "critical_path"` (`perfetto_path`);
 * telemetry: counters `ph: "C"` (`sm_clock_mhz`, `power_w`, `temperature_c`), one track per device
   and metric, `args: {"value": v}`;
 * `ph: "M"` metadata naming processes ("GPU 0 · Tesla V100-SXM2-32GB · rank 1",
@@ -216,6 +218,7 @@ def chrome_trace_json(
     devices: Frame | None = None,
     sources: Frame | None = None,
     origin_ns: int | None = None,
+    critical_path: Frame | None = None,
 ) -> str:
     """The trace as a JSON text `{"traceEvents": [...], "displayTimeUnit": "ms"}`."""
     k, m, mk, s = _timed(_c(kernels)), _timed(_c(memcpy)), _c(markers), _c(gpu_samples)
@@ -241,6 +244,12 @@ def chrome_trace_json(
         _flows(w, a, k, m)
     if s is not None and s.height:
         _counters(w, s)
+    cp = _c(critical_path)
+    if cp is not None and cp.height:
+        from .perfetto_path import path_flows
+
+        for flows in path_flows(cp, w.t0, HOST_PID_OFFSET, COPY_TID_OFFSET):
+            w.add(flows, track=False)
     w.add(_metadata(w.ids, w.lanes, _c(devices), _c(sources)), track=False)
     body = ",\n".join(p for p in w.parts if p)
     return '{"displayTimeUnit": "ms", "traceEvents": [\n' + body + "\n]}\n"
@@ -477,6 +486,7 @@ def write_chrome_trace(
     devices: Frame | None = None,
     sources: Frame | None = None,
     origin_ns: int | None = None,
+    critical_path: Frame | None = None,
 ) -> None:
     """Write `chrome_trace_json(...)` to `path`, through a temporary name renamed at the end."""
     text = chrome_trace_json(
@@ -489,6 +499,7 @@ def write_chrome_trace(
         devices=devices,
         sources=sources,
         origin_ns=origin_ns,
+        critical_path=critical_path,
     )
     tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
     try:

@@ -88,6 +88,7 @@ def timeline_figure(
     width_in: float = 14.0,
     iterations: pl.DataFrame | None = None,
     top_kernels: pl.DataFrame | None = None,
+    critical_path: pl.DataFrame | None = None,
 ) -> Figure:
     """Draw `lanes` (see `analyses.timeline.lanes`) and the telemetry `samples` in one window.
 
@@ -97,7 +98,8 @@ def timeline_figure(
     window (`window_samples`): steps are drawn from them and clipped at the window's edges; one
     line per value of a `label` column when `samples` has one (the CLI names another source's
     samples by file), else one per device. `top_kernels` (`name, total_ms`, most time first)
-    colours those kernels and names them in a legend.
+    colours those kernels and names them in a legend. `critical_path` (the path's events,
+    `CriticalPath.events`) marks each event on the path with a red bar under its lane.
     """
     tracks = [
         (c, label)
@@ -115,6 +117,10 @@ def timeline_figure(
     span_ms = (t1_ns - t0_ns) / 1e6
     win = _Window(t0_ns, t1_ns, span_ms / (width_in * 100), width_in * 0.72 / span_ms)
     any_binned = _draw_lanes(axes[0], lanes, lane_names, win, kcolor)
+    if critical_path is not None and critical_path.height:
+        from .timeline_path import draw_path
+
+        draw_path(axes[0], lanes, lane_names, critical_path, win.t0_ns, win.min_w)
     lines = set(boundaries_ns or [])
     if iterations is not None and iterations.height:
         lines |= _draw_iterations(axes[0], iterations, win)

@@ -1,0 +1,425 @@
+"""`critical_path`'s inputs: one source's host and GPU events as numpy columns, sliced per
+iteration into `_cpgraph`'s `HostSlice` / `GpuSlice`.
+
+Host events (operators or NVTX ranges from `ops.host_ops`, and runtime/driver calls) are sorted by
+start, so an iteration's host events are one contiguous range; GPU events are reached through their
+launch call's position (sorted by it), or by start when they have no call. Per GPU event, computed
+once per source: the launch call (`launches.launch_calls`), the previous event on its device and
+stream, and the latest event of another stream of its device that ended before it started; per
+blocking call (`idle.SYNC_CALL`), the GPU event it waited for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+
+from . import _cpgraph as cg
+from .idle import SYNC_CALL
+from .launches import launch_calls
+from .ops import host_ops
+from .overlap import COMM_KERNEL
+
+if TYPE_CHECKING:
+    from .critical_path import WhatIf
+
+Frame = pl.DataFrame | pl.LazyFrame
+_COPY_CALL = pl.col("name").str.contains("^cu(da)?Mem(cpy|set)") & ~pl.col("name").str.contains(
+    "Async"
+)
+
+
+# A launch call this long blocked (the launch queue was full): it waits for the GPU like a
+# synchronizing call.
+QUEUE_FULL_NS = 50_000
+_dur = pl.col("end_ns") - pl.col("start_ns")
+
+
+def _i64(s: pl.Series, none: int = -1) -> np.ndarray[Any, Any]:
+    out: np.ndarray[Any, Any] = s.fill_null(none).cast(pl.Int64).to_numpy().copy()
+    return out
+
+
+def _host(ops: Frame, markers: Frame, api_calls: Frame) -> pl.DataFrame:
+    o = host_ops(ops, markers).select(
+        "source_id",
+        "process_id",
+        "thread_id",
+        "name",
+        "start_ns",
+        "end_ns",
+        pl.when(pl.col("basis") == "nvtx")
+        .then(pl.lit("nvtx"))
+        .otherwise(pl.lit("op"))
+        .alias("kind"),
+    )
+    notes = (
+        markers.lazy()
+        .filter(
+            (pl.col("category") == "user_annotation")
+            & pl.col("device_id").is_null()
+            & pl.col("thread_id").is_not_null()
+        )
+        .drop_nulls(["start_ns", "end_ns"])
+        .select(*o.columns[:-1], pl.lit("annotation").alias("kind"))
+        .collect()
+    )
+    calls = (
+        api_calls.lazy()
+        .drop_nulls(["start_ns", "end_ns"])
+        .select(
+            "source_id",
+            "process_id",
+            "thread_id",
+            "name",
+            "start_ns",
+            "end_ns",
+            pl.lit("call").alias("kind"),
+            "correlation_id",
+            (SYNC_CALL | (pl.col("name").str.contains("Launch") & (_dur >= QUEUE_FULL_NS)))
+            .fill_null(False)
+            .alias("sync"),
+            _COPY_CALL.fill_null(False).alias("copy_sync"),
+        )
+        .collect()
+    )
+    h = pl.concat([o, notes, calls], how="diagonal_relaxed").with_columns(
+        pl.col("sync").fill_null(False), pl.col("copy_sync").fill_null(False)
+    )
+    h = h.sort("source_id", "start_ns", "end_ns", descending=[False, False, True])
+    return h.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("source_id").alias("hid"))
+
+
+def _gpu(kernels: Frame, memcpy: Frame, api_calls: Frame, h: pl.DataFrame) -> pl.DataFrame:
+    cols = ["source_id", "process_id", "device_id", "stream_id", "correlation_id"]
+    k = (
+        kernels.lazy()
+        .drop_nulls(["start_ns", "end_ns"])
+        .select(
+            *cols,
+            "name",
+            "start_ns",
+            "end_ns",
+            pl.when(pl.col("name").str.contains(COMM_KERNEL).fill_null(False))
+            .then(pl.lit(cg.GPU_COMM, dtype=pl.Int64))
+            .otherwise(pl.lit(cg.GPU_COMPUTE, dtype=pl.Int64))
+            .alias("cat"),
+            pl.lit("kernel").alias("kind"),
+        )
+    )
+    m = (
+        memcpy.lazy()
+        .drop_nulls(["start_ns", "end_ns"])
+        .select(
+            *cols,
+            pl.when(pl.col("kind") == "memset")
+            .then(pl.lit("Memset"))
+            .otherwise(pl.concat_str(pl.lit("Memcpy "), pl.col("kind").fill_null("?")))
+            .alias("name"),
+            "start_ns",
+            "end_ns",
+            pl.lit(cg.GPU_MEMORY, dtype=pl.Int64).alias("cat"),
+            pl.lit("memcpy").alias("kind"),
+        )
+    )
+    g = launch_calls(pl.concat([k, m], how="vertical_relaxed"), api_calls)
+    calls = h.filter(pl.col("kind") == "call").select(
+        "source_id",
+        pl.col("process_id").alias("call_process_id"),
+        "thread_id",
+        pl.col("start_ns").alias("call_start_ns"),
+        "correlation_id",
+        pl.col("hid").alias("call_hid"),
+    )
+    keys = ["source_id", "call_process_id", "thread_id", "call_start_ns", "correlation_id"]
+    g = g.join(calls.unique(keys, keep="first"), on=keys, how="left", nulls_equal=True)
+    g = g.with_columns(pl.coalesce("process_id", "call_process_id").alias("pid"))
+    lane = ["source_id", "device_id", "stream_id"]
+    g = g.sort([*lane, "start_ns", "end_ns"], nulls_last=True).with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).over("source_id").alias("gid")
+    )
+    return g.with_columns(
+        pl.col("gid").shift(1).over(lane).alias("prev_gid"),
+        pl.col("end_ns").shift(1).over(lane).alias("prev_end"),
+    )
+
+
+def _cross_waits(g: pl.DataFrame) -> pl.DataFrame:
+    """Per GPU event: the latest event of another stream of its device ended by its start."""
+    parts = []
+    for _, dev in g.group_by(["source_id", "device_id"], maintain_order=True):
+        ends = dev.select("stream_id", pl.col("end_ns").alias("wait_end"), "gid").sort("wait_end")
+        for (sid,), lane in dev.group_by(["stream_id"], maintain_order=True):
+            other = ends.filter(pl.col("stream_id").ne_missing(sid)).drop("stream_id")
+            left = lane.select("gid", "start_ns").sort("start_ns")
+            j = left.join_asof(
+                other.rename({"gid": "wait_gid"}),
+                left_on="start_ns",
+                right_on="wait_end",
+                strategy="backward",
+            )
+            parts.append(
+                j.select(
+                    pl.lit(dev["source_id"][0]).alias("source_id"), "gid", "wait_gid", "wait_end"
+                )
+            )
+    if not parts:
+        return g.with_columns(
+            pl.lit(None, dtype=pl.Int64).alias("wait_gid"),
+            pl.lit(None, dtype=pl.Int64).alias("wait_end"),
+        )
+    return g.join(pl.concat(parts), on=["source_id", "gid"], how="left")
+
+
+def _sync_waits(h: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
+    """Per blocking call: the GPU event it waited for (`wait_gid`, `wait_end`), if any."""
+    s = h.filter(pl.col("sync")).select(
+        "source_id", "hid", "process_id", "start_ns", "end_ns", "copy_sync"
+    )
+    own = (
+        g.filter(pl.col("call_hid").is_not_null())
+        .group_by("source_id", "call_hid")
+        .agg(pl.col("gid").sort_by("end_ns").last().alias("own_gid"), pl.col("end_ns").max())
+        .rename({"call_hid": "hid", "end_ns": "own_end"})
+    )
+    gg = (
+        g.filter(pl.col("pid").is_not_null())
+        .select(
+            "source_id",
+            pl.col("pid").alias("process_id"),
+            pl.col("end_ns").alias("wait_end"),
+            pl.col("gid").alias("wait_gid"),
+            pl.col("call_start_ns").alias("wait_call"),
+        )
+        .sort("wait_end")
+    )
+    j = s.sort("end_ns").join_asof(
+        gg,
+        left_on="end_ns",
+        right_on="wait_end",
+        by=["source_id", "process_id"],
+        strategy="backward",
+        check_sortedness=False,  # sorted by `end_ns` as a whole, hence within each group
+    )
+    j = j.join(own, on=["source_id", "hid"], how="left")
+    use_own = (
+        pl.col("copy_sync")
+        & pl.col("own_end").is_not_null()
+        & (pl.col("own_end") > pl.col("start_ns"))
+        & (pl.col("own_end") <= pl.col("end_ns"))
+    )
+    other_ok = (pl.col("wait_end") > pl.col("start_ns")) & (
+        pl.col("wait_call").is_null() | (pl.col("wait_call") < pl.col("start_ns"))
+    )
+    return j.select(
+        "source_id",
+        "hid",
+        pl.when(use_own)
+        .then(pl.col("own_gid"))
+        .when(other_ok)
+        .then(pl.col("wait_gid"))
+        .alias("wait_gid"),
+        pl.when(use_own)
+        .then(pl.col("own_end"))
+        .when(other_ok)
+        .then(pl.col("wait_end"))
+        .alias("wait_end"),
+    )
+
+
+@dataclass
+class Slice:
+    host: cg.HostSlice
+    gpu: cg.GpuSlice
+    hids: np.ndarray[Any, Any]
+    gids: np.ndarray[Any, Any]
+
+
+class SourceEvents:
+    """One source's events as numpy columns (see the module docstring)."""
+
+    EVENT_SCHEMA = {
+        "category": pl.String,
+        "kind": pl.String,
+        "name": pl.String,
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+        "process_id": pl.Int64,
+        "thread_id": pl.Int64,
+        "device_id": pl.Int64,
+        "stream_id": pl.Int64,
+        "path_ms": pl.Float64,
+        "launched_by": pl.String,
+    }
+
+    def __init__(self, source_id: str, h: pl.DataFrame, g: pl.DataFrame, wi: WhatIf | None):
+        from .critical_path import _factor
+
+        self.source_id = source_id
+        self.h_start, self.h_end = _i64(h["start_ns"]), _i64(h["end_ns"])
+        self.h_thread = _i64(
+            h.select(pl.struct("process_id", "thread_id").rank("dense")).to_series()
+        )
+        self.h_tid = h["thread_id"]
+        self.h_pid = _i64(h["process_id"])
+        self.h_kind, self.h_name = h["kind"], h["name"]
+        self.h_is_call = (h["kind"] == "call").to_numpy()
+        self.h_is_sync = h["sync"].to_numpy()
+        self.h_wait_gid, self.h_wait_end = _i64(h["wait_gid"]), _i64(h["wait_end"], cg.NONE)
+        ops_only = pl.when(pl.col("kind") != "call").then(pl.col("name"))
+        self.h_factor = _factor(h.select(ops_only).to_series(), wi.op if wi else ())
+        self.g_start, self.g_end = _i64(g["start_ns"]), _i64(g["end_ns"])
+        self.g_cat, self.g_call = _i64(g["cat"]), _i64(g["call_hid"])
+        self.g_prev, self.g_prev_end = _i64(g["prev_gid"]), _i64(g["prev_end"], cg.NONE)
+        self.g_wait, self.g_wait_end = _i64(g["wait_gid"]), _i64(g["wait_end"], cg.NONE)
+        # names and ids stay polars Series (no Python object per event): read only for
+        # the events on a path (`describe`)
+        self.g_name, self.g_kind = g["name"], g["kind"]
+        self.g_stream, self.g_device = g["stream_id"], g["device_id"]
+        kern = pl.when(pl.col("kind") == "kernel").then(pl.col("name"))
+        self.g_factor = _factor(g.select(kern).to_series(), wi.kernel if wi else ())
+        with_call = np.flatnonzero(self.g_call >= 0)
+        self.by_call = with_call[np.argsort(self.g_call[with_call], kind="stable")]
+        self.by_call_key = self.g_call[self.by_call]
+        no_call = np.flatnonzero((self.g_call < 0) & g["orphan_ok"].to_numpy())
+        self.no_call = no_call[np.argsort(self.g_start[no_call], kind="stable")]
+        self.gmap = np.full(self.g_start.size, -1, dtype=np.int64)
+
+    def slice(self, lo: int, hi: int) -> Slice:
+        a, b = np.searchsorted(self.h_start, [lo, hi], side="left").tolist()
+        c0, c1 = np.searchsorted(self.by_call_key, [a, b], side="left").tolist()
+        n0, n1 = np.searchsorted(self.g_start[self.no_call], [lo, hi], side="left").tolist()
+        gids = np.concatenate([self.by_call[c0:c1], self.no_call[n0:n1]])
+        # Threads that launch nothing in the window (watchdogs, loaders) bound nothing here.
+        launching = np.unique(self.h_thread[self.g_call[self.by_call[c0:c1]]])
+        keep = (
+            np.flatnonzero(np.isin(self.h_thread[a:b], launching))
+            if launching.size
+            else np.arange(b - a)  # a CPU-only window: every thread
+        )
+        order = keep[
+            np.lexsort((-self.h_end[a + keep], self.h_start[a + keep], self.h_thread[a + keep]))
+        ]
+        hids = a + order
+        hloc = np.full(b - a, -1, dtype=np.int64)
+        hloc[order] = np.arange(order.size)
+        gmap = self.gmap
+        gmap[gids] = np.arange(gids.size)
+
+        def local(ix: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+            if gmap.size == 0:
+                return np.full(ix.size, -1, dtype=np.int64)
+            return np.where(ix >= 0, gmap[np.maximum(ix, 0)], -1)
+
+        call = self.g_call[gids]
+        host = cg.HostSlice(
+            thread=self.h_thread[hids],
+            process=self.h_pid[hids],
+            start=self.h_start[hids],
+            end=self.h_end[hids].copy(),
+            is_call=self.h_is_call[hids],
+            is_sync=self.h_is_sync[hids],
+            wait_gpu=local(self.h_wait_gid[hids]),
+            wait_end=self.h_wait_end[hids],
+            own_factor=self.h_factor[hids],
+            wait_global=self.h_wait_gid[hids],
+        )
+        gpu = cg.GpuSlice(
+            start=self.g_start[gids],
+            end=self.g_end[gids],
+            cat=self.g_cat[gids],
+            call=np.where(call >= 0, hloc[np.clip(call - a, 0, max(b - a - 1, 0))], -1)
+            if b > a
+            else np.full(gids.size, -1, dtype=np.int64),
+            prev=local(self.g_prev[gids]),
+            prev_end=self.g_prev_end[gids],
+            wait=local(self.g_wait[gids]),
+            wait_end=self.g_wait_end[gids],
+            factor=self.g_factor[gids],
+            prev_global=self.g_prev[gids],
+            wait_global=self.g_wait[gids],
+        )
+        gmap[gids] = -1
+        return Slice(host, gpu, hids, gids)
+
+    def describe(self, sl: Slice, b: cg.Built, ref: int, cat: int, ns: float) -> tuple[Any, ...]:
+        """One `EVENT_SCHEMA` row: the event `ref` (local) charged `ns` of category `cat`."""
+        category = cg.CATEGORIES[cat]
+        if ref < 0:
+            return (category, None, None, None, None, None, None, None, None, ns / 1e6, None)
+        if ref < b.n_host:
+            i = int(sl.hids[ref])
+            return (
+                category,
+                self.h_kind[i],
+                self.h_name[i],
+                int(self.h_start[i]),
+                int(self.h_end[i]),
+                int(self.h_pid[i]) if self.h_pid[i] >= 0 else None,
+                self.h_tid[i],
+                None,
+                None,
+                ns / 1e6,
+                None,
+            )
+        k = ref - b.n_host
+        i = int(sl.gids[k])
+        c = int(sl.gpu.call[k])
+        p = b.parent[c] if c >= 0 else -1
+        by = self.h_name[int(sl.hids[p])] if p >= 0 else None
+        return (
+            category,
+            self.g_kind[i],
+            self.g_name[i],
+            int(self.g_start[i]),
+            int(self.g_end[i]),
+            None,
+            None,
+            self.g_device[i],
+            self.g_stream[i],
+            ns / 1e6,
+            by,
+        )
+
+
+def window_events(
+    kernels: Frame,
+    memcpy: Frame,
+    api_calls: Frame,
+    ops: Frame,
+    markers: Frame,
+    wi: WhatIf | None,
+    *,
+    orphans: bool,
+) -> SourceEvents | None:
+    """The `SourceEvents` of one source's window (frames already cut to it, see `_cpwindows`);
+    None when it has no timed event. `orphans`: GPU events without a launch call in the window
+    count as the window's own when they start in it (the source has no API calls at all, or
+    the event carries no correlation id)."""
+    h = _host(ops, markers, api_calls)
+    g = _gpu(kernels, memcpy, api_calls, h)
+    g = _cross_waits(g).sort("source_id", "gid")
+    if h.height == 0 and g.height == 0:
+        return None
+    procs = h.filter(pl.col("kind") == "call")["process_id"].drop_nulls().unique()
+    if procs.len() == 1:
+        # Kineto leaves a kernel's process empty: the trace's one process ran the earlier
+        # work that a call of this window may wait for.
+        g = g.with_columns(pl.col("pid").fill_null(procs[0]))
+    if h.height:
+        h = h.join(_sync_waits(h, g), on=["source_id", "hid"], how="left")
+        # A long launch that waited for no GPU event was slow on the host (module loading).
+        blocked = pl.col("wait_gid").is_not_null() | ~pl.col("name").str.contains("Launch")
+        h = h.with_columns((pl.col("sync") & blocked.fill_null(True)).alias("sync"))
+    else:
+        h = h.with_columns(
+            pl.lit(None, dtype=pl.Int64).alias("wait_gid"),
+            pl.lit(None, dtype=pl.Int64).alias("wait_end"),
+        )
+    sid = (g if g.height else h)["source_id"][0]
+    own = pl.lit(True) if orphans else pl.col("correlation_id").is_null()
+    g = g.with_columns(own.alias("orphan_ok"))
+    return SourceEvents(sid, h, g, wi)

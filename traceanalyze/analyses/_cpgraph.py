@@ -1,0 +1,368 @@
+"""The dependency graph of one iteration and its longest path (`critical_path`'s engine).
+
+Nodes are the start and the end of every event of the iteration (host operators or NVTX ranges,
+runtime calls, kernels, copies) plus one source node at the iteration's start. Every edge carries
+two weights in ns: `w`, the time the trace shows, and `w2`, the time under the what-if factors.
+The edges, in the words of the module docstring of `critical_path`: thread order (consecutive
+time points of one thread, the segment owned by the innermost open event), a GPU event's
+duration, launch (call start -> kernel start), stream order (previous event's end -> start), an
+inferred cross-stream wait, a synchronization wait (GPU event's end -> blocking call's end), and
+edges from the source (a thread's first event; the wait on an earlier iteration's work).
+
+Weights are chosen so that replaying the graph with `w` puts every node back at its own time:
+of a GPU event's incoming edges the *binding* one (the latest-ready predecessor) carries the
+exact gap, the others a floor that is never more. So the longest path with `w` ends at the
+iteration's last event and its length is `last end - iteration start`.
+
+The graph is plain arrays (edge lists, predecessor lists by destination, Kahn's topological
+order) and the longest path a dynamic program over that order, not networkx: on the ResNet-50
+trace the same graph and path took 2-3x longer through `networkx.DiGraph` (building its
+dict-of-dicts and `topological_sort` dominated); see docs/critical-path.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import NotAnswerable
+
+I64 = npt.NDArray[np.int64]
+NONE = np.iinfo(np.int64).min  # "no such time" in the int64 arrays below
+
+# Edge categories, in the order of the result's split columns.
+CATEGORIES = (
+    "gpu_compute",
+    "gpu_comm",
+    "gpu_memory",
+    "host",
+    "launch",
+    "sync",
+    "idle",
+    "carry",
+)
+GPU_COMPUTE, GPU_COMM, GPU_MEMORY, HOST, LAUNCH, SYNC, IDLE, CARRY = range(8)
+
+# A GPU event that starts this much after all its known predecessors were ready waited for
+# something else: the latest event of another stream of its device that ended before it.
+WAIT_TOLERANCE_NS = 5_000
+
+
+@dataclass
+class HostSlice:
+    """Host events of one iteration, sorted by (thread, start, longer first).
+
+    `thread`: a group number per (process, thread); `end` is clipped to the parent's end;
+    `wait_gpu`: for a blocking call, the local index of the GPU event it waited for (-1: none);
+    `wait_end`: that event's end, also when it lies outside the iteration (then a carry edge);
+    `factor`: the product of the `op:` what-if factors matching the event or an enclosing one
+    (filled in by `build`)."""
+
+    thread: I64
+    process: I64
+    start: I64
+    end: I64
+    is_call: npt.NDArray[np.bool_]
+    is_sync: npt.NDArray[np.bool_]
+    wait_gpu: I64
+    wait_end: I64
+    own_factor: npt.NDArray[np.float64]
+    wait_global: I64
+
+
+@dataclass
+class GpuSlice:
+    """GPU events of one iteration: `cat` (GPU_COMPUTE, GPU_COMM or GPU_MEMORY), `call` (local
+    host index of the launch call, -1: none in the iteration), `prev` (local index of the previous
+    event on the stream, -1: none here) with `prev_end` (its end, NONE: no previous event),
+    `wait` / `wait_end` (the latest event of another stream ended before the start) and `factor`
+    (the what-if factor of the duration)."""
+
+    start: I64
+    end: I64
+    cat: I64
+    call: I64
+    prev: I64
+    prev_end: I64
+    wait: I64
+    wait_end: I64
+    factor: npt.NDArray[np.float64]
+    prev_global: I64
+    wait_global: I64
+
+
+@dataclass
+class Built:
+    """The graph: `edges` maps (u, v) to (w, w2, cat, ref); `ref` is the event an edge is
+    charged to (host index, or `n_host + gpu index`; -1 for none). Nodes are `2 * event` (start)
+    and `2 * event + 1` (end), the source is the last id. `finish` turns the edges into arrays
+    (`src`, `dst`, `w`, `w2`, `cat`, `ref`) and a topological order of the nodes."""
+
+    lo: int
+    source: int
+    n_host: int
+    edges: dict[tuple[int, int], tuple[int, float, int, int]] = field(default_factory=dict)
+    has_in: set[int] = field(default_factory=set)
+    parent: list[int] = field(default_factory=list)
+    # carry edges: (node, global id of the earlier GPU event, ns from its end to the node)
+    carry: list[tuple[int, int, int]] = field(default_factory=list)
+    src: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    dst: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    w: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    w2: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    cat: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    ref: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    order: list[int] = field(default_factory=list)
+    pred_ptr: list[int] = field(default_factory=list)
+    pred_edge: list[int] = field(default_factory=list)
+
+
+def _add(b: Built, u: int, v: int, w: int, w2: float, cat: int, ref: int) -> None:
+    old = b.edges.get((u, v))
+    b.has_in.add(v)
+    if old is None or w > old[0]:
+        b.edges[(u, v)] = (w, w2, cat, ref)
+
+
+def _nest(b: Built, h: HostSlice) -> None:
+    """Each host event's parent (innermost enclosing event on its thread); a child that outlives
+    its parent is cut at the parent's end."""
+    b.parent = [-1] * h.start.size
+    stack: list[int] = []
+    cur = -1
+    for i in range(h.start.size):
+        if int(h.thread[i]) != cur:
+            cur, stack = int(h.thread[i]), []
+        while stack and h.end[stack[-1]] <= h.start[i]:
+            stack.pop()
+        if stack:
+            b.parent[i] = stack[-1]
+            if h.end[i] > h.end[stack[-1]]:
+                h.end[i] = h.end[stack[-1]]
+        stack.append(i)
+
+
+class _OtherThreads:
+    """The latest-ending host event of another thread of the same process before a time."""
+
+    def __init__(self, h: HostSlice) -> None:
+        self.lanes: dict[int, tuple[I64, I64]] = {}
+        self.h = h
+        for t in np.unique(h.thread).tolist():
+            first = int(np.flatnonzero(h.thread == t)[0])
+            mask = (h.thread != t) & (h.process == h.process[first])
+            ids = np.flatnonzero(mask)
+            order = np.argsort(h.end[ids], kind="stable")
+            self.lanes[t] = (h.end[ids][order], ids[order])
+
+    def before(self, i: int) -> int:
+        ends, ids = self.lanes[int(self.h.thread[i])]
+        k = int(np.searchsorted(ends, self.h.start[i], side="left"))
+        return int(ids[k - 1]) if k > 0 else -1
+
+
+def _host_edges(b: Built, h: HostSlice, lo: int) -> None:
+    """Thread order: consecutive time points of each thread, owned by the innermost open event.
+    After a gap outside every event, the next event waits for its own thread or for the
+    latest-ending event of another thread of its process, whichever was ready last."""
+    _nest(b, h)
+    others = _OtherThreads(h)
+    cur = -1
+    stack: list[int] = []
+    fac: list[float] = []
+    prev_node, prev_t = b.source, lo
+
+    def close(j: int) -> None:
+        nonlocal prev_node, prev_t
+        seg = int(h.end[j]) - prev_t
+        if h.is_sync[j] and h.wait_end[j] != NONE:
+            _add(b, prev_node, 2 * j + 1, 0, 0.0, SYNC, j)  # the call waits: see `_sync_edges`
+        else:
+            cat = SYNC if h.is_sync[j] else HOST
+            _add(b, prev_node, 2 * j + 1, seg, seg * fac[-1], cat, j)
+        prev_node, prev_t = 2 * j + 1, int(h.end[j])
+
+    for i in range(h.start.size):
+        if int(h.thread[i]) != cur:
+            while stack:
+                close(stack.pop())
+                fac.pop()
+            cur, prev_node, prev_t = int(h.thread[i]), b.source, lo
+        s = int(h.start[i])
+        while stack and int(h.end[stack[-1]]) <= s:
+            close(stack.pop())
+            fac.pop()
+        seg = s - prev_t
+        if stack:
+            _add(b, prev_node, 2 * i, seg, seg * fac[-1], HOST, stack[-1])
+        else:
+            o = others.before(i)
+            if o >= 0 and int(h.end[o]) > prev_t:
+                _add(b, prev_node, 2 * i, 0, 0.0, IDLE, -1)
+                gap = s - int(h.end[o])
+                _add(b, 2 * o + 1, 2 * i, gap, float(gap), IDLE, -1)
+            else:
+                _add(b, prev_node, 2 * i, seg, float(seg), IDLE, -1)
+        prev_node, prev_t = 2 * i, s
+        stack.append(i)
+        fac.append((fac[-1] if fac else 1.0) * float(h.own_factor[i]))
+    while stack:
+        close(stack.pop())
+        fac.pop()
+
+
+def _sync_edges(b: Built, h: HostSlice, g: GpuSlice) -> None:
+    """A blocking call ends when the GPU event it waited for ends (plus the wake-up latency)."""
+    for j in np.flatnonzero(h.is_sync & (h.wait_end != NONE)).tolist():
+        lag = int(h.end[j]) - int(h.wait_end[j])
+        k = int(h.wait_gpu[j])
+        if k >= 0:
+            _add(b, 2 * (b.n_host + k) + 1, 2 * j + 1, lag, float(lag), SYNC, j)
+        else:
+            w = int(h.end[j]) - b.lo
+            _add(b, b.source, 2 * j + 1, w, float(w), CARRY, j)
+            b.carry.append((2 * j + 1, int(h.wait_global[j]), lag))
+
+
+def _gpu_edges(b: Built, h: HostSlice, g: GpuSlice, lo: int, launch_factor: float) -> None:
+    """Duration, launch, stream-order and cross-stream wait edges of each GPU event."""
+    for k in range(g.start.size):
+        node = 2 * (b.n_host + k)
+        s, e = int(g.start[k]), int(g.end[k])
+        ref = b.n_host + k
+        cat = int(g.cat[k])
+        _add(b, node, node + 1, e - s, (e - s) * float(g.factor[k]), cat, ref)
+        c = int(g.call[k])
+        ready_call = int(h.end[c]) if c >= 0 else NONE
+        ready_prev = int(g.prev_end[k])
+        ready = max(ready_call, ready_prev)
+        wait = int(g.wait_end[k])
+        waited = wait != NONE and wait > ready and s - ready > WAIT_TOLERANCE_NS
+        if waited:
+            ready = wait
+        if c >= 0:
+            cs = int(h.start[c])
+            w = s - cs if ready == ready_call else min(int(h.end[c]) - cs, s - cs)
+            _add(b, 2 * c, node, w, w * launch_factor, LAUNCH, c)
+        if ready_prev != NONE:
+            w = s - ready_prev if ready == ready_prev else min(0, s - ready_prev)
+            p = int(g.prev[k])
+            if p >= 0:
+                _add(b, 2 * (b.n_host + p) + 1, node, w, float(w), IDLE, ref)
+            elif ready == ready_prev and ready_prev > lo:
+                _add(b, b.source, node, s - lo, float(s - lo), CARRY, ref)
+                b.carry.append((node, int(g.prev_global[k]), s - ready_prev))
+        if waited:
+            q = int(g.wait[k])
+            src = 2 * (b.n_host + q) + 1 if q >= 0 else b.source
+            w = s - wait if q >= 0 else s - lo
+            _add(b, src, node, w, float(w), SYNC if q >= 0 else CARRY, ref)
+            if q < 0:
+                b.carry.append((node, int(g.wait_global[k]), s - wait))
+        if node not in b.has_in:
+            _add(b, b.source, node, s - lo, float(s - lo), IDLE, ref)
+
+
+def build(h: HostSlice, g: GpuSlice, lo: int, launch_factor: float = 1.0) -> Built:
+    """The iteration's graph from its host and GPU events."""
+    n_host = int(h.start.size)
+    b = Built(lo=lo, source=2 * (n_host + int(g.start.size)), n_host=n_host)
+    _host_edges(b, h, lo)
+    _sync_edges(b, h, g)
+    _gpu_edges(b, h, g, lo, launch_factor)
+    finish(b)
+    return b
+
+
+def finish(b: Built) -> None:
+    """Edge arrays, predecessor lists (CSR by destination) and a topological order (Kahn)."""
+    n = b.source + 1
+    uv = np.array(list(b.edges), dtype=np.int64).reshape(-1, 2)
+    vals = np.array(list(b.edges.values()), dtype=np.float64).reshape(-1, 4)
+    b.src, b.dst = uv[:, 0].copy(), uv[:, 1].copy()
+    b.w, b.w2 = vals[:, 0].copy(), vals[:, 1].copy()
+    b.cat, b.ref = vals[:, 2].astype(np.int64), vals[:, 3].astype(np.int64)
+    by_dst = np.argsort(b.dst, kind="stable")
+    b.pred_edge = by_dst.tolist()
+    b.pred_ptr = np.searchsorted(b.dst[by_dst], np.arange(n + 1)).tolist()
+    by_src = np.argsort(b.src, kind="stable")
+    succ = b.dst[by_src].tolist()
+    sptr = np.searchsorted(b.src[by_src], np.arange(n + 1)).tolist()
+    indeg = np.bincount(b.dst, minlength=n).tolist()
+    present = np.zeros(n, dtype=bool)
+    present[b.src] = True
+    present[b.dst] = True
+    present[b.source] = True
+    stack = [v for v in np.flatnonzero(present).tolist() if indeg[v] == 0]
+    order: list[int] = []
+    while stack:
+        u = stack.pop()
+        order.append(u)
+        for v in succ[sptr[u] : sptr[u + 1]]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                stack.append(v)
+    if len(order) != int(present.sum()):  # pragma: no cover - edges go forward in time
+        raise NotAnswerable(
+            "the dependency graph has a cycle (events out of order beyond clock rounding)"
+        )
+    b.order = order
+
+
+def rebase_carry(b: Built, ends: dict[int, float]) -> None:
+    """What-if carry: a carry edge from an earlier GPU event whose predicted end is known
+    (`ends`: global id -> predicted end, ns in the source's clock) gets `w2` from it."""
+    if not b.carry:
+        return
+    pos = {int(v): i for i in np.flatnonzero(b.src == b.source).tolist() for v in [b.dst[i]]}
+    for node, gid, extra in b.carry:
+        if gid in ends and node in pos:
+            b.w2[pos[node]] = max(0.0, ends[gid] + extra - b.lo)
+
+
+@dataclass(frozen=True)
+class Path:
+    """A longest path: its length (ns, float under what-if weights), the ns per category,
+    the path's edges (indices into the edge arrays) in order and every node's distance from
+    the source (NaN: not reached)."""
+
+    length: float
+    split: tuple[float, ...]
+    edges: tuple[int, ...]
+    dist: list[float]
+
+
+def longest(b: Built, weight: str = "w") -> Path:
+    """The longest path from the source: dynamic programming in topological order."""
+    w = (b.w if weight == "w" else b.w2).tolist()
+    src = b.src.tolist()
+    ptr, pe = b.pred_ptr, b.pred_edge
+    nan = float("nan")
+    dist = [nan] * (b.source + 1)
+    via = [-1] * (b.source + 1)
+    dist[b.source] = 0.0
+    for v in b.order:
+        best = nan
+        for e in pe[ptr[v] : ptr[v + 1]]:
+            d = dist[src[e]] + w[e]
+            if (d > best or best != best) and d == d:
+                best, via[v] = d, e
+        if best == best and v != b.source:
+            dist[v] = best
+    sink = b.source
+    for v in b.order:
+        if dist[v] == dist[v] and dist[v] > dist[sink]:
+            sink = v
+    edges: list[int] = []
+    v = sink
+    while via[v] >= 0:
+        edges.append(via[v])
+        v = src[via[v]]
+    edges.reverse()
+    split = [0.0] * len(CATEGORIES)
+    cats = b.cat.tolist()
+    for e in edges:
+        split[cats[e]] += w[e]
+    return Path(length=dist[sink], split=tuple(split), edges=tuple(edges), dist=dist)
