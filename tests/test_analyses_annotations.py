@@ -13,7 +13,7 @@ from _trace_raw import NSYS2, NVPROF, NVPROF_CSV, RESNET, kineto_events, sql
 from conftest import shared
 
 import traceanalyze as ta
-from traceanalyze.analyses.annotations import annotation_time, annotations, attribute_events
+from traceanalyze.analyses.annotations import annotation_time, attribute_events
 from traceanalyze.tables import Tables
 
 
@@ -137,7 +137,7 @@ def test_resnet_gpu_user_annotations_against_json() -> None:
     # the reader keeps the annotations' stream (their tid), which the lanes need
     mk = ta.read(p).markers.filter(pl.col("category") == "gpu_user_annotation")
     assert mk["stream_id"].to_list() == [a["tid"] for a in sorted(ann, key=lambda a: a["start"])]
-    df = annotations(ta.open(p))
+    df = ta.open(p).annotations()
     got = {r["annotation"]: (r["event_count"], r["duration_ns"]) for r in df.iter_rows(named=True)}
     assert got == {n: (counts[n], durs[n]) for n in counts}
     assert set(df["method"]) == {"gpu_user_annotation"}
@@ -202,5 +202,5 @@ def test_nvprof_nvtx_projection_against_sql() -> None:
 
 def test_nvprof_csv_says_it_cannot_attribute() -> None:
     with pytest.warns(UserWarning, match="no GPU event falls in an annotation"):
-        df = annotations(ta.open(shared(NVPROF_CSV)))
+        df = ta.open(shared(NVPROF_CSV)).annotations()
     assert df.select("annotation", "event_count").rows() == [(None, 304)]

@@ -12,7 +12,7 @@ from conftest import shared
 
 import traceanalyze as ta
 from traceanalyze.analyses.busy import busy_time
-from traceanalyze.analyses.idle import CAUSES, idle, idle_time
+from traceanalyze.analyses.idle import CAUSES, idle_time
 
 KERNELS = pl.DataFrame(
     {
@@ -113,7 +113,7 @@ def test_device_idle_is_busy_complement(rel: str) -> None:
     ds = ta.open(shared(rel))
     quiet = nullcontext()
     with pytest.warns(UserWarning, match="no API calls") if rel == NVPROF_CSV else quiet:
-        df = idle(ds)
+        df = ds.idle()
     assert (df.select(pl.sum_horizontal(*CAUSES)).to_series() == df["idle_ns"]).all()
     b = busy_time(ds.kernels, ds.memcpy).filter(pl.col("activity") == "kernels")
     want = b.select("device_id", (pl.col("window_ns") - pl.col("busy_ns")).alias("idle_ns"))
@@ -182,7 +182,7 @@ def test_nsys_two_gpus_against_plain_loops() -> None:
     )
     lo = min(min(x[2] for x in kern), min(x[1] for x in copies))
     hi = max(max(x[3] for x in kern), max(x[2] for x in copies))
-    df = idle(ta.open(p))
+    df = ta.open(p).idle()
     assert syncs, "the trace has blocking calls"
     for dev in (0, 1):
         kd = [(s, e, c) for d, _, s, e, c in kern if d == dev]

@@ -10,7 +10,7 @@ from _trace_raw import NSYS2, NVPROF, NVPROF_CSV, RESNET, kineto_events, sql
 from conftest import shared
 
 import traceanalyze as ta
-from traceanalyze.analyses.launches import kernel_launches, launch_calls, launches
+from traceanalyze.analyses.launches import kernel_launches, launch_calls
 from traceanalyze.errors import NotAnswerable
 
 
@@ -116,7 +116,7 @@ def test_resnet_kineto_against_json() -> None:
         cpu.append(c["dur_ns"])
         gpu.append(k["end"] - k["start"])
         delay.append(k["start"] - c["start"])
-    r = launches(ta.open(p))
+    r = ta.open(p).launches()
     assert len(cpu) == 4350
     _check(r.stats, 0, cpu, gpu, delay)
 
@@ -130,7 +130,7 @@ def test_nsys_two_gpus_against_sql() -> None:
         "ON r.correlationId = k.correlationId AND (r.globalTid >> 24) = (k.globalPid >> 24)",
     )
     with pytest.warns(UserWarning, match="24 of 4010 kernels have no launch call"):
-        r = launches(ta.open(p))
+        r = ta.open(p).launches()
     for dev in (0, 1):
         mine = [x for x in rows if x[0] == dev]
         _check(r.stats, dev, *[[x[i] for x in mine] for i in (1, 2, 3)])
@@ -150,11 +150,11 @@ def test_nvprof_sqlite_against_sql() -> None:
         " UNION ALL SELECT correlationId, start, end FROM CUPTI_ACTIVITY_KIND_DRIVER) r "
         "ON r.correlationId = k.correlationId",
     )
-    r = launches(ta.open(p))
+    r = ta.open(p).launches()
     assert len(rows) == 160
     _check(r.stats, 0, *[[x[i] for x in rows] for i in (0, 1, 2)])
 
 
 def test_nvprof_csv_cannot_answer() -> None:
     with pytest.raises(NotAnswerable, match="no API calls"):
-        launches(ta.open(shared(NVPROF_CSV)))
+        ta.open(shared(NVPROF_CSV)).launches()

@@ -9,7 +9,7 @@ from _trace_raw import NSYS2, RESNET, kineto_events, overlap_len, sql, total
 from conftest import shared
 
 import traceanalyze as ta
-from traceanalyze.analyses.overlap import comm_overlap, overlap
+from traceanalyze.analyses.overlap import comm_overlap
 
 KERNELS = pl.DataFrame(
     {
@@ -55,7 +55,7 @@ def test_small_frame_by_hand() -> None:
 
 def test_nsys_two_gpus_against_sql() -> None:
     p = shared(NSYS2)
-    df = overlap(ta.open(p))
+    df = ta.open(p).overlap()
     names = "JOIN StringIds s ON s.id = k.demangledName"
     for dev in (0, 1):
         kern = sql(
@@ -103,7 +103,7 @@ def test_resnet_iterations_against_json() -> None:
         if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
     }
     with pytest.warns(UserWarning, match="no communication"):
-        df = overlap(ta.open(p))
+        df = ta.open(p).overlap()
     assert df["iteration"].to_list() == [None, *sorted(steps)]
     assert df["compute_ns"][0] == total([(e["start"], e["end"]) for e in kern])
     for it, (lo, hi) in steps.items():

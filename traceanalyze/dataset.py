@@ -38,12 +38,12 @@ from .analyses.naming import source_paths, with_file
 from .errors import TraceanalyzeError, UsageProblem
 
 if TYPE_CHECKING:
-    from .analyses.launches import Launches
     from .results import (
         Comparison,
         CoreUtil,
         CriticalPath,
         Health,
+        Launches,
         Scaling,
         Stragglers,
         Summary,
@@ -284,10 +284,16 @@ class Dataset:
         call start); `outliers`: short kernels (gpu_ns < cpu_ns) and long delays (above the
         device's p95 and `delay_floor_ns`); `table`: one row per launch. A `file` column names
         each source."""
-        from .analyses.launches import launches
+        from .analyses.launches import kernel_launches
 
-        res = launches(self, by_kernel=by_kernel, delay_floor_ns=delay_floor_ns)
         names = self.names()
+        res = kernel_launches(
+            self.scan("kernels"),
+            self.scan("api_calls"),
+            by_kernel=by_kernel,
+            delay_floor_ns=delay_floor_ns,
+            names=names,
+        )
         return replace(
             res,
             stats=with_file(res.stats, names),
@@ -299,25 +305,38 @@ class Dataset:
         """GPU idle time per device (stream_id null) and per stream, split by cause: copy_ns,
         launch_gap_ns, sync_ns, host_wait_ns, unknown_ns (they add up to idle_ns; a device row's
         idle_ns is `busy`'s window minus busy time). See `traceanalyze idle --help`."""
-        from .analyses.idle import idle
+        from .analyses.idle import idle_time
 
-        return with_file(idle(self), self.names())
+        # the window: the Dataset's start/end when both are set, else busy's (first to last
+        # kernel or copy of each source)
+        window = None
+        if self.start_ns is not None and self.end_ns is not None:
+            window = (self.start_ns, self.end_ns)
+        names = self.names()
+        k, m, a = (self.scan(t) for t in ("kernels", "memcpy", "api_calls"))
+        return with_file(idle_time(k, m, a, window=window, names=names), names)
 
     def overlap(self) -> pl.DataFrame:
         """Communication (collective kernels, peer and host copies) against computation per
         device, and per iteration where known: comm_ns, compute_ns, overlapped_ns, exposed_ns,
         overlap_pct."""
-        from .analyses.overlap import overlap
+        from .analyses.overlap import comm_overlap
 
-        return with_file(overlap(self), self.names())
+        names = self.names()
+        k, m, it = (self.scan(t) for t in ("kernels", "memcpy", "iterations"))
+        res = comm_overlap(k, m, it, api_calls=self.scan("api_calls"), names=names)
+        return with_file(res, names)
 
     def annotations(self, *, depth: int | None = None, strip_ids: bool = False) -> pl.DataFrame:
         """GPU time and events per user annotation (gpu_user_annotation, or NVTX / host ranges
         projected through launches), nested names as 'outer/inner' paths cut to `depth`;
         `strip_ids` drops PyTorch's ', seq = N' / ', op_id = N'."""
-        from .analyses.annotations import annotations
+        from .analyses.annotations import annotation_time
 
-        return with_file(annotations(self, depth=depth, strip_ids=strip_ids), self.names())
+        names = self.names()
+        k, m, a, mk = (self.scan(t) for t in ("kernels", "memcpy", "api_calls", "markers"))
+        res = annotation_time(k, m, a, mk, depth=depth, strip_ids=strip_ids, names=names)
+        return with_file(res, names)
 
     # --- several ranks of one job (traceanalyze.analyses.stragglers) ------------------------
 
@@ -363,16 +382,18 @@ class Dataset:
         `by_event` the events on the path; `across_ranks` adds the job-wide path of iterations
         that several ranks share (joined at their collectives). A `file` column names each
         source."""
-        from .analyses.critical_path import critical_path_ds
+        from .analyses.critical_path import critical_path
 
-        res = critical_path_ds(
-            self,
+        names = self.names()
+        tables = ("kernels", "memcpy", "api_calls", "ops", "markers", "iterations")
+        res = critical_path(
+            *(self.scan(t) for t in tables),
+            names=names,
             iteration=iteration,
             what_if=tuple(what_if),
             by_event=by_event,
             across_ranks=across_ranks,
         )
-        names = self.names()
         return replace(
             res,
             iterations=with_file(res.iterations, names),

@@ -180,6 +180,20 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class Launches:
+    """Kernel launch statistics (`traceanalyze.analyses.launches`): `stats` (per source and
+    device, or per kernel name), `outliers` (short kernels, long delays) and the per-launch
+    `table`."""
+
+    stats: pl.DataFrame
+    outliers: pl.DataFrame
+    table: pl.DataFrame
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stats": self.stats, "outliers": self.outliers, "table": self.table}
+
+
+@dataclass(frozen=True)
 class Scaling:
     """Throughput against accelerators (`traceanalyze.analyses.scaling`): `table` has the group
     columns `by`, then accelerators, runs_count, throughput_img_per_s, per_accelerator_img_per_s,
@@ -273,6 +287,7 @@ __all__ = [
     "Timeline",
     "Variability",
     "Comparison",
+    "Launches",
     "Stragglers",
     "Scaling",
     "CriticalPath",

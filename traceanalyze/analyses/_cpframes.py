@@ -24,7 +24,7 @@ from .ops import host_ops
 from .overlap import COMM_KERNEL
 
 if TYPE_CHECKING:
-    from .critical_path import WhatIf
+    from ._cpwhatif import WhatIf
 
 Frame = pl.DataFrame | pl.LazyFrame
 _COPY_CALL = pl.col("name").str.contains("^cu(da)?Mem(cpy|set)") & ~pl.col("name").str.contains(
@@ -256,7 +256,7 @@ class SourceEvents:
     }
 
     def __init__(self, source_id: str, h: pl.DataFrame, g: pl.DataFrame, wi: WhatIf | None):
-        from .critical_path import _factor
+        from ._cpwhatif import factor as _factor
 
         self.source_id = source_id
         self.h_start, self.h_end = _i64(h["start_ns"]), _i64(h["end_ns"])

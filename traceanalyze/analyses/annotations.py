@@ -19,16 +19,12 @@ its enclosing ranges' names, outermost first, then its own. `depth` cuts paths t
 # No `from __future__ import annotations`: it would shadow the `annotations` entry point.
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from ..errors import NotAnswerable
 from .launches import launch_calls
 from .naming import source_name
-
-if TYPE_CHECKING:
-    from ..dataset import Dataset
 
 Frame = pl.DataFrame | pl.LazyFrame
 
@@ -188,16 +184,4 @@ def annotation_time(
         ["source_id", "device_id", "duration_ns", "annotation"],
         descending=[False, False, True, False],
         nulls_last=True,
-    )
-
-
-def annotations(ds: "Dataset", **options: Any) -> pl.DataFrame:
-    """`Dataset.annotations(depth=None)`."""
-    opts: dict[str, Any] = {"names": ds.names(), **options}
-    return annotation_time(
-        ds.scan("kernels"),
-        ds.scan("memcpy"),
-        ds.scan("api_calls"),
-        ds.scan("markers"),
-        **opts,
     )

@@ -35,76 +35,23 @@ allows (`predicted_ms`). The carry edges keep their lengths: each iteration is p
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
 import polars as pl
 
-from ..errors import NotAnswerable, UsageProblem
+from ..errors import NotAnswerable
 from ..results import CriticalPath
 from . import _cpgraph as cg
 from . import _cpranks as cr
 from . import _cpwindows as cw
 from ._cpframes import SourceEvents
-
-if TYPE_CHECKING:
-    from ..dataset import Dataset
+from ._cpwhatif import WhatIf, parse_what_if
 
 Frame = pl.DataFrame | pl.LazyFrame
 
 SPLIT_COLUMNS = tuple(f"{c}_ms" for c in cg.CATEGORIES)
-_WHAT_IF = re.compile(r"^(?:(kernel|op):(.+)|(launch))=([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)$")
-
-
-@dataclass(frozen=True)
-class WhatIf:
-    """Scaling factors: (regex, factor) per kernel-name and operator-name rule, and launch."""
-
-    kernel: tuple[tuple[str, float], ...] = ()
-    op: tuple[tuple[str, float], ...] = ()
-    launch: float = 1.0
-
-    @property
-    def empty(self) -> bool:
-        return not self.kernel and not self.op and self.launch == 1.0
-
-
-def parse_what_if(specs: Sequence[str]) -> WhatIf | None:
-    """`kernel:REGEX=F`, `op:REGEX=F`, `launch=F` (repeatable; F >= 0). None when no spec."""
-    if not specs:
-        return None
-    kernel: list[tuple[str, float]] = []
-    op: list[tuple[str, float]] = []
-    launch = 1.0
-    for spec in specs:
-        m = _WHAT_IF.match(spec.strip())
-        if m is None:
-            raise UsageProblem(
-                f"bad what-if {spec!r}: expected kernel:REGEX=FACTOR, op:REGEX=FACTOR or "
-                "launch=FACTOR (FACTOR a number >= 0)"
-            )
-        kind, rx, is_launch, f = m.group(1), m.group(2), m.group(3), float(m.group(4))
-        if is_launch:
-            launch *= f
-            continue
-        try:
-            re.compile(rx)
-        except re.error as e:
-            raise UsageProblem(f"bad what-if {spec!r}: {e}") from None
-        (kernel if kind == "kernel" else op).append((rx, f))
-    return WhatIf(tuple(kernel), tuple(op), launch)
-
-
-def _factor(names: pl.Series, rules: tuple[tuple[str, float], ...]) -> np.ndarray[Any, Any]:
-    """Product of the factors of the rules whose regex matches each name (each rule once)."""
-    out = np.ones(names.len(), dtype=np.float64)
-    for rx, f in rules:
-        hit = names.fill_null("").str.contains(rx).to_numpy()
-        out[hit] *= f
-    return out
 
 
 @dataclass(frozen=True)
@@ -348,17 +295,3 @@ def critical_path(
                 else pl.concat(jframes)
             )
     return CriticalPath(out, events, predicted, specs, ranks)
-
-
-def critical_path_ds(ds: Dataset, **options: Any) -> CriticalPath:
-    """`Dataset.critical_path(iteration=None, what_if=(), by_event=False)`."""
-    return critical_path(
-        ds.scan("kernels"),
-        ds.scan("memcpy"),
-        ds.scan("api_calls"),
-        ds.scan("ops"),
-        ds.scan("markers"),
-        ds.scan("iterations"),
-        names=ds.names(),
-        **options,
-    )

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
@@ -31,9 +31,6 @@ from ..errors import NotAnswerable
 from . import _intervals as iv
 from .launches import launch_calls
 from .naming import source_name
-
-if TYPE_CHECKING:
-    from ..dataset import Dataset
 
 Frame = pl.DataFrame | pl.LazyFrame
 
@@ -164,17 +161,3 @@ def idle_time(
         "gap_count",
         *CAUSES,
     ).sort(["source_id", "device_id", "stream_id"], nulls_last=False)
-
-
-def idle(ds: Dataset, **options: Any) -> pl.DataFrame:
-    """`Dataset.idle(window=None)`; the window defaults to the Dataset's start/end when both
-    are set, else busy's (first to last kernel or copy of each source)."""
-    if "window" not in options and ds.start_ns is not None and ds.end_ns is not None:
-        options["window"] = (ds.start_ns, ds.end_ns)
-    opts: dict[str, Any] = {"names": ds.names(), **options}
-    return idle_time(
-        ds.scan("kernels"),
-        ds.scan("memcpy"),
-        ds.scan("api_calls"),
-        **opts,
-    )

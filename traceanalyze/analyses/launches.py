@@ -24,16 +24,12 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from ..errors import NotAnswerable
+from ..results import Launches
 from .naming import source_name
-
-if TYPE_CHECKING:
-    from ..dataset import Dataset
 
 Frame = pl.DataFrame | pl.LazyFrame
 
@@ -168,15 +164,6 @@ def launch_outliers(table: pl.DataFrame, *, delay_floor_ns: int = DELAY_FLOOR_NS
     )
 
 
-@dataclass(frozen=True)
-class Launches:
-    """`stats` (per device, or per kernel name), the per-launch `table`, and `outliers`."""
-
-    stats: pl.DataFrame
-    outliers: pl.DataFrame
-    table: pl.DataFrame
-
-
 def kernel_launches(
     kernels: Frame,
     api_calls: Frame,
@@ -231,9 +218,3 @@ def kernel_launches(
         outliers=launch_outliers(table, delay_floor_ns=delay_floor_ns),
         table=table,
     )
-
-
-def launches(ds: Dataset, **options: Any) -> Launches:
-    """`Dataset.launches(by_kernel=False, delay_floor_ns=100_000)`."""
-    opts: dict[str, Any] = {"names": ds.names(), **options}
-    return kernel_launches(ds.scan("kernels"), ds.scan("api_calls"), **opts)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
@@ -32,9 +32,6 @@ from ..errors import NotAnswerable
 from . import _intervals as iv
 from .launches import launch_calls
 from .naming import source_name
-
-if TYPE_CHECKING:
-    from ..dataset import Dataset
 
 Frame = pl.DataFrame | pl.LazyFrame
 
@@ -185,15 +182,3 @@ def comm_overlap(
             stacklevel=2,
         )
     return df.sort(["source_id", "device_id", "iteration"], nulls_last=False)
-
-
-def overlap(ds: Dataset, **options: Any) -> pl.DataFrame:
-    """`Dataset.overlap()`: per device and iteration, communication vs computation."""
-    opts: dict[str, Any] = {"names": ds.names(), **options}
-    return comm_overlap(
-        ds.scan("kernels"),
-        ds.scan("memcpy"),
-        ds.scan("iterations"),
-        api_calls=ds.scan("api_calls"),
-        **opts,
-    )
