@@ -39,8 +39,8 @@ lint: $(STAMP)
 # Pages generated from the code (tests/test_docs.py, tests/test_schema.py and
 # tests/test_cli_index.py fail when they drift); the command index first, since --help reads it.
 docs: $(STAMP)
-	$(PY) -m traceanalyze._clidoc --index
-	$(PY) -m traceanalyze._clidoc docs/cli.md
+	$(PY) -m traceanalyze.cli.doc --index
+	$(PY) -m traceanalyze.cli.doc docs/cli.md
 	$(PY) -m traceanalyze schema --markdown > docs/schema.md.tmp && mv docs/schema.md.tmp docs/schema.md
 
 # Every figure the docs quote (`make bench`), or one: `make bench FIGURE=kineto-speed`

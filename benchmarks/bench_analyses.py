@@ -96,8 +96,8 @@ def make_store(path: Path, n_sources: int, n_iter: int, n_kernels: int) -> None:
 def child(task: str, store: str) -> None:
     import polars as pl
 
+    from traceanalyze.adapters.reports import open_store, summary_report
     from traceanalyze.analyses import variability as v
-    from traceanalyze.report import open_store, summary_report
 
     st = open_store(store)
     t0 = time.perf_counter()

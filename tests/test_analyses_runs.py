@@ -297,7 +297,7 @@ def test_commands_on_a_store(tmp_path: Path) -> None:
 
 @needs_sets
 def test_runs_scaling_history_json_equal_the_library() -> None:
-    from traceanalyze import render
+    from traceanalyze.cli import render
 
     def same(args: list[str], lib: object) -> None:
         r = CliRunner().invoke(main, [*args, *map(str, LOGS), "--json"])

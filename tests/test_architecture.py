@@ -1,7 +1,8 @@
 """The package's shape, checked on its source (docs/architecture.md): readers live in one package
 per format family and import only their own family and `readers/common`; nothing imports a
-private name across packages; no import cycle among the readers, type-only and function-level
-imports included; the registry's modules exist and follow the reader protocol."""
+private name across packages; analyses never take a `Dataset`; the registry's modules exist and
+follow the reader protocol; modules stay under 600 lines. (No import cycle anywhere, type-only
+and function-level imports included: tests/test_cli.py.)"""
 
 from __future__ import annotations
 
@@ -112,71 +113,23 @@ def test_no_private_name_is_imported_across_packages() -> None:
     assert bad == []
 
 
-def edges_of(modules: dict[str, Path]) -> dict[str, set[str]]:
-    return {
-        m: {t for t, _, _ in imports_of(p) if t in modules and t != m} for m, p in modules.items()
-    }
-
-
-def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """The import cycles: strongly connected components of more than one module."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    out: list[list[str]] = []
-
-    def visit(v: str) -> None:  # Tarjan's strongly connected components
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in edges[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    for v in edges:
-        if v not in index:
-            visit(v)
-    return out
-
-
-def test_no_import_cycle_among_the_readers() -> None:
-    readers = {m: p for m, p in MODULES.items() if family_of(m) is not None}
-    assert len(readers) > 30
-    assert cycles(edges_of(readers)) == []
-
-
-def test_the_cycle_finder_sees_function_level_and_type_only_imports() -> None:
-    sources = {
-        "traceanalyze.x.a": "from . import b\n",
-        "traceanalyze.x.b": "def f():\n    from .c import g\n",
-        "traceanalyze.x.c": "if TYPE_CHECKING:\n    import traceanalyze.x.a\n",
-        "traceanalyze.x.d": "from .a import h\n",
-    }
-    edges = {
-        m: {t for t, _, _ in imports_in(src, m, is_pkg=False, known=sources) if t in sources}
-        for m, src in sources.items()
-    }
-    assert edges["traceanalyze.x.d"] == {"traceanalyze.x.a"}
-    assert cycles(edges) == [["traceanalyze.x.a", "traceanalyze.x.b", "traceanalyze.x.c"]]
-
-
-def test_modules_stay_under_600_lines_in_readers_and_the_store() -> None:
-    checked = [p for p in READERS_DIR.rglob("*.py")] + [
-        PKG / n for n in ("store.py", "store_files.py", "manifest.py", "_safefs.py", "sink.py")
-    ]
-    long = {module_name(p): n for p in checked if (n := p.read_text().count("\n")) > 600}
+def test_modules_stay_under_600_lines() -> None:
+    long = {m: n for m, p in MODULES.items() if (n := p.read_text().count("\n")) > 600}
     assert long == {}
+
+
+def test_analyses_take_frames_never_a_dataset() -> None:
+    """`analyses/` is pure: it imports neither `dataset` nor the adapters, and no parameter of
+    its functions is a Dataset (the adapters choose the frames; docs/architecture.md)."""
+    analyses = {m: p for m, p in MODULES.items() if m.startswith("traceanalyze.analyses")}
+    assert len(analyses) > 15
+    for mod, path in analyses.items():
+        for target, _name, line in imports_of(path):
+            assert not target.startswith(("traceanalyze.dataset", "traceanalyze.adapters")), (
+                f"{mod}:{line} imports {target}"
+            )
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for arg in [*node.args.args, *node.args.kwonlyargs]:
+                    ann = ast.unparse(arg.annotation) if arg.annotation else ""
+                    assert "Dataset" not in ann, f"{mod}:{node.lineno} {node.name}({arg.arg})"

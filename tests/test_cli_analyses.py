@@ -584,7 +584,7 @@ def test_ambiguous_device_is_said_and_device_filter_settles_it(write) -> None:
 @pytest.fixture
 def lazy_summary(monkeypatch):
     # The analysis-side `summary` (FILE..., --device); cli.py registers it in _LAZY.
-    monkeypatch.setitem(cli._LAZY, "summary", "traceanalyze.cli_analyses:summary")
+    monkeypatch.setitem(cli._LAZY, "summary", "traceanalyze.cli.analyses:summary")
 
 
 def test_summary_takes_files_and_device(write, lazy_summary) -> None:

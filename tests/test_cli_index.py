@@ -13,7 +13,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from traceanalyze import _cliindex, cli
+from traceanalyze import cli
+from traceanalyze.cli import index as _cliindex
 from traceanalyze.cli import main
 
 from .conftest import ROOT
@@ -24,7 +25,7 @@ def test_index_is_up_to_date() -> None:
         on_disk = f.read()
     assert on_disk == _cliindex.render(cli.all_commands()), (
         "traceanalyze/data/commands.json is out of date; regenerate with `make docs` "
-        "(python -m traceanalyze._clidoc --index)"
+        "(python -m traceanalyze.cli.doc --index)"
     )
 
 
@@ -69,13 +70,13 @@ def test_help_imports_no_command_module_nor_polars() -> None:
     loaded = set(json.loads(r.stdout.splitlines()[-1]))
     heavy = {"polars", "pyarrow", "numpy", "matplotlib", "torch", "rich"}
     assert not loaded & heavy
-    assert not loaded & {*cli.COMMAND_MODULES, "traceanalyze.cli_core", "traceanalyze.collect.cli"}
+    assert not loaded & {*cli.COMMAND_MODULES, "traceanalyze.cli.core", "traceanalyze.collect.cli"}
 
 
 def test_a_command_missing_from_a_stale_index_still_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     index = dict(_cliindex.load())
     del index["busy"]
-    index["summary"] = {**index["summary"], "target": "traceanalyze.cli_analyses:gone"}
+    index["summary"] = {**index["summary"], "target": "traceanalyze.cli.analyses:gone"}
     monkeypatch.setattr(_cliindex, "load", lambda: index)
     ctx = click.Context(main)
     assert main.get_command(ctx, "busy") is cli.analysis_commands()["busy"]
@@ -84,7 +85,8 @@ def test_a_command_missing_from_a_stale_index_still_runs(monkeypatch: pytest.Mon
 
 
 def test_reexported_decorators_still_import_from_cli() -> None:
-    from traceanalyze import cli_common, cli_core
+    from traceanalyze.cli import common as cli_common
+    from traceanalyze.cli import core as cli_core
 
     assert cli.store_option is cli_common.store_option
     assert cli.reader_options is cli_core.reader_options

@@ -14,8 +14,7 @@ from conftest import shared
 from test_cli_analyses import iterlog, make_store, nvml_log
 
 import traceanalyze as ta
-from traceanalyze import render
-from traceanalyze.cli import main
+from traceanalyze.cli import main, render
 from traceanalyze.errors import TraceanalyzeError, UsageProblem
 
 RESNET = "kineto_json/hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz"

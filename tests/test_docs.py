@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import traceanalyze as ta
-from traceanalyze._clidoc import render_cli_markdown
 from traceanalyze.cli import main
+from traceanalyze.cli.doc import render_cli_markdown
 
 from .conftest import ROOT, shared
 
@@ -45,7 +45,7 @@ def test_cli_md_is_generated_from_help() -> None:
     doc = (DOCS / "cli.md").read_text(encoding="utf-8")
     assert doc == render_cli_markdown(), (
         "docs/cli.md drifted from the commands' --help; regenerate with `make docs` "
-        "(python -m traceanalyze._clidoc docs/cli.md)"
+        "(python -m traceanalyze.cli.doc docs/cli.md)"
     )
 
 
@@ -73,7 +73,7 @@ def test_every_command_and_option_has_help(name: str) -> None:
 def test_cli_doc_generator_writes_atomically(tmp_path: Path) -> None:
     out = tmp_path / "docs" / "cli.md"
     r = subprocess.run(
-        [sys.executable, "-m", "traceanalyze._clidoc", str(out)],
+        [sys.executable, "-m", "traceanalyze.cli.doc", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -261,7 +261,7 @@ def test_readers_during_force_reingests_never_see_a_partial_source(tmp_path: Pat
 def test_reading_commands_see_one_commit(tmp_path: Path, write) -> None:
     """open_store (every reading command, Dataset over a store) pins one manifest, so its tables
     agree even when a source is committed between two of its scans."""
-    from traceanalyze.report import open_store
+    from traceanalyze.adapters.reports import open_store
 
     st = tmp_path / "st"
     ta.ingest([write("a.txt", "Iteration Duration 0 0 : 0.5\n")], st)

@@ -574,7 +574,7 @@ def test_a_trace_without_collectives_is_said_not_a_rank() -> None:
 
 
 def test_cli_json_equals_the_library() -> None:
-    from traceanalyze import render
+    from traceanalyze.cli import render
 
     files = [str(f) for f in dlrm_files()]
     r = CliRunner().invoke(main, ["stragglers", *files, "--json"])

@@ -105,7 +105,7 @@ def test_top_ops_inclusive_times() -> None:
 
 
 def test_top_ops_in_the_report_have_self_time_when_the_analysis_gives_it(monkeypatch) -> None:
-    from traceanalyze import report
+    from traceanalyze.adapters import reports as report
 
     o = frame(
         "ops",
@@ -126,7 +126,7 @@ def test_top_ops_in_the_report_have_self_time_when_the_analysis_gives_it(monkeyp
 
 
 def test_text_table_fits_the_width_cutting_text_not_numbers() -> None:
-    from traceanalyze.render import text_table
+    from traceanalyze.cli.render import text_table
 
     long = "void kernel<" + "float, " * 30 + ">(int)"
     df = pl.DataFrame({"name": [long, "short"], "file": ["/a/b/c/run_rank0.csv"] * 2, "n": [1, 2]})
@@ -145,7 +145,7 @@ def test_text_table_fits_the_width_cutting_text_not_numbers() -> None:
 
 
 def test_per_source_names_each_file_once_then_its_tables() -> None:
-    from traceanalyze.render import per_source
+    from traceanalyze.cli.render import per_source
 
     k = pl.DataFrame({"source_id": ["b", "a"], "file": ["b.csv", "a.csv"], "kernel_count": [2, 1]})
     it = pl.DataFrame({"source_id": ["a"], "file": ["a.csv"], "iteration_count": [7]})

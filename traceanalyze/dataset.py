@@ -95,7 +95,7 @@ class Dataset:
 
     @classmethod
     def from_store(cls, root: PathLike) -> Dataset:
-        from .report import open_store
+        from .adapters.reports import open_store
 
         st = open_store(root)
         return cls(st.scan, origin=os.fspath(root), _store=st)
@@ -196,19 +196,19 @@ class Dataset:
             )
         return ids[0]
 
-    # --- analyses (traceanalyze.report, traceanalyze.report_views) --------------------------
+    # --- analyses (traceanalyze.adapters.reports, .views) --------------------------
 
     def summary(self, top: int = 10) -> Summary:
         """Per source: kernels, top kernels, top operators, copies, telemetry, iterations and
         measurement health; `top` rows of the top tables per source."""
-        from . import report
+        from .adapters import reports as report
 
         return report.summary(self, top)
 
     def health(self) -> Health:
         """Measurement health per source: sampling interval and gaps, same-stream kernel
         overlaps, untimed and negative events, missing and duplicate iterations."""
-        from . import report
+        from .adapters import reports as report
 
         return report.health(self)
 
@@ -218,7 +218,7 @@ class Dataset:
         `start_ms`/`end_ms`: a window in ms after the source's first kernel or copy (one source).
         Columns: source_id, file, device_id, activity, interval_count, window_ms, busy_ms,
         busy_pct."""
-        from . import report
+        from .adapters import reports as report
 
         return report.busy(self, start_ms, end_ms)
 
@@ -226,7 +226,7 @@ class Dataset:
         """FMA/FP16/Tensor/SFU pipe utilization per file (ncu % of peak, or nvprof levels 0–10),
         weighted by `weight` ("cycles", "duration", "none"); batch size from `batch_<n>` in the
         file name. Files that cannot answer are in `unanswered`, never an exception."""
-        from . import report
+        from .adapters import reports as report
 
         return report.coreutil(self, weight, by_kernel)
 
@@ -242,20 +242,20 @@ class Dataset:
 
         Window: `start_ms`/`end_ms` after the trace's first event, or `iteration`'s span, default
         everything. Telemetry: the source's own, `samples_from`'s, or a paired source's."""
-        from . import report_views
+        from .adapters import views as report_views
 
         return report_views.timeline(self, start_ms, end_ms, iteration, samples_from, max_bars)
 
     def attribute(self, per: str = "iteration", samples_from: str | None = None) -> pl.DataFrame:
         """Time-weighted SM clock, power, temperature and energy per iteration or kernel
         (`per`), with `file` and `samples_file` (where the telemetry came from)."""
-        from . import report
+        from .adapters import reports as report
 
         return report.attribute(self, per, samples_from)
 
     def variability(self, warmup: int | None = None, top: int = 3) -> Variability:
         """Per GPU: steady iteration time, top kernels, telemetry, robust z and outliers."""
-        from . import report
+        from .adapters import reports as report
 
         return report.variability(self, warmup, top)
 
@@ -263,14 +263,14 @@ class Dataset:
         """This dataset (A) against `other` (B): overview and kernels matched by name and
         launch geometry; deltas B − A, ratios B / A. `ops=True`: host operators matched by
         name with their kernels (added, removed, changed; coverage), like HTA's ops_diff."""
-        from . import report_views
+        from .adapters import views as report_views
 
         a, b = f"A = {self.origin}", f"B = {other.origin}"
         return report_views.compare(self, other, a, b, ops=ops)
 
     def compare_sources(self, a: str, b: str, *, ops: bool = False) -> Comparison:
         """Two source ids of this dataset, A and B (the same id may be both)."""
-        from . import report_views
+        from .adapters import views as report_views
 
         return report_views.compare_sources(self, a, b, ops=ops)
 
@@ -404,13 +404,13 @@ class Dataset:
             else with_file(res.ranks, names, column="end_source_id", alias="end_file"),
         )
 
-    # --- host operators and model FLOP utilization (traceanalyze.report_ops) ----------------
+    # --- host operators and model FLOP utilization (traceanalyze.adapters.ops) ----------------
 
     def ops(self, *, by: str = "op", top: int = 25) -> pl.DataFrame:
         """Host operators: inclusive and self time and the GPU time of the kernels they launched
         (`by="op"`), or per (operator, kernel name) (`by="kernel"`); `top` rows per source (0:
         all). nsys/nvprof traces: NVTX ranges stand in (basis = nvtx)."""
-        from . import report_ops
+        from .adapters import ops as report_ops
 
         return report_ops.ops(self, by=by, top=top)
 
@@ -425,7 +425,7 @@ class Dataset:
     ) -> pl.DataFrame:
         """ResNet-50 training model FLOP utilization: median images/s x FLOPs per image (counted
         from torchvision's model) over the GPU's dense peak for `precision`."""
-        from . import report_ops
+        from .adapters import ops as report_ops
 
         return report_ops.mfu(
             self,
@@ -441,7 +441,7 @@ class Dataset:
     ) -> tuple[pl.DataFrame, float | None]:
         """Per-kernel roofline points from ncu FLOP and DRAM byte counters, and the compute roof
         in FLOP/s (from `peak_tflops` or `gpu`'s FP32 peak; None when neither is given)."""
-        from . import report_ops
+        from .adapters import ops as report_ops
 
         return report_ops.roofline(self, gpu=gpu, peak_tflops=peak_tflops)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..cli_common import quiet_option
+from ..cli.common import quiet_option
 from ..errors import CollectError
 from .profilers import PROFILERS
 from .resnet50 import PRECISIONS

@@ -9,9 +9,9 @@ from __future__ import annotations
 import click
 import polars as pl
 
+from ..dataset import Dataset
 from . import render
-from .cli_common import dataset_input, emit, output_options
-from .dataset import Dataset
+from .common import dataset_input, emit, output_options
 
 _TABLE_DROP = ("source_id", "start_ns")
 

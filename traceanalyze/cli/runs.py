@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 
 import click
 
-from .cli_common import (
+from ..dataset import Dataset
+from .common import (
     emit,
     format_option,
     misuse_is_usage,
@@ -23,7 +24,6 @@ from .cli_common import (
     verbose_option,
     wrote,
 )
-from .dataset import Dataset
 
 __all__ = ["runs", "scaling", "history"]
 
@@ -48,7 +48,7 @@ def runs_input(f: F) -> F:
         system: Path | None,
         **kwargs: Any,
     ) -> Any:
-        from .dataset import open as open_dataset
+        from ..dataset import open as open_dataset
 
         if files and store_dir is not None:
             raise click.UsageError("give FILE arguments or --store, not both")
@@ -113,7 +113,7 @@ def scaling(ds: Dataset, by: str | None, plot: Path | None, out_json: bool, out_
     efficiency = (tp_N / N) / (tp_min / N_min) within each group; time to train is the median of
     the converged runs; global batch per accelerator = global batch / N.
     """
-    from . import plot as plots
+    from .. import plot as plots
 
     res = ds.scaling(by=_columns(by))
     if plot is not None:

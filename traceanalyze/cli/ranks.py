@@ -11,9 +11,9 @@ from pathlib import Path
 import click
 import polars as pl
 
+from ..dataset import Dataset
 from . import render
-from .cli_common import dataset_input, emit, output_options, wrote
-from .dataset import Dataset
+from .common import dataset_input, emit, output_options, wrote
 
 _SHOWN = [
     "rank",
@@ -70,7 +70,7 @@ def stragglers(
     """
     res = ds.stragglers(job=job, align=align)
     if plot is not None:
-        from . import plot as plots
+        from .. import plot as plots
 
         plots.stragglers(res, plot)
         wrote(plot)
@@ -100,8 +100,8 @@ def ranks_timeline(
     """`timeline` over several sources: when they are ranks of one job (collectives on at
     least two ranks), draw them on one time base and return True; otherwise False, and the
     one-source timeline says what it needs."""
-    from . import plot as plots
-    from .errors import NotAnswerable
+    from .. import plot as plots
+    from ..errors import NotAnswerable
 
     try:
         res = ds.stragglers()
@@ -122,7 +122,7 @@ def ranks_timeline(
 
 
 def _stems(files: pl.Series) -> list[str]:
-    from .analyses.naming import short_name
+    from ..analyses.naming import short_name
 
     return [short_name(f) for f in files.to_list()]
 

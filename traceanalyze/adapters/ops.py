@@ -1,4 +1,4 @@
-"""The Dataset entry points of `ops`, `mfu` and `roofline`: inputs from a `Dataset`, the pure
+"""The DatasetView entry points of `ops`, `mfu` and `roofline`: inputs from a dataset view, the
 analyses in `analyses.ops` / `analyses.mfu`, a `file` column naming each source."""
 
 from __future__ import annotations
@@ -7,17 +7,17 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from .analyses.naming import with_file
-from .errors import NotAnswerable, TraceanalyzeError, UsageProblem
+from ..analyses.naming import with_file
+from ..errors import NotAnswerable, TraceanalyzeError, UsageProblem
 
 if TYPE_CHECKING:
-    from .dataset import Dataset
+    from . import DatasetView
 
 
-def ops(ds: Dataset, by: str = "op", top: int = 25) -> pl.DataFrame:
+def ops(ds: DatasetView, by: str = "op", top: int = 25) -> pl.DataFrame:
     """Per source, the `top` operators by inclusive time (`by="op"`), or the `top` (operator,
     kernel name) pairs by kernel time (`by="kernel"`); `top=0` keeps all."""
-    from .analyses.ops import op_kernels, op_stats
+    from ..analyses.ops import op_kernels, op_stats
 
     args = (ds.scan("ops"), ds.scan("api_calls"), ds.scan("kernels"), ds.scan("markers"))
     if by == "op":
@@ -45,7 +45,7 @@ def ops(ds: Dataset, by: str = "op", top: int = 25) -> pl.DataFrame:
 
 
 def mfu(
-    ds: Dataset,
+    ds: DatasetView,
     *,
     gpu: str | None = None,
     precision: str = "fp32",
@@ -54,7 +54,7 @@ def mfu(
     warmup: int = 0,
 ) -> pl.DataFrame:
     """ResNet-50 training model FLOP utilization per source and device (see `analyses.mfu.mfu`)."""
-    from .analyses.mfu import mfu as compute
+    from ..analyses.mfu import mfu as compute
 
     df = compute(
         ds.scan("iterations"),
@@ -69,11 +69,11 @@ def mfu(
 
 
 def roofline(
-    ds: Dataset, *, gpu: str | None = None, peak_tflops: float | None = None
+    ds: DatasetView, *, gpu: str | None = None, peak_tflops: float | None = None
 ) -> tuple[pl.DataFrame, float | None]:
     """Per-kernel FLOPs, DRAM bytes and intensity from ncu counters, and the compute roof in
     FLOP/s (`peak_tflops`, else `gpu`'s FP32 peak from gpu_peaks.csv, else None)."""
-    from .analyses.mfu import find_peak, kernel_roofline
+    from ..analyses.mfu import find_peak, kernel_roofline
 
     df = kernel_roofline(ds.scan("kernel_metrics"))
     peak = peak_tflops * 1e12 if peak_tflops else None

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..errors import TraceanalyzeError, UsageProblem
 from . import render
-from .errors import TraceanalyzeError, UsageProblem
 
 if TYPE_CHECKING:
-    from .dataset import Dataset
+    from ..dataset import Dataset
 
 F = Callable[..., Any]
 _VERBOSE = "traceanalyze.verbose"
@@ -107,7 +107,7 @@ def store_option(required: bool = True) -> Callable[[F], F]:
 
 
 def format_option(f: F) -> F:
-    from .readers import READERS
+    from ..readers import READERS
 
     return click.option(
         "--format",
@@ -199,7 +199,7 @@ def load(
     devices: tuple[int, ...] = (),
 ) -> Dataset:
     """FILE arguments or `--store`, exactly one of them (else a usage error), filtered."""
-    from .dataset import open as open_dataset
+    from ..dataset import open as open_dataset
 
     if files and store_dir is not None:
         raise click.UsageError("give FILE arguments or --store, not both")

@@ -12,20 +12,20 @@ from typing import Any
 
 import click
 
-from . import schema
-from .cli_common import (
+from .. import schema
+from ..errors import TraceanalyzeError
+from .common import (
     emit,
     format_option,
     output_options,
     quiet_option,
     store_option,
 )
-from .errors import TraceanalyzeError
 
 __all__ = ["formats", "ingest", "reader_options", "schema_cmd"]
 
 
-# --- shared option decorators (defined in cli_common; re-exported for older imports) --------
+# --- shared option decorators (defined in cli.common; re-exported for older imports) --------
 
 
 def reader_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -117,16 +117,16 @@ def ingest(
     """Read FILE... and add them to the store."""
     import functools
 
-    from .store import ingest as do_ingest
+    from ..store import ingest as do_ingest
 
     if dask_address is not None:
         if jobs != 1:
             raise click.UsageError("--jobs and --dask are exclusive")
-        from .parallel import ingest_dask
+        from ..parallel import ingest_dask
 
         do_ingest = functools.partial(ingest_dask, scheduler=dask_address)
     elif jobs > 1:
-        from .parallel import ingest_parallel
+        from ..parallel import ingest_parallel
 
         do_ingest = functools.partial(ingest_parallel, jobs=jobs)
 
@@ -202,7 +202,7 @@ def formats(out_json: bool, out_csv: bool) -> None:
     """
     import polars as pl
 
-    from .readers import READERS
+    from ..readers import READERS
 
     df = pl.DataFrame(
         [

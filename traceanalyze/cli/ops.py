@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 import click
 import polars as pl
 
-from .cli_common import dataset_input, emit, output_options, wrote
+from .common import dataset_input, emit, output_options, wrote
 
 if TYPE_CHECKING:
-    from .dataset import Dataset
-    from .results import Comparison
+    from ..dataset import Dataset
+    from ..results import Comparison
 
 
 @click.command()
@@ -62,8 +62,8 @@ def ops(
         raise click.UsageError("--plot draws operators: leave out --by kernel")
     df = ds.ops(by=by, top=top)
     if plot is not None:
-        from .plot import save
-        from .plots.ops import ops_figure
+        from ..plot import save
+        from ..plots.ops import ops_figure
 
         sid = ds.one_source("ops --plot")
         name = df.filter(pl.col("source_id") == sid)["file"][0].replace("\\", "/")
@@ -166,8 +166,8 @@ def roofline(
     """
     df, peak = ds.roofline(gpu=gpu, peak_tflops=peak_tflops)
     if output is not None:
-        from .plot import save
-        from .plots.roofline import roofline_figure
+        from ..plot import save
+        from ..plots.roofline import roofline_figure
 
         bw = bandwidth_gbps * 1e9 if bandwidth_gbps else None
         save(roofline_figure(df, peak_flop_per_s=peak, peak_bytes_per_s=bw), output)

@@ -2,7 +2,7 @@
 (`traceanalyze/data/commands.json`), so that `traceanalyze --help` lists the commands without
 importing their modules (and polars, matplotlib, torch behind them).
 
-    python -m traceanalyze._clidoc --index      # regenerate (also run by `make docs`)
+    python -m traceanalyze.cli.doc --index      # regenerate (also run by `make docs`)
 
 tests/test_cli_index.py fails when the file differs from what the commands say.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-PATH = os.path.join(os.path.dirname(__file__), "data", "commands.json")
+PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "commands.json")
 
 # What click's listing reads from a command (`Command.get_short_help_str`, `hidden`).
 _FIELDS = ("help", "short_help", "hidden", "deprecated")

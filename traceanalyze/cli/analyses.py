@@ -2,7 +2,7 @@
 
 Each is a thin wrapper: options -> one `Dataset` method (traceanalyze.dataset) -> render. Inputs
 are FILE arguments (read in memory, nothing written) or `--store DIR`, with `--source` and
-`--device` filters (`cli_common.dataset_input`). Found by `cli.analysis_commands` through
+`--device` filters (`cli.common.dataset_input`). Found by `cli.analysis_commands` through
 `__all__`. Sources are named to the user by their file path, not their hash.
 """
 
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import click
 
+from ..dataset import Dataset, open_side
 from . import render
-from .cli_common import (
+from .common import (
     dataset_input,
     emit,
     error_line,
@@ -29,7 +30,6 @@ from .cli_common import (
     verbose_option,
     wrote,
 )
-from .dataset import Dataset, open_side
 
 # Kept importable from here for command modules written against this one.
 __all__ = [
@@ -129,7 +129,7 @@ def coreutil(
     needed metrics is reported on its own line after the others' rows (exit code 1); --verbose
     lists every metric name looked for.
     """
-    from . import plot as plots
+    from .. import plot as plots
 
     res = ds.coreutil(weight=weight, by_kernel=by_kernel)
     if plot is not None and res.table.height:
@@ -221,12 +221,12 @@ def timeline(
     the samples of another source of the same run (epoch origins, overlapping in time, matching
     devices).
     """
-    from . import plot as plots
+    from .. import plot as plots
 
     if output is None and perfetto is None:
         raise click.UsageError("give -o FIGURE and/or --perfetto TRACE.json")
-    if len(ds.source_ids()) > 1:  # ranks of one job: one process/lane per rank (cli_ranks)
-        from .cli_ranks import ranks_timeline
+    if len(ds.source_ids()) > 1:  # ranks of one job: one process/lane per rank (cli.ranks)
+        from .ranks import ranks_timeline
 
         windowed = any(x is not None for x in (start_ms, end_ms, iteration, samples_from))
         if ranks_timeline(ds, output, perfetto, max_bars, windowed):
@@ -299,7 +299,7 @@ def variability(
     same run by epoch origins and device). Robust z on the median iteration time: 1.4826·MAD,
     or 1.2533·mean absolute deviation when the MAD is 0 (`z_scale`); outlier when |z| > 3.5.
     """
-    from . import plot as plots
+    from .. import plot as plots
 
     res = ds.variability(warmup=warmup, top=top)
     if plot is not None:
@@ -365,7 +365,7 @@ def compare(
         side_b = open_side(b, "B", format=fmt, sources=sources).where(device=dev)
         res = side_a.compare(side_b, ops=by_ops)
     if res.ops is not None:
-        from .cli_ops import print_ops_diff
+        from .ops import print_ops_diff
 
         return print_ops_diff(res, top, out_json, out_csv)
     if out_json:

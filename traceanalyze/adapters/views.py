@@ -1,4 +1,4 @@
-"""The two analyses of `Dataset` that take more than one frame in: the timeline of one source
+"""The two analyses of `DatasetView` that take more than one frame in: the timeline of one source
 (lanes, iterations, telemetry from wherever the run recorded it) and the comparison of two
 datasets (each side relabelled `A` / `B`)."""
 
@@ -8,20 +8,20 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from .analyses.naming import short_name, source_name
-from .errors import NotAnswerable, TraceanalyzeError, UsageProblem
-from .results import Comparison, Timeline
+from ..analyses.naming import short_name, source_name
+from ..errors import NotAnswerable, TraceanalyzeError, UsageProblem
+from ..results import Comparison, Timeline
 
 if TYPE_CHECKING:
-    from .dataset import Dataset
+    from . import DatasetView
 
 LEGEND_KERNELS = 8
 
 
-def samples_for(ds: Dataset, sid: str, samples_from: str | None = None) -> pl.LazyFrame:
+def samples_for(ds: DatasetView, sid: str, samples_from: str | None = None) -> pl.LazyFrame:
     """Telemetry for source `sid`, on its clock: its own samples, `samples_from`'s, or those of
     sources paired with its kernels/copies by `telemetry.pair_samples` (epoch origins)."""
-    from .analyses.telemetry import align_samples, pair_samples, paired_samples
+    from ..analyses.telemetry import align_samples, pair_samples, paired_samples
 
     srcs = ds.scan_all("sources")
     if samples_from is not None:
@@ -46,13 +46,13 @@ def samples_for(ds: Dataset, sid: str, samples_from: str | None = None) -> pl.La
 
 
 def _window(
-    ds: Dataset,
+    ds: DatasetView,
     first: tuple[int, int],
     start_ms: float | None,
     end_ms: float | None,
     iteration: int | None,
 ) -> tuple[int, int]:
-    from .analyses import timeline as tl
+    from ..analyses import timeline as tl
 
     t_first, t_last = first
     if iteration is not None:
@@ -97,14 +97,14 @@ def top_kernels_in(kernels: pl.DataFrame, n: int = LEGEND_KERNELS) -> pl.DataFra
 
 
 def timeline(
-    ds: Dataset,
+    ds: DatasetView,
     start_ms: float | None = None,
     end_ms: float | None = None,
     iteration: int | None = None,
     samples_from: str | None = None,
     max_bars: int = 1500,
 ) -> Timeline:
-    from .analyses import timeline as tl
+    from ..analyses import timeline as tl
 
     sid = ds.one_source("the timeline")
     names = ds.names()
@@ -143,11 +143,13 @@ def timeline(
 # --- compare ---------------------------------------------------------------------------------
 
 
-def compare(a: Dataset, b: Dataset, desc_a: str, desc_b: str, ops: bool = False) -> Comparison:
+def compare(
+    a: DatasetView, b: DatasetView, desc_a: str, desc_b: str, ops: bool = False
+) -> Comparison:
     """`a` against `b`, every table of each side relabelled `A` / `B` (the same source may be
     both sides). `desc_*` say what each side is, in messages and in the result. `ops`: match
     host operators (with their kernels) instead of kernels, like HTA's ops_diff."""
-    from .analyses.compare import compare_kernels, compare_ops, compare_overview, ops_diff_overview
+    from ..analyses.compare import compare_kernels, compare_ops, compare_overview, ops_diff_overview
 
     def both(table: str) -> pl.LazyFrame:
         lab = pl.lit("A", dtype=pl.String).alias("source_id")
@@ -171,7 +173,7 @@ def compare(a: Dataset, b: Dataset, desc_a: str, desc_b: str, ops: bool = False)
     return Comparison(desc_a, desc_b, ov, kc)
 
 
-def compare_sources(ds: Dataset, a: str, b: str, ops: bool = False) -> Comparison:
+def compare_sources(ds: DatasetView, a: str, b: str, ops: bool = False) -> Comparison:
     """Two source ids of one dataset (the same id may be both)."""
     missing = [x for x in dict.fromkeys((a, b)) if x not in set(ds.all_source_ids())]
     if missing:

@@ -1,6 +1,6 @@
-"""The analyses behind `Dataset`'s methods: inputs chosen from a `Dataset`, one or more
-`traceanalyze.analyses` functions, units in ms, sources named by file. `Dataset.summary()` etc.
-call these; so does the CLI, through the `Dataset`. The timeline and compare ones live in
+"""The analyses behind `DatasetView`'s methods: inputs chosen from a `DatasetView`, one or more
+`traceanalyze.analyses` functions, units in ms, sources named by file. `DatasetView.summary()` etc.
+call these; so does the CLI, through the `DatasetView`. The timeline and compare ones live in
 `report_views`.
 """
 
@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from .analyses import health as h
-from .analyses import summary as s
-from .analyses.naming import with_file
-from .errors import NotAnswerable, StoreError, TraceanalyzeError, UsageProblem
-from .results import CoreUtil, Health, Summary, Variability
-from .store import MARKER, Store
+from ..analyses import health as h
+from ..analyses import summary as s
+from ..analyses.naming import with_file
+from ..errors import NotAnswerable, StoreError, TraceanalyzeError, UsageProblem
+from ..results import CoreUtil, Health, Summary, Variability
+from ..store import MARKER, Store
 
 if TYPE_CHECKING:
-    from .dataset import Dataset
+    from . import DatasetView
 
 Scan = Callable[[str], pl.LazyFrame]
 
@@ -31,7 +31,7 @@ NCU_HINT = "`traceanalyze collect --profiler ncu` records them"
 
 def open_store(root: str | os.PathLike[str]) -> Store:
     """A Store that must already exist (for reading commands), pinned to one manifest: every
-    table a command or a Dataset reads comes from the same commit (docs/store.md)."""
+    table a command or a DatasetView reads comes from the same commit (docs/store.md)."""
     st = Store(root)
     if not (st.root / MARKER).exists():
         raise StoreError("no traceanalyze store here (ingest something first)", path=st.root)
@@ -115,7 +115,7 @@ def health_tables(scan: Scan) -> dict[str, pl.DataFrame]:
     }
 
 
-def summary(ds: Dataset, top: int = 10) -> Summary:
+def summary(ds: DatasetView, top: int = 10) -> Summary:
     names = ds.names()
     t = {
         k: v if k == "sources" else with_file(v, names)
@@ -134,7 +134,7 @@ def summary(ds: Dataset, top: int = 10) -> Summary:
     )
 
 
-def health(ds: Dataset) -> Health:
+def health(ds: DatasetView) -> Health:
     names = ds.names()
     t = {k: with_file(v, names) for k, v in health_tables(ds.scan).items()}
     return Health(
@@ -142,7 +142,7 @@ def health(ds: Dataset) -> Health:
     )
 
 
-def extent(ds: Dataset, tables: tuple[str, ...] = ("kernels", "memcpy")) -> tuple[int, int]:
+def extent(ds: DatasetView, tables: tuple[str, ...] = ("kernels", "memcpy")) -> tuple[int, int]:
     """First start and last end over `tables` (ns, the source's clock)."""
     parts = [
         ds.scan(t).select(pl.col("start_ns").min().alias("a"), pl.col("end_ns").max().alias("b"))
@@ -155,8 +155,10 @@ def extent(ds: Dataset, tables: tuple[str, ...] = ("kernels", "memcpy")) -> tupl
     return int(a), int(b)  # type: ignore[arg-type]
 
 
-def busy(ds: Dataset, start_ms: float | None = None, end_ms: float | None = None) -> pl.DataFrame:
-    from .analyses.busy import busy_time
+def busy(
+    ds: DatasetView, start_ms: float | None = None, end_ms: float | None = None
+) -> pl.DataFrame:
+    from ..analyses.busy import busy_time
 
     window = None
     if start_ms is not None or end_ms is not None:
@@ -193,8 +195,8 @@ def _short(reason: str, missing: list[str]) -> tuple[str, str | None]:
     return short, (reason if short != reason else None)
 
 
-def coreutil(ds: Dataset, weight: str = "cycles", by_kernel: bool = False) -> CoreUtil:
-    from .analyses.coreutil import core_utilization_each
+def coreutil(ds: DatasetView, weight: str = "cycles", by_kernel: bool = False) -> CoreUtil:
+    from ..analyses.coreutil import core_utilization_each
 
     srcs = ds.scan("sources").select("source_id", "path")
     if ds.is_store and not ds.source_filter:
@@ -231,13 +233,15 @@ def coreutil(ds: Dataset, weight: str = "cycles", by_kernel: bool = False) -> Co
 # --- telemetry per interval, fleet variability ------------------------------------------------
 
 
-def check_source(ds: Dataset, sid: str) -> None:
+def check_source(ds: DatasetView, sid: str) -> None:
     if sid not in set(ds.all_source_ids()):
         raise TraceanalyzeError(f"no such source: {sid}")
 
 
-def attribute(ds: Dataset, per: str = "iteration", samples_from: str | None = None) -> pl.DataFrame:
-    from .analyses import telemetry as tel
+def attribute(
+    ds: DatasetView, per: str = "iteration", samples_from: str | None = None
+) -> pl.DataFrame:
+    from ..analyses import telemetry as tel
 
     if per not in ("iteration", "kernel"):
         raise UsageProblem(f"per must be 'iteration' or 'kernel', got {per!r}")
@@ -257,8 +261,8 @@ def attribute(ds: Dataset, per: str = "iteration", samples_from: str | None = No
     return with_file(with_file(df, names), names, "samples_source_id", "samples_file")
 
 
-def variability(ds: Dataset, warmup: int | None = None, top: int = 3) -> Variability:
-    from .analyses import variability as v
+def variability(ds: DatasetView, warmup: int | None = None, top: int = 3) -> Variability:
+    from ..analyses import variability as v
 
     df = v.variability(
         ds.scan("iterations"),

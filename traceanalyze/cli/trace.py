@@ -14,9 +14,9 @@ from pathlib import Path
 
 import click
 
+from ..dataset import Dataset
 from . import render
-from .cli_common import dataset_input, emit, output_options, wrote
-from .dataset import Dataset
+from .common import dataset_input, emit, output_options, wrote
 
 # --- launches --------------------------------------------------------------------------------
 
@@ -104,8 +104,8 @@ def idle(
     """
     df = ds.idle()
     if plot is not None:
-        from .plot import save
-        from .plots.idle import idle_figure
+        from ..plot import save
+        from ..plots.idle import idle_figure
 
         save(idle_figure(df), plot)
         wrote(plot)
@@ -137,8 +137,8 @@ def overlap(
     """
     df = ds.overlap()
     if plot is not None:
-        from .plot import save
-        from .plots.overlap import overlap_figure
+        from ..plot import save
+        from ..plots.overlap import overlap_figure
 
         save(overlap_figure(df), plot)
         wrote(plot)
