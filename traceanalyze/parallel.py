@@ -230,15 +230,7 @@ def ingest_dask(
     else:
         client = scheduler
     try:
-        batch = uuid.uuid4().hex[:8]
-        futures = []
-        for i, (path, fmt) in enumerate(todo):
-            if on_start is not None:
-                on_start(path)
-            key = f"traceanalyze-ingest-{batch}-{i}"
-            futures.append(
-                client.submit(stage_one, path, fmt, st, force, options, lim, key=key, pure=False)
-            )
+        futures = _submit_all(client, todo, st, force, options, lim, on_start)
         # No cancel on error: a running task cannot be stopped and would leave its staging
         # directory behind, so all are waited for and their stages discarded.
         with client.as_current():  # as_completed finds the client this way
@@ -247,6 +239,28 @@ def ingest_dask(
         if own:
             client.close()
     return _finish(st, outcomes)
+
+
+def _submit_all(
+    client: Any,
+    todo: list[tuple[str, str]],
+    st: Store,
+    force: bool,
+    options: dict[str, Any],
+    lim: InputLimits,
+    on_start: Callable[[str], None] | None,
+) -> list[Any]:
+    """One `stage_one` task per file, keyed uniquely per call so reruns are never deduplicated."""
+    batch = uuid.uuid4().hex[:8]
+    futures = []
+    for i, (path, fmt) in enumerate(todo):
+        if on_start is not None:
+            on_start(path)
+        key = f"traceanalyze-ingest-{batch}-{i}"
+        futures.append(
+            client.submit(stage_one, path, fmt, st, force, options, lim, key=key, pure=False)
+        )
+    return futures
 
 
 def _client(client_cls: Any, address: str, timeout: float) -> Any:

@@ -63,6 +63,20 @@ def busy_time(
     Columns: source_id, device_id, activity, interval_count, window_start_ns, window_end_ns,
     window_ns, busy_ns, busy_pct.
     """
+    rows = _activity_rows(kernels, memcpy)
+    untimed = rows.filter(pl.col("start_ns").is_null() | pl.col("end_ns").is_null()).height
+    if untimed:
+        warnings.warn(
+            f"{untimed} kernel/copy rows without start or end time are not counted", stacklevel=2
+        )
+    rows = rows.drop_nulls(["start_ns", "end_ns"])
+    if rows.height == 0:
+        raise NotAnswerable("no kernels or copies with start and end times")
+    return _busy_table(rows, _windows(rows, window))
+
+
+def _activity_rows(kernels: Frame, memcpy: Frame | None) -> pl.DataFrame:
+    """Kernel (and copy) rows as source_id, device_id, start_ns, end_ns, activity."""
     frames = [
         _lazy(kernels).select(
             "source_id", "device_id", "start_ns", "end_ns", pl.lit("kernels").alias("activity")
@@ -74,16 +88,11 @@ def busy_time(
                 "source_id", "device_id", "start_ns", "end_ns", pl.lit("copies").alias("activity")
             )
         )
-    rows = pl.concat(frames).collect()
-    untimed = rows.filter(pl.col("start_ns").is_null() | pl.col("end_ns").is_null()).height
-    if untimed:
-        warnings.warn(
-            f"{untimed} kernel/copy rows without start or end time are not counted", stacklevel=2
-        )
-    rows = rows.drop_nulls(["start_ns", "end_ns"])
-    if rows.height == 0:
-        raise NotAnswerable("no kernels or copies with start and end times")
-    win = _windows(rows, window)
+    return pl.concat(frames).collect()
+
+
+def _busy_table(rows: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
+    """Clip timed `rows` to the per-source windows `win`, merge overlaps and sum busy time."""
     clipped = rows.join(win, on="source_id").with_columns(
         pl.max_horizontal("start_ns", "window_start_ns").alias("start_ns"),
         pl.min_horizontal("end_ns", "window_end_ns").alias("end_ns"),

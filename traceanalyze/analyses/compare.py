@@ -108,36 +108,9 @@ def compare_overview(
         kc = None
     if kc is not None:
         rows += _kernel_rows(kc)
-    it = _collect(
-        iterations.lazy()
-        .filter(pl.col("source_id").is_in([a, b]))
-        .group_by("source_id")
-        .agg(
-            pl.len().alias("iteration_count"),
-            (
-                pl.coalesce("duration_ns", pl.col("end_ns") - pl.col("start_ns")).median() / 1e6
-            ).alias("median_iteration_ms"),
-            pl.col("images_per_s").median().alias("median_images_per_s"),
-        )
-    )
-    tel = _collect(
-        gpu_samples.lazy()
-        .filter(pl.col("source_id").is_in([a, b]))
-        .group_by("source_id")
-        .agg(
-            pl.col("sm_clock_mhz").median().alias("median_sm_clock_mhz"),
-            pl.col("power_w").median().alias("median_power_w"),
-            pl.col("temperature_c").median().alias("median_temperature_c"),
-        )
-    )
-    for frame in (it, tel):
-        vals = {r["source_id"]: r for r in frame.to_dicts()}
-        for col in frame.columns:
-            if col == "source_id":
-                continue
-            va = vals.get(a, {}).get(col)
-            vb = vals.get(b, {}).get(col)
-            rows.append((col, None if va is None else float(va), None if vb is None else float(vb)))
+    it = _iteration_stats(iterations, a, b)
+    for frame in (it, _telemetry_stats(gpu_samples, a, b)):
+        rows += _stat_rows(frame, a, b)
     counts = {r["source_id"]: r["iteration_count"] for r in it.to_dicts()}
     if kc is not None and counts.get(a) and counts.get(b):
         rows.append(
@@ -159,6 +132,49 @@ def compare_overview(
         (pl.col("b") - pl.col("a")).alias("delta"),
         pl.when(pl.col("a") != 0).then(pl.col("b") / pl.col("a")).alias("ratio"),
     )
+
+
+def _iteration_stats(iterations: Frame, a: str, b: str) -> pl.DataFrame:
+    """Per side: iteration count, median iteration ms and median images/s."""
+    return _collect(
+        iterations.lazy()
+        .filter(pl.col("source_id").is_in([a, b]))
+        .group_by("source_id")
+        .agg(
+            pl.len().alias("iteration_count"),
+            (
+                pl.coalesce("duration_ns", pl.col("end_ns") - pl.col("start_ns")).median() / 1e6
+            ).alias("median_iteration_ms"),
+            pl.col("images_per_s").median().alias("median_images_per_s"),
+        )
+    )
+
+
+def _telemetry_stats(gpu_samples: Frame, a: str, b: str) -> pl.DataFrame:
+    """Per side: median SM clock, power and temperature of the GPU samples."""
+    return _collect(
+        gpu_samples.lazy()
+        .filter(pl.col("source_id").is_in([a, b]))
+        .group_by("source_id")
+        .agg(
+            pl.col("sm_clock_mhz").median().alias("median_sm_clock_mhz"),
+            pl.col("power_w").median().alias("median_power_w"),
+            pl.col("temperature_c").median().alias("median_temperature_c"),
+        )
+    )
+
+
+def _stat_rows(frame: pl.DataFrame, a: str, b: str) -> list[tuple[str, float | None, float | None]]:
+    """One (metric, a, b) row per statistic column of `frame` (None where a side lacks it)."""
+    rows: list[tuple[str, float | None, float | None]] = []
+    vals = {r["source_id"]: r for r in frame.to_dicts()}
+    for col in frame.columns:
+        if col == "source_id":
+            continue
+        va = vals.get(a, {}).get(col)
+        vb = vals.get(b, {}).get(col)
+        rows.append((col, None if va is None else float(va), None if vb is None else float(vb)))
+    return rows
 
 
 def _kernel_rows(kc: pl.DataFrame) -> list[tuple[str, float | None, float | None]]:

@@ -208,26 +208,8 @@ def core_utilization_each(
     if weight not in WEIGHT_METRICS:
         raise UsageProblem(f"weight must be one of {list(WEIGHT_METRICS)}, got {weight!r}")
     names = source_paths(sources)
-    wanted = {m for c in PIPE_METRICS.values() for m in c} | set(NVPROF_LEVELS.values())
-    wanted |= {w for w in WEIGHT_METRICS.values() if w}
-    km = _collect(
-        kernel_metrics.lazy()
-        .filter(pl.col("metric_name").is_in(sorted(wanted)))
-        .select(
-            "source_id",
-            "process_id",
-            "kernel_id",
-            "name",
-            "metric_name",
-            "stat",
-            "value",
-            "invocations_count",
-        )
-    )
-    expected: list[str] = sorted(str(s) for s in km["source_id"].unique().to_list())
-    if sources is not None:
-        listed = _collect(sources.lazy().select("source_id"))["source_id"].to_list()
-        expected = sorted({str(s) for s in listed} | set(expected))
+    km = _wanted_rows(kernel_metrics)
+    expected = _expected_sources(km, sources)
     groups = {str(sid): sub for (sid,), sub in km.group_by(["source_id"], maintain_order=True)}
     parts: list[pl.DataFrame] = []
     failed: list[dict[str, object]] = []
@@ -249,7 +231,42 @@ def core_utilization_each(
         if parts
         else _empty(by_kernel)
     )
-    unanswered = pl.DataFrame(
+    unanswered = _unanswered_frame(failed)
+    return CoreUtilization(table, unanswered)
+
+
+def _wanted_rows(kernel_metrics: Frame) -> pl.DataFrame:
+    """The rows of every pipe, level and weight metric the analysis may use, and their columns."""
+    wanted = {m for c in PIPE_METRICS.values() for m in c} | set(NVPROF_LEVELS.values())
+    wanted |= {w for w in WEIGHT_METRICS.values() if w}
+    return _collect(
+        kernel_metrics.lazy()
+        .filter(pl.col("metric_name").is_in(sorted(wanted)))
+        .select(
+            "source_id",
+            "process_id",
+            "kernel_id",
+            "name",
+            "metric_name",
+            "stat",
+            "value",
+            "invocations_count",
+        )
+    )
+
+
+def _expected_sources(km: pl.DataFrame, sources: Frame | None) -> list[str]:
+    """Sorted ids of the sources to answer: those with metrics, plus all of `sources` if given."""
+    expected: list[str] = sorted(str(s) for s in km["source_id"].unique().to_list())
+    if sources is not None:
+        listed = _collect(sources.lazy().select("source_id"))["source_id"].to_list()
+        expected = sorted({str(s) for s in listed} | set(expected))
+    return expected
+
+
+def _unanswered_frame(failed: list[dict[str, object]]) -> pl.DataFrame:
+    """`CoreUtilization.unanswered` from the collected failure rows."""
+    return pl.DataFrame(
         failed,
         schema={
             "source_id": pl.String,
@@ -258,7 +275,6 @@ def core_utilization_each(
             "missing": pl.List(pl.String),
         },
     )
-    return CoreUtilization(table, unanswered)
 
 
 def core_utilization(
@@ -339,34 +355,8 @@ def _ncu(
 ) -> pl.DataFrame:
     launches = km.filter(pl.col("kernel_id").is_not_null())
     wmetric = WEIGHT_METRICS[weight]
-    if wmetric is not None and wmetric not in set(launches["metric_name"].to_list()):
-        absent = [u for u, m in chosen.items() if m is None]
-        also = f"; also no metric for {_looked_for(absent)}" if absent else ""
-        raise _Unanswered(
-            f"weight {weight!r} needs metric {wmetric} on each launch "
-            f"(add it to ncu --metrics, or use --weight none){also}",
-            [*absent, wmetric],
-        )
-    if launches.height == 0:
-        raise _Unanswered(
-            "pipe metrics present but on no individual launch (aggregate rows cannot be weighted)",
-            [u for u in UNITS],
-        )
-    wide = launches.pivot(
-        on="metric_name",
-        index=["process_id", "kernel_id"],
-        values="value",
-        aggregate_function="first",
-    )
-    names = launches.group_by("process_id", "kernel_id").agg(pl.col("name").first())
-    wide = wide.join(names, on=["process_id", "kernel_id"], how="left", nulls_equal=True)
-    # Summed pairs (TENSOR_SUMS) become one column named after both.
-    for m in chosen.values():
-        if m is not None and _SUM_SEP in m:
-            a, b = (pl.col(x) if x in wide.columns else pl.lit(None) for x in m.split(_SUM_SEP))
-            both_null = a.is_null() & b.is_null()
-            total = pl.min_horizontal(a.fill_null(0.0) + b.fill_null(0.0), pl.lit(100.0))
-            wide = wide.with_columns(pl.when(both_null).then(None).otherwise(total).alias(m))
+    _check_launches(launches, chosen, weight)
+    wide = _launch_table(launches, chosen)
     # A metric seen only on aggregate rows (no launch id) cannot be weighted per launch.
     chosen = {u: m if m is not None and m in wide.columns else None for u, m in chosen.items()}
     if not any(chosen.values()):
@@ -386,7 +376,57 @@ def _ncu(
         w = pl.lit(1.0)
     _warn_missing(label, chosen)
     keys = ["name"] if by_kernel else []
-    aggs: list[pl.Expr] = [pl.len().alias("launches")]
+    aggs: list[pl.Expr] = [pl.len().alias("launches"), *_pct_aggs(chosen, w)]
+    out = wide.group_by(keys, maintain_order=True).agg(aggs) if keys else wide.select(aggs)
+    return out.with_columns(
+        pl.lit(sid).alias("source_id"),
+        pl.lit(weight).alias("weight"),
+        pl.lit("pct").alias("scale"),
+        *[pl.lit(chosen[u], dtype=pl.String).alias(f"{u}_metric") for u in UNITS],
+    ).select(_order(by_kernel))
+
+
+def _check_launches(launches: pl.DataFrame, chosen: dict[str, str | None], weight: str) -> None:
+    """_Unanswered when the weight's metric is on no launch, or there are no launch rows."""
+    wmetric = WEIGHT_METRICS[weight]
+    if wmetric is not None and wmetric not in set(launches["metric_name"].to_list()):
+        absent = [u for u, m in chosen.items() if m is None]
+        also = f"; also no metric for {_looked_for(absent)}" if absent else ""
+        raise _Unanswered(
+            f"weight {weight!r} needs metric {wmetric} on each launch "
+            f"(add it to ncu --metrics, or use --weight none){also}",
+            [*absent, wmetric],
+        )
+    if launches.height == 0:
+        raise _Unanswered(
+            "pipe metrics present but on no individual launch (aggregate rows cannot be weighted)",
+            [u for u in UNITS],
+        )
+
+
+def _launch_table(launches: pl.DataFrame, chosen: dict[str, str | None]) -> pl.DataFrame:
+    """One row per launch (process_id, kernel_id): its name and a column per chosen metric."""
+    wide = launches.pivot(
+        on="metric_name",
+        index=["process_id", "kernel_id"],
+        values="value",
+        aggregate_function="first",
+    )
+    names = launches.group_by("process_id", "kernel_id").agg(pl.col("name").first())
+    wide = wide.join(names, on=["process_id", "kernel_id"], how="left", nulls_equal=True)
+    # Summed pairs (TENSOR_SUMS) become one column named after both.
+    for m in chosen.values():
+        if m is not None and _SUM_SEP in m:
+            a, b = (pl.col(x) if x in wide.columns else pl.lit(None) for x in m.split(_SUM_SEP))
+            both_null = a.is_null() & b.is_null()
+            total = pl.min_horizontal(a.fill_null(0.0) + b.fill_null(0.0), pl.lit(100.0))
+            wide = wide.with_columns(pl.when(both_null).then(None).otherwise(total).alias(m))
+    return wide
+
+
+def _pct_aggs(chosen: dict[str, str | None], w: pl.Expr) -> list[pl.Expr]:
+    """Per unit `<unit>_pct`: the `w`-weighted mean of its metric (null when it has none)."""
+    aggs: list[pl.Expr] = []
     for u in UNITS:
         m = chosen[u]
         if m is None:
@@ -399,13 +439,7 @@ def _ncu(
             .cast(pl.Float64)
             .alias(f"{u}_pct")
         )
-    out = wide.group_by(keys, maintain_order=True).agg(aggs) if keys else wide.select(aggs)
-    return out.with_columns(
-        pl.lit(sid).alias("source_id"),
-        pl.lit(weight).alias("weight"),
-        pl.lit("pct").alias("scale"),
-        *[pl.lit(chosen[u], dtype=pl.String).alias(f"{u}_metric") for u in UNITS],
-    ).select(_order(by_kernel))
+    return aggs
 
 
 def _nvprof_levels(
@@ -416,26 +450,7 @@ def _nvprof_levels(
     weight: str,
     by_kernel: bool,
 ) -> pl.DataFrame:
-    # nvprof --metrics aggregates per kernel name (Min/Max/Avg over `Invocations`); there is no
-    # per-launch cycle count or duration to weight by.
-    if weight == "duration":
-        raise _Unanswered(
-            "nvprof *_fu_utilization levels are aggregates per kernel name; weight 'duration' "
-            "is not available (use --weight none: every launch counts once)",
-            ["gpu__time_duration.sum"],
-        )
-    if weight == "cycles":
-        warnings.warn(
-            f"{label}: nvprof *_fu_utilization levels have no per-launch cycle count; weighted "
-            "by invocations instead of cycles (every launch counts once); weight = invocations",
-            stacklevel=4,
-        )
-    else:
-        warnings.warn(
-            f"{label}: nvprof *_fu_utilization levels are per-kernel averages; each is weighted "
-            "by its invocations, so every launch counts once (weight = invocations)",
-            stacklevel=4,
-        )
+    _check_level_weight(label, weight)
     # Aggregate rows: use `avg`; per-launch rows (nvprof trace mode) have stat null.
     rows = km.filter(pl.col("stat").is_null() | (pl.col("stat") == "avg"))
     missing = [u for u, m in levels.items() if m is None]
@@ -451,6 +466,46 @@ def _nvprof_levels(
     rows = rows.with_columns(
         pl.coalesce(pl.col("invocations_count").cast(pl.Float64), pl.lit(1.0)).alias("_w")
     )
+    aggs = _level_aggs(levels)
+    first = next(m for m in levels.values() if m)
+    aggs.append(
+        pl.col("_w").filter(pl.col("metric_name") == first).sum().cast(pl.Int64).alias("launches")
+    )
+    out = rows.group_by(keys, maintain_order=True).agg(aggs) if keys else rows.select(aggs)
+    return out.with_columns(
+        pl.lit(sid).alias("source_id"),
+        pl.lit("invocations").alias("weight"),
+        pl.lit("level").alias("scale"),
+        *[pl.lit(levels[u], dtype=pl.String).alias(f"{u}_metric") for u in UNITS],
+    ).select(_order(by_kernel))
+
+
+def _check_level_weight(label: str, weight: str) -> None:
+    """_Unanswered for weight "duration"; else warn that levels are weighted by invocations."""
+    # nvprof --metrics aggregates per kernel name (Min/Max/Avg over `Invocations`); there is no
+    # per-launch cycle count or duration to weight by.
+    if weight == "duration":
+        raise _Unanswered(
+            "nvprof *_fu_utilization levels are aggregates per kernel name; weight 'duration' "
+            "is not available (use --weight none: every launch counts once)",
+            ["gpu__time_duration.sum"],
+        )
+    if weight == "cycles":
+        warnings.warn(
+            f"{label}: nvprof *_fu_utilization levels have no per-launch cycle count; weighted "
+            "by invocations instead of cycles (every launch counts once); weight = invocations",
+            stacklevel=5,
+        )
+    else:
+        warnings.warn(
+            f"{label}: nvprof *_fu_utilization levels are per-kernel averages; each is weighted "
+            "by its invocations, so every launch counts once (weight = invocations)",
+            stacklevel=5,
+        )
+
+
+def _level_aggs(levels: dict[str, str | None]) -> list[pl.Expr]:
+    """Per unit `<unit>_pct`: the invocation-weighted mean level (null when it has none)."""
     aggs: list[pl.Expr] = []
     for u in UNITS:
         m = levels[u]
@@ -463,17 +518,7 @@ def _nvprof_levels(
             .cast(pl.Float64)
             .alias(f"{u}_pct")
         )
-    first = next(m for m in levels.values() if m)
-    aggs.append(
-        pl.col("_w").filter(pl.col("metric_name") == first).sum().cast(pl.Int64).alias("launches")
-    )
-    out = rows.group_by(keys, maintain_order=True).agg(aggs) if keys else rows.select(aggs)
-    return out.with_columns(
-        pl.lit(sid).alias("source_id"),
-        pl.lit("invocations").alias("weight"),
-        pl.lit("level").alias("scale"),
-        *[pl.lit(levels[u], dtype=pl.String).alias(f"{u}_metric") for u in UNITS],
-    ).select(_order(by_kernel))
+    return aggs
 
 
 def _order(by_kernel: bool) -> list[str]:

@@ -158,34 +158,7 @@ def op_tree(ops: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.Da
     (calls + `owner`), both in their input order.
     """
     n_ops = ops.height
-    ev = pl.concat(
-        [
-            ops.select(
-                "source_id",
-                "process_id",
-                "thread_id",
-                "start_ns",
-                "end_ns",
-                pl.lit(0).alias("_kind"),
-            ),
-            calls.select(
-                "source_id",
-                "process_id",
-                "thread_id",
-                "start_ns",
-                pl.col("start_ns").alias("end_ns"),
-                pl.lit(1).alias("_kind"),
-            ),
-        ],
-        how="vertical_relaxed",
-    ).with_row_index("_i")
-    # Operators before calls at the same start (a call at an op's first ns is inside it), and the
-    # longer operator first (it is the parent).
-    ev = ev.sort(
-        ["source_id", "process_id", "thread_id", "start_ns", "_kind", "end_ns", "_i"],
-        descending=[False, False, False, False, False, True, False],
-        nulls_last=True,
-    )
+    ev = _sorted_events(ops, calls)
     grp = (
         ev.select(pl.struct("source_id", "process_id", "thread_id").rle_id()).to_series().to_numpy()
     )
@@ -224,6 +197,39 @@ def op_tree(ops: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.Da
     ).with_row_index("_row")
     c = calls.with_columns(pl.Series("owner", owner))
     return o, c
+
+
+def _sorted_events(ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """Operators and launch calls as one event list (`_i`: op row, then n_ops + call row), in
+    sweep order per thread."""
+    ev = pl.concat(
+        [
+            ops.select(
+                "source_id",
+                "process_id",
+                "thread_id",
+                "start_ns",
+                "end_ns",
+                pl.lit(0).alias("_kind"),
+            ),
+            calls.select(
+                "source_id",
+                "process_id",
+                "thread_id",
+                "start_ns",
+                pl.col("start_ns").alias("end_ns"),
+                pl.lit(1).alias("_kind"),
+            ),
+        ],
+        how="vertical_relaxed",
+    ).with_row_index("_i")
+    # Operators before calls at the same start (a call at an op's first ns is inside it), and the
+    # longer operator first (it is the parent).
+    return ev.sort(
+        ["source_id", "process_id", "thread_id", "start_ns", "_kind", "end_ns", "_i"],
+        descending=[False, False, False, False, False, True, False],
+        nulls_last=True,
+    )
 
 
 def op_stats(

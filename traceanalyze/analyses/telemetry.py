@@ -396,6 +396,24 @@ def attribute(
     sm = _collect(paired_samples(sm_all, pairs))
     keys = ["source_id", "device_id"]
     carry = id_columns if id_columns is not None else [c for c in iv.columns if c not in need]
+    return _per_interval(iv, pairs, sm, keys, carry).select(
+        *keys,
+        *carry,
+        "start_ns",
+        "end_ns",
+        *METRICS,
+        *[f"{m}_samples_count" for m in METRICS],
+        "energy_j",
+        "coverage",
+        "samples_source_id",
+        "samples_device_id",
+    )
+
+
+def _per_interval(
+    iv: pl.DataFrame, pairs: pl.DataFrame, sm: pl.DataFrame, keys: list[str], carry: list[str]
+) -> pl.DataFrame:
+    """The intervals in input order with every metric's mean, sample count, energy, coverage."""
     g = pairs.with_row_index("_g").select(
         pl.col("_g").cast(pl.Int64), *keys, "samples_source_id", "samples_device_id"
     )
@@ -411,23 +429,7 @@ def attribute(
     covs = [c for c in out.columns if c.startswith("_cov_")]
     if not covs:
         raise NotAnswerable("samples have none of " + ", ".join(METRICS))
-    return (
-        _with_coverage(out, covs)
-        .sort("_row")
-        .drop("_row")
-        .select(
-            *keys,
-            *carry,
-            "start_ns",
-            "end_ns",
-            *METRICS,
-            *[f"{m}_samples_count" for m in METRICS],
-            "energy_j",
-            "coverage",
-            "samples_source_id",
-            "samples_device_id",
-        )
-    )
+    return _with_coverage(out, covs).sort("_row").drop("_row")
 
 
 def _with_metric(out: pl.DataFrame, sm: pl.DataFrame, metric: str) -> pl.DataFrame:

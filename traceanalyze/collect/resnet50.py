@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -224,38 +225,17 @@ def train(args: argparse.Namespace) -> Path:
     log_path = out / iterlog_name(args.batch_size, rank)
     data = _batches(args, device, world, rank)
     model.train()
+    autocast = functools.partial(
+        torch.autocast, dev_type, dtype=amp_dtype, enabled=amp_dtype is not None
+    )
+    step = functools.partial(_train_step, model, opt, loss_fn, scaler, autocast)
     with open(log_path, "w", newline="") as log, prof_ctx as prof:
         log.write(ITERLOG_MAGIC + "\n" + ",".join(ITERLOG_COLUMNS) + "\n")
         log.flush()
         for i in range(args.iterations):
             x, y = next(data)
             x = x.contiguous(memory_format=mem_fmt)
-            if cuda:
-                if window is not None and i == window[0]:
-                    tcuda.profiler.start()
-                tcuda.nvtx.range_push(f"iteration {i}")
-                ev0 = tcuda.Event(enable_timing=True)
-                ev1 = tcuda.Event(enable_timing=True)
-                start_ns = time.time_ns()
-                ev0.record()
-            else:
-                start_ns = time.time_ns()
-                t0 = time.perf_counter_ns()
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast(dev_type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                loss = loss_fn(model(x), y)
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-            if cuda:
-                ev1.record()
-                ev1.synchronize()
-                dur_ns = round(ev0.elapsed_time(ev1) * 1e6)  # elapsed_time is ms
-                tcuda.nvtx.range_pop()
-                if window is not None and i == window[1] - 1:
-                    tcuda.profiler.stop()
-            else:
-                dur_ns = time.perf_counter_ns() - t0
+            start_ns, dur_ns = _timed(step, x, y, i, window, tcuda if cuda else None)
             ips = args.batch_size / (dur_ns / 1e9) if dur_ns > 0 else ""
             dev_cell = "" if device_id is None else device_id
             log.write(f"{rank},{dev_cell},{i},{start_ns},{dur_ns},{args.batch_size},{ips}\n")
@@ -270,6 +250,55 @@ def train(args: argparse.Namespace) -> Path:
 
         dist.destroy_process_group()
     return log_path
+
+
+def _train_step(
+    model: Any, opt: Any, loss_fn: Any, scaler: Any, autocast: Callable[[], Any], x: Any, y: Any
+) -> None:
+    """One optimizer step on the batch (x, y): forward under `autocast()`, backward, update."""
+    opt.zero_grad(set_to_none=True)
+    with autocast():
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+
+
+def _timed(
+    step: Callable[[Any, Any], None],
+    x: Any,
+    y: Any,
+    i: int,
+    window: tuple[int, int] | None,
+    tcuda: Any,
+) -> tuple[int, int]:
+    """Run `step(x, y)` as iteration `i`: (host epoch start ns, duration ns).
+
+    With `tcuda` (torch.cuda) the step is an NVTX range timed by CUDA events and synchronized,
+    and the profiler starts/stops at the window's edges; without it, a perf_counter delta.
+    """
+    if tcuda is not None:
+        if window is not None and i == window[0]:
+            tcuda.profiler.start()
+        tcuda.nvtx.range_push(f"iteration {i}")
+        ev0 = tcuda.Event(enable_timing=True)
+        ev1 = tcuda.Event(enable_timing=True)
+        start_ns = time.time_ns()
+        ev0.record()
+    else:
+        start_ns = time.time_ns()
+        t0 = time.perf_counter_ns()
+    step(x, y)
+    if tcuda is not None:
+        ev1.record()
+        ev1.synchronize()
+        dur_ns = round(ev0.elapsed_time(ev1) * 1e6)  # elapsed_time is ms
+        tcuda.nvtx.range_pop()
+        if window is not None and i == window[1] - 1:
+            tcuda.profiler.stop()
+    else:
+        dur_ns = time.perf_counter_ns() - t0
+    return start_ns, dur_ns
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -121,12 +121,7 @@ def timeline_figure(
         from .timeline_path import draw_path
 
         draw_path(axes[0], lanes, lane_names, critical_path, win.t0_ns, win.min_w)
-    lines = set(boundaries_ns or [])
-    if iterations is not None and iterations.height:
-        lines |= _draw_iterations(axes[0], iterations, win)
-    for b in sorted(x for x in lines if t0_ns <= x <= t1_ns):
-        for a in axes:
-            a.axvline((b - t0_ns) / 1e6, color="gray", lw=0.6, ls="--")
+    _draw_boundaries(axes, boundaries_ns, iterations, win)
     note = "lanes with more intervals than pixels are binned: shade = busy fraction per bin"
     axes[0].set_title(title + (f"\n{note}" if any_binned else ""), fontsize=9, pad=14)
     for a, (col, label) in zip(axes[1:], tracks, strict=True):
@@ -137,13 +132,38 @@ def timeline_figure(
     # its start, an iteration's end) is not hidden under the axis frame.
     pad = span_ms * 0.004
     axes[-1].set_xlim(-pad, span_ms + pad)
+    _layout(fig, lanes, top_kernels, kcolor, h_legend)
+    return fig
+
+
+def _draw_boundaries(
+    axes: Any, boundaries_ns: list[int] | None, iterations: pl.DataFrame | None, win: _Window
+) -> None:
+    """Dashed lines on every axis at the boundaries and iteration edges inside the window
+    (iteration numbers go above the lanes)."""
+    t0_ns, t1_ns = win.t0_ns, win.t1_ns
+    lines = set(boundaries_ns or [])
+    if iterations is not None and iterations.height:
+        lines |= _draw_iterations(axes[0], iterations, win)
+    for b in sorted(x for x in lines if t0_ns <= x <= t1_ns):
+        for a in axes:
+            a.axvline((b - t0_ns) / 1e6, color="gray", lw=0.6, ls="--")
+
+
+def _layout(
+    fig: Figure,
+    lanes: pl.DataFrame,
+    top_kernels: pl.DataFrame | None,
+    kcolor: dict[str, str],
+    h_legend: float,
+) -> None:
+    """Tight layout, leaving `h_legend` inches at the bottom for the kernel legend if any."""
     if kcolor:
         raw = lanes.filter((pl.col("activity") == "kernels") & ~pl.col("binned")).height > 0
         _kernel_legend(fig, top_kernels, kcolor, raw)
         fig.tight_layout(rect=(0.0, h_legend / fig.get_figheight(), 1.0, 1.0))
     else:
         fig.tight_layout()
-    return fig
 
 
 @dataclass(frozen=True)

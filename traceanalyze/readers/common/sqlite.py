@@ -396,6 +396,11 @@ def _fetch_parallel(
         return None
     except _sqlite_parallel.WorkerFailed as e:
         raise MalformedInput(f"parallel read failed: {e}", table=table) from None
+    return _concat_parts(parts, names)
+
+
+def _concat_parts(parts: list[Any], names: list[str]) -> pl.DataFrame | None:
+    """The ranges' frames as one Int64 frame named `names`; None when one is not all integers."""
     frames = []
     for part in parts:
         # the local range is a polars frame already; the workers' are mapped pyarrow Tables

@@ -170,8 +170,9 @@ def _listed(lines: list[int], limit: int = 10) -> str:
     return shown + (", …" if len(lines) > limit else "")
 
 
-def _read_own(path: PathLike, text: str) -> Tables:
-    body = text.split("\n", 1)[1] if "\n" in text else ""
+def _check_layout(path: PathLike, body: str) -> None:
+    """MissingColumn unless the header is ours; MalformedInput naming a row with a wrong field
+    count (checked on the text, before parsing)."""
     # Only blanks and CR: str.strip() would also drop control characters such as \x1c (which
     # Python counts as whitespace) that the CSV parser then keeps in the first column's name.
     first = body.split("\n", 1)[0].strip(" \t\r")
@@ -189,6 +190,11 @@ def _read_own(path: PathLike, text: str) -> Tables:
             path=path,
             line=i + 2,
         )
+
+
+def _read_own(path: PathLike, text: str) -> Tables:
+    body = text.split("\n", 1)[1] if "\n" in text else ""
+    _check_layout(path, body)
     try:
         # Read as text, then convert per column, so a bad value is reported with its line and
         # column. Row i of the body is line i + 3 (magic line, header; polars keeps blank lines

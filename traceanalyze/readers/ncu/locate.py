@@ -117,6 +117,24 @@ def _units_row(
     return units, body[nl + 1 :]
 
 
+def _is_long(header: list[str], path: PathLike, header_line: int) -> bool:
+    """Whether the header is the long layout (metric name/unit/value columns) rather than a raw
+    page; MissingColumn for a header with only some of the long layout's columns."""
+    is_long = "Metric Name" in header and "Metric Value" in header
+    long_cols = ("Metric Name", "Metric Unit", "Metric Value")
+    partial = [c for c in long_cols if c not in header]
+    if not is_long and len(partial) < len(long_cols):
+        # some of the long layout's columns but not its name/value pair: a damaged long CSV,
+        # not a raw page (which has none of them)
+        raise MissingColumn(
+            f"missing column(s) {', '.join(partial)} in the ncu CSV header",
+            path=path,
+            line=header_line,
+            column=partial[0],
+        )
+    return is_long
+
+
 def _locate(raw: bytes, path: PathLike, offset: int = 0) -> _Body:
     """Find the header and the data rows. Big files are never copied on the fast path."""
     # `^` does not match at a search's start position, so the first line is tried on its own.
@@ -158,18 +176,7 @@ def _locate(raw: bytes, path: PathLike, offset: int = 0) -> _Body:
         body, lines = _data_rows(raw[eol:end], hdr, quoted, first_line, path)
     units: list[str] | None = None
     units_line: int | None = None
-    is_long = "Metric Name" in header and "Metric Value" in header
-    long_cols = ("Metric Name", "Metric Unit", "Metric Value")
-    partial = [c for c in long_cols if c not in header]
-    if not is_long and len(partial) < len(long_cols):
-        # some of the long layout's columns but not its name/value pair: a damaged long CSV,
-        # not a raw page (which has none of them)
-        raise MissingColumn(
-            f"missing column(s) {', '.join(partial)} in the ncu CSV header",
-            path=path,
-            line=header_line,
-            column=partial[0],
-        )
+    is_long = _is_long(header, path, header_line)
     if not is_long and len(body):
         units_line = lines[0] if lines is not None else first_line
         units, body = _units_row(body, header, units_line, path)

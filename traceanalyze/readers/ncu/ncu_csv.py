@@ -441,6 +441,16 @@ def read_ncu_csv(path: PathLike) -> Tables:
         *id_out, "name", pl.col("Metric Name").alias("metric_name"), "unit", "value"
     )
 
+    kernels = _kernel_rows(df, long)
+    frames = {"sources": pl.DataFrame({"tool": ["ncu"]}), "kernels": kernels}
+    frames["kernel_metrics"] = kernel_metrics
+    if devices is not None:
+        frames["devices"] = devices
+    return Tables.build(**frames)
+
+
+def _kernel_rows(df: pl.DataFrame, long: pl.DataFrame) -> pl.DataFrame:
+    """The `kernels` table: launch identity, grid/block sizes, and the few metrics it carries."""
     # One kernels row per (process_id, kernel_id), in file order.
     key = ["process_id", "kernel_id"]
     kcols = [c for c in ("device_id", "context_id", "stream_id") if c in df.columns]
@@ -463,12 +473,7 @@ def read_ncu_csv(path: PathLike) -> Tables:
                 *key, pl.col("value").round(0).cast(pl.Int64).alias(col)
             )
             kernels = kernels.join(one, on=key, how="left", maintain_order="left")
-
-    frames = {"sources": pl.DataFrame({"tool": ["ncu"]}), "kernels": kernels}
-    frames["kernel_metrics"] = kernel_metrics
-    if devices is not None:
-        frames["devices"] = devices
-    return Tables.build(**frames)
+    return kernels
 
 
 def _devices(df: pl.DataFrame, long: pl.DataFrame) -> pl.DataFrame | None:

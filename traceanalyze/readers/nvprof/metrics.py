@@ -129,17 +129,7 @@ def _parse_values(
         .then(pl.lit(default_unit))
         .alias("u")
     )["u"]
-    distinct = [u for u in units.unique().to_list() if u is not None]
-    for u in distinct:
-        if u not in _METRIC_UNITS:
-            i = int((units == u).arg_true()[0])
-            raise UnknownUnit(
-                f"unknown unit {u!r} in metric value {values[i]!r} "
-                f"(known: {', '.join(k for k in _METRIC_UNITS if k)})",
-                path=path,
-                line=_line_of_row(sec, raw, i),
-                column=col,
-            )
+    distinct = _known_units(units, values, sec, raw, path)
     base = units.replace_strict(
         {u: _METRIC_UNITS[u][0] for u in distinct}, default=None, return_dtype=pl.String
     )
@@ -153,6 +143,24 @@ def _parse_values(
         pl.when(pl.col("lv")).then(pl.lit("level")).otherwise(base).alias("u"),
     )
     return res["v"], res["u"]
+
+
+def _known_units(
+    units: pl.Series, values: pl.Series, sec: _Section, raw: _Raw, path: PathLike
+) -> list[str]:
+    """The distinct units of a column; UnknownUnit naming the first value with an unknown one."""
+    distinct = [u for u in units.unique().to_list() if u is not None]
+    for u in distinct:
+        if u not in _METRIC_UNITS:
+            i = int((units == u).arg_true()[0])
+            raise UnknownUnit(
+                f"unknown unit {u!r} in metric value {values[i]!r} "
+                f"(known: {', '.join(k for k in _METRIC_UNITS if k)})",
+                path=path,
+                line=_line_of_row(sec, raw, i),
+                column=values.name,
+            )
+    return distinct
 
 
 def _metrics(raw: _Raw, sec: _Section, path: PathLike, out: _Out) -> None:

@@ -128,7 +128,6 @@ def _read_rows(
     """
     names = [f"c{i}" for i in range(len(sec.header))]
     col_types = {n: types.get(h, pa.string()) for n, h in zip(names, sec.header, strict=True)}
-    view = memoryview(raw)
     for s, e in sec.pieces[-1:]:
         # pyarrow takes a quote left open at the end of the input as a complete value: a file
         # cut inside a quoted kernel name would pass. nvprof ends every line with a newline.
@@ -140,17 +139,7 @@ def _read_rows(
     if not sec.pieces:
         tbl = pa.table({n: pa.nulls(0, type=t) for n, t in col_types.items()})
         return tbl.rename_columns(sec.header)
-    if len(sec.pieces) == 1:
-        s, e = sec.pieces[0]
-        buf = pa.py_buffer(view[s:e])
-    else:
-        # A piece may end without a newline before a mid-file '==' line.
-        parts = []
-        for s, e in sec.pieces:
-            parts.append(view[s:e])
-            if raw[e - 1 : e] != b"\n":
-                parts.append(memoryview(b"\n"))
-        buf = pa.py_buffer(b"".join(parts))
+    buf = _section_bytes(raw, sec)
     try:
         tbl = pacsv.read_csv(
             buf,
@@ -174,6 +163,23 @@ def _read_rows(
                 err = _locate_bad_value(raw, sec, path, buf, int(m.group(1)), col_types, why)
         raise err from None
     return tbl.rename_columns(sec.header)
+
+
+def _section_bytes(raw: _Raw, sec: _Section) -> pa.Buffer:
+    """The section's data bytes as one buffer: the file's own bytes when it is one piece."""
+    view = memoryview(raw)
+    if len(sec.pieces) == 1:
+        s, e = sec.pieces[0]
+        buf = pa.py_buffer(view[s:e])
+    else:
+        # A piece may end without a newline before a mid-file '==' line.
+        parts = []
+        for s, e in sec.pieces:
+            parts.append(view[s:e])
+            if raw[e - 1 : e] != b"\n":
+                parts.append(memoryview(b"\n"))
+        buf = pa.py_buffer(b"".join(parts))
+    return buf
 
 
 def _locate_bad_value(

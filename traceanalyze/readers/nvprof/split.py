@@ -304,16 +304,7 @@ def _split(raw: _Raw, path: PathLike, notes: list[str]) -> list[_Section]:
         if env >= n:
             break
         pos = _eol(raw, env, n)
-        envelope = raw[env:pos]
-        m = _PID.match(envelope)
-        if m:
-            pid = int(m.group(1))
-        r = _RANGE.match(envelope)
-        if r:
-            range_name = r.group(1).decode("utf-8", "replace")
-        elif b"Profiling result" in envelope or b"Metric result" in envelope:
-            range_name = None
-        _note_envelope(envelope, path, notes)
+        pid, range_name = _envelope_line(raw[env:pos], pid, range_name, path, notes)
     if not sections:
         _raise_if_damaged_header(raw, path)
         raise _no_header(path)
@@ -322,6 +313,22 @@ def _split(raw: _Raw, path: PathLike, notes: list[str]) -> list[_Section]:
             f"{path}: skipped {skipped_before_header} line(s) before the nvprof CSV header"
         )
     return sections
+
+
+def _envelope_line(
+    envelope: bytes, pid: int | None, range_name: str | None, path: PathLike, notes: list[str]
+) -> tuple[int | None, str | None]:
+    """Note an '==' line; returns the process id and range name in force after it."""
+    m = _PID.match(envelope)
+    if m:
+        pid = int(m.group(1))
+    r = _RANGE.match(envelope)
+    if r:
+        range_name = r.group(1).decode("utf-8", "replace")
+    elif b"Profiling result" in envelope or b"Metric result" in envelope:
+        range_name = None
+    _note_envelope(envelope, path, notes)
+    return pid, range_name
 
 
 def _note_envelope(envelope: bytes, path: PathLike, notes: list[str]) -> None:

@@ -3,6 +3,7 @@ parsed columns (the fast and the careful path both end in `_assemble`)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -102,17 +103,7 @@ def _assemble(
     """The tables from parsed columns (both paths): `stated(field, optional)` gives a field's
     (base unit, values) as `_numbers`, `reasons(field)` the clock-reasons bitmask,
     `distinct_devices` the distinct (device_id, uuid, name) rows when already known."""
-
-    def numbers(f: str, optional: bool) -> tuple[str | None, pl.Series | None]:
-        # A field without any unit (`nounits`) is in the unit nvidia-smi documents for it, so
-        # `memory.used` is bytes whether or not the log was written with units.
-        unit, vals = stated(f, optional)
-        default = _nounits_unit(f) if unit is None and vals is not None else None
-        if default is None or vals is None:
-            return unit, vals
-        b, factor = SMI_UNITS[default]
-        return b, vals * factor if factor != 1.0 else vals
-
+    numbers: _Numbers = functools.partial(_documented_unit, stated)
     out: dict[str, pl.Series] = {"timestamp_ns": ts.alias("timestamp_ns")}
     if device_id is not None:
         out["device_id"] = device_id.alias("device_id")
@@ -153,6 +144,20 @@ def _assemble(
         gpu_metrics=gpu_metrics,
         devices=devices,
     )
+
+
+def _documented_unit(
+    stated: _Numbers, f: str, optional: bool
+) -> tuple[str | None, pl.Series | None]:
+    """`stated(f, optional)`, a field without units converted from its documented unit."""
+    # A field without any unit (`nounits`) is in the unit nvidia-smi documents for it, so
+    # `memory.used` is bytes whether or not the log was written with units.
+    unit, vals = stated(f, optional)
+    default = _nounits_unit(f) if unit is None and vals is not None else None
+    if default is None or vals is None:
+        return unit, vals
+    b, factor = SMI_UNITS[default]
+    return b, vals * factor if factor != 1.0 else vals
 
 
 def _gpu_metrics(
@@ -301,6 +306,18 @@ def _numbers(
         )
     if optional and num.null_count() == num.len():
         return None, None
+    return _in_base_unit(col, num, vunit, header_unit, path, line_of)
+
+
+def _in_base_unit(
+    col: str,
+    num: pl.Series,
+    vunit: pl.Series,
+    header_unit: str | None,
+    path: PathLike,
+    line_of: Any,
+) -> tuple[str | None, pl.Series]:
+    """(base unit, values in it) from the numbers and their units (values' and header's)."""
     units = set(vunit.drop_nulls().unique().to_list()) - {""}
     if header_unit:
         units.add(header_unit)
