@@ -19,9 +19,9 @@ import pytest
 from click.testing import CliRunner
 
 import traceanalyze as ta
-from traceanalyze import read, render
+from traceanalyze import read
 from traceanalyze.analyses import mfu as M
-from traceanalyze.cli import main
+from traceanalyze.cli import main, render
 from traceanalyze.collect.throughput import with_mfu
 
 from .conftest import fixture, shared

@@ -319,7 +319,7 @@ def test_timeline_result_keeps_the_window(tiny: Path) -> None:
 
 
 def test_cli_json_equals_the_library() -> None:
-    from traceanalyze import render
+    from traceanalyze.cli import render
 
     p = str(shared(RESNET))
     ds = ta.open(p)
@@ -378,7 +378,7 @@ def test_dlrm_across_ranks_from_the_raw_files() -> None:
 
 
 def test_cli_across_ranks_json_equals_the_library() -> None:
-    from traceanalyze import render
+    from traceanalyze.cli import render
 
     files = sorted(str(p) for p in DLRM_DIR.glob("worker*.pt.trace.json.gz"))
     if len(files) != 8:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import matplotlib
 
@@ -246,3 +247,34 @@ def test_coreutil_figure_one_panel_legend_clear_of_title() -> None:
     (ax,) = fig.axes
     assert not legend.overlaps(title) and not legend.overlaps(ax.get_window_extent(r))
     assert _inside(title, fig.bbox) and _inside(legend, fig.bbox)
+
+
+def test_every_cli_figure_is_drawn_by_ta_plot_from_a_dataset_result(tmp_path: Path) -> None:
+    """What `idle --plot`, `overlap --plot`, `ops --plot` and `roofline -o` draw, a notebook draws
+    through the same call: `ta.plot.<name>(result, path)` on the Dataset method's result."""
+    from conftest import shared
+
+    import traceanalyze as ta
+
+    ds = ta.open(shared("kineto_json/hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz"))
+    # NCCL kernels (one rank's SendRecv) for the overlap figure
+    nccl = ta.open(shared("nsys_sqlite/nsysai_h100x2_torchrun_train_1window_nsys2026.2.sqlite"))
+    for name, result in (
+        ("idle", ds.idle()),
+        ("overlap", nccl.overlap()),
+        ("ops", ds.ops(by="op")),
+    ):
+        out = tmp_path / f"{name}.png"
+        fig = getattr(ta.plot, name)(result, out)
+        assert out.read_bytes().startswith(b"\x89PNG"), name
+        labels = [a.get_xlabel() + a.get_ylabel() for a in fig.axes]
+        assert any("ms" in t or "%" in t for t in labels), (name, labels)
+    # roofline: points from ncu counters (built inline: no shared capture has FLOP counters)
+    res = ta.results.Roofline(
+        pl.DataFrame({"name": ["k"], "flop_per_byte_ratio": [2.0], "achieved_flop_per_s": [1e12]}),
+        67e12,
+    )
+    points, peak = res  # unpacks as the (points, peak) tuple `Dataset.roofline` returned before
+    assert points.height == 1 and peak == 67e12
+    ta.plot.roofline(res, tmp_path / "roofline.svg", bandwidth_gbps=3350)
+    assert (tmp_path / "roofline.svg").read_text().startswith("<?xml")

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         CriticalPath,
         Health,
         Launches,
+        Roofline,
         Scaling,
         Stragglers,
         Summary,
@@ -436,11 +437,10 @@ class Dataset:
             warmup=warmup,
         )
 
-    def roofline(
-        self, *, gpu: str | None = None, peak_tflops: float | None = None
-    ) -> tuple[pl.DataFrame, float | None]:
+    def roofline(self, *, gpu: str | None = None, peak_tflops: float | None = None) -> Roofline:
         """Per-kernel roofline points from ncu FLOP and DRAM byte counters, and the compute roof
-        in FLOP/s (from `peak_tflops` or `gpu`'s FP32 peak; None when neither is given)."""
+        in FLOP/s (from `peak_tflops` or `gpu`'s FP32 peak; None when neither is given). The
+        result unpacks as `(points, peak)`."""
         from .adapters import ops as report_ops
 
         return report_ops.roofline(self, gpu=gpu, peak_tflops=peak_tflops)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import polars as pl
 from matplotlib.figure import Figure
 
 from .errors import NotAnswerable
-from .results import CoreUtil, Scaling, Stragglers, Timeline, Variability
+from .results import CoreUtil, Roofline, Scaling, Stragglers, Timeline, Variability
 
 DPI = 120
 
@@ -113,8 +114,79 @@ def ranks_timeline(
     return fig
 
 
+def idle(result: pl.DataFrame, path: str | os.PathLike[str] | None = None) -> Figure:
+    """`Dataset.idle()`: stacked bars of idle time by cause per device."""
+    from .plots.idle import idle_figure
+
+    fig = idle_figure(result)
+    if path is not None:
+        save(fig, path)
+    return fig
+
+
+def overlap(result: pl.DataFrame, path: str | os.PathLike[str] | None = None) -> Figure:
+    """`Dataset.overlap()`: communication, its overlapped and exposed parts, per device."""
+    from .plots.overlap import overlap_figure
+
+    fig = overlap_figure(result)
+    if path is not None:
+        save(fig, path)
+    return fig
+
+
+def ops(
+    result: pl.DataFrame,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    source: str | None = None,
+    top: int = 15,
+) -> Figure:
+    """`Dataset.ops()` (by operator) of one source: inclusive and self time of the top
+    operators. `source`: which, when the result holds several."""
+    from .plots.ops import ops_figure
+
+    if "op" not in result.columns:
+        raise NotAnswerable("ops plots draw operators: use ds.ops(by='op')")
+    sids = result["source_id"].unique(maintain_order=True).to_list()
+    if source is None and len(sids) > 1:
+        raise NotAnswerable(f"ops of {len(sids)} sources: say which one (source=…)")
+    sid = source if source is not None else (sids[0] if sids else None)
+    one = result.filter(pl.col("source_id") == sid)
+    if one.height == 0:
+        raise NotAnswerable(f"no operators of source {sid}")
+    name = str(one["file"][0]) if "file" in one.columns else str(sid)
+    title = f"{name.replace(chr(92), '/').rsplit('/', 1)[-1]}: operators"
+    fig = ops_figure(one.drop("file", strict=False), top=top, title=title)
+    if path is not None:
+        save(fig, path)
+    return fig
+
+
+def roofline(
+    result: Roofline,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    bandwidth_gbps: float | None = None,
+) -> Figure:
+    """`Dataset.roofline()`: kernels by arithmetic intensity and FLOP/s, with the compute roof
+    (when known) and the memory roof (`bandwidth_gbps`, when given)."""
+    from .plots.roofline import roofline_figure
+
+    bw = bandwidth_gbps * 1e9 if bandwidth_gbps else None
+    fig = roofline_figure(
+        result.points, peak_flop_per_s=result.peak_flop_per_s, peak_bytes_per_s=bw
+    )
+    if path is not None:
+        save(fig, path)
+    return fig
+
+
 __all__ = [
     "timeline",
+    "idle",
+    "overlap",
+    "ops",
+    "roofline",
     "coreutil",
     "variability",
     "scaling",

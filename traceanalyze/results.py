@@ -6,6 +6,7 @@ them (`traceanalyze.plot`), notebooks read their fields.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -194,6 +195,22 @@ class Launches:
 
 
 @dataclass(frozen=True)
+class Roofline:
+    """Per-kernel roofline points (`analyses.mfu.kernel_roofline`: FLOPs, DRAM bytes and
+    intensity per kernel, with `file`) and the compute roof in FLOP/s (None when no peak was
+    given). Unpacks as `(points, peak_flop_per_s)`, as `Dataset.roofline` returned before."""
+
+    points: pl.DataFrame
+    peak_flop_per_s: float | None
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.points, self.peak_flop_per_s))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"peak_flop_per_s": self.peak_flop_per_s, "points": self.points}
+
+
+@dataclass(frozen=True)
 class Scaling:
     """Throughput against accelerators (`traceanalyze.analyses.scaling`): `table` has the group
     columns `by`, then accelerators, runs_count, throughput_img_per_s, per_accelerator_img_per_s,
@@ -288,6 +305,7 @@ __all__ = [
     "Variability",
     "Comparison",
     "Launches",
+    "Roofline",
     "Stragglers",
     "Scaling",
     "CriticalPath",

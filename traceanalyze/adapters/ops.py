@@ -9,6 +9,7 @@ import polars as pl
 
 from ..analyses.naming import with_file
 from ..errors import NotAnswerable, TraceanalyzeError, UsageProblem
+from ..results import Roofline
 
 if TYPE_CHECKING:
     from . import DatasetView
@@ -70,7 +71,7 @@ def mfu(
 
 def roofline(
     ds: DatasetView, *, gpu: str | None = None, peak_tflops: float | None = None
-) -> tuple[pl.DataFrame, float | None]:
+) -> Roofline:
     """Per-kernel FLOPs, DRAM bytes and intensity from ncu counters, and the compute roof in
     FLOP/s (`peak_tflops`, else `gpu`'s FP32 peak from gpu_peaks.csv, else None)."""
     from ..analyses.mfu import find_peak, kernel_roofline
@@ -82,4 +83,4 @@ def roofline(
         if row is None or row.fp32_tflops is None:
             raise TraceanalyzeError(f"no FP32 peak for GPU {gpu!r} in gpu_peaks.csv")
         peak = row.fp32_tflops * 1e12
-    return with_file(df, ds.names()), peak
+    return Roofline(with_file(df, ds.names()), peak)

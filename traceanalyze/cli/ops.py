@@ -62,16 +62,9 @@ def ops(
         raise click.UsageError("--plot draws operators: leave out --by kernel")
     df = ds.ops(by=by, top=top)
     if plot is not None:
-        from ..plot import save
-        from ..plots.ops import ops_figure
+        from .. import plot as plots
 
-        sid = ds.one_source("ops --plot")
-        name = df.filter(pl.col("source_id") == sid)["file"][0].replace("\\", "/")
-        fig = ops_figure(
-            df.filter(pl.col("source_id") == sid).drop("file"),
-            title=f"{name.rsplit('/', 1)[-1]}: operators",
-        )
-        save(fig, plot)
+        plots.ops(df, plot, source=ds.one_source("ops --plot"))
         wrote(plot)
     emit(df, out_json, out_csv)
 
@@ -164,15 +157,13 @@ def roofline(
     bytes. A capture without those counters is answered with the list of counters to collect.
     A separate command from `mfu`: its input is per-kernel counters, not iterations.
     """
-    df, peak = ds.roofline(gpu=gpu, peak_tflops=peak_tflops)
+    res = ds.roofline(gpu=gpu, peak_tflops=peak_tflops)
     if output is not None:
-        from ..plot import save
-        from ..plots.roofline import roofline_figure
+        from .. import plot as plots
 
-        bw = bandwidth_gbps * 1e9 if bandwidth_gbps else None
-        save(roofline_figure(df, peak_flop_per_s=peak, peak_bytes_per_s=bw), output)
+        plots.roofline(res, output, bandwidth_gbps=bandwidth_gbps)
         wrote(output)
-    emit(df, out_json, out_csv)
+    emit(res.points, out_json, out_csv)
 
 
 __all__ = ["ops", "mfu", "roofline", "print_ops_diff"]

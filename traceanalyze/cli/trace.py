@@ -104,10 +104,9 @@ def idle(
     """
     df = ds.idle()
     if plot is not None:
-        from ..plot import save
-        from ..plots.idle import idle_figure
+        from .. import plot as plots
 
-        save(idle_figure(df), plot)
+        plots.idle(df, plot)
         wrote(plot)
     emit(df, out_json, out_csv)
 
@@ -137,10 +136,9 @@ def overlap(
     """
     df = ds.overlap()
     if plot is not None:
-        from ..plot import save
-        from ..plots.overlap import overlap_figure
+        from .. import plot as plots
 
-        save(overlap_figure(df), plot)
+        plots.overlap(df, plot)
         wrote(plot)
     emit(df, out_json, out_csv)
 
