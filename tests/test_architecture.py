@@ -133,3 +133,26 @@ def test_analyses_take_frames_never_a_dataset() -> None:
                 for arg in [*node.args.args, *node.args.kwonlyargs]:
                     ann = ast.unparse(arg.annotation) if arg.annotation else ""
                     assert "Dataset" not in ann, f"{mod}:{node.lineno} {node.name}({arg.arg})"
+
+
+def test_every_dataset_analysis_returns_a_result_class_or_a_frame() -> None:
+    """`Dataset`'s analysis methods return a frozen class of `results.py` or a polars frame
+    (never a bare tuple); each result class is a frozen dataclass."""
+    import dataclasses
+
+    from traceanalyze import results
+    from traceanalyze.dataset import Dataset
+
+    accessors = {"scan", "scan_all", "table", "source_ids", "all_source_ids", "names", "where"}
+    accessors |= {"one_source", "from_files", "from_store", "from_tables"}
+    kinds = {getattr(results, n) for n in results.__all__}
+    checked = 0
+    for name, fn in vars(Dataset).items():
+        if name.startswith("_") or name in accessors or not callable(fn):
+            continue
+        ret = fn.__annotations__["return"]  # a string (postponed annotations)
+        assert ret in results.__all__ or ret.startswith("pl."), (name, ret)
+        checked += 1
+    assert checked >= 20
+    for kind in kinds:
+        assert dataclasses.is_dataclass(kind) and kind.__dataclass_params__.frozen, kind
