@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,14 @@ def imports_in(
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Import):
             out += [(a.name, "", node.lineno) for a in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            # lazy registries: "module:attribute" strings (`_LAZY`) and module names imported by
+            # name (`COMMAND_MODULES`); not the bare package name (`resources.files(...)`)
+            v = node.value
+            if re.fullmatch(r"traceanalyze[\w.]*:\w+", v):
+                out.append((v.split(":")[0], "", node.lineno))
+            elif v in known and "." in v:
+                out.append((v, "", node.lineno))
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = me.split(".") if is_pkg else me.split(".")[:-1]
@@ -156,3 +165,58 @@ def test_every_dataset_analysis_returns_a_result_class_or_a_frame() -> None:
     assert checked >= 20
     for kind in kinds:
         assert dataclasses.is_dataclass(kind) and kind.__dataclass_params__.frozen, kind
+
+
+# --- no import cycle anywhere -------------------------------------------------------------------
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(comp)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(g) == [{"a", "b", "c"}]
+
+
+def test_no_import_cycle_anywhere() -> None:
+    """Every import counts: module level, function level, under `if TYPE_CHECKING:` (a cycle of
+    type-only imports is still two modules that cannot be understood apart), and the lazy
+    command registry's module strings."""
+    g = {m: {t for t, _, _ in imports_of(p) if t in MODULES and t != m} for m, p in MODULES.items()}
+    # the parse sees what matters: the command registry, a function-level and a type-only import
+    assert "traceanalyze.cli.analyses" in g["traceanalyze.cli"]
+    assert "traceanalyze.adapters.reports" in g["traceanalyze.dataset"]
+    assert "traceanalyze.dataset" in g["traceanalyze"]  # `if TYPE_CHECKING:` in __init__
+    assert cycles(g) == []
