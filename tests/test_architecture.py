@@ -1,8 +1,8 @@
 """The package's shape, checked on its source (docs/architecture.md): readers live in one package
 per format family and import only their own family and `readers/common`; nothing imports a
 private name across packages; analyses never take a `Dataset`; the registry's modules exist and
-follow the reader protocol; modules stay under 600 lines. (No import cycle anywhere, type-only
-and function-level imports included: tests/test_cli.py.)"""
+follow the reader protocol; modules stay under 600 lines; no import cycle anywhere, type-only
+and function-level imports and the lazy registries' module strings included."""
 
 from __future__ import annotations
 
