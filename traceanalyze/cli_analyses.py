@@ -17,6 +17,7 @@ from .cli_common import (
     dataset_input,
     emit,
     error_line,
+    figure_path,
     filter_options,
     format_option,
     input_options,
@@ -24,6 +25,7 @@ from .cli_common import (
     misuse_is_usage,
     notes,
     output_options,
+    output_path,
     store_option,
     verbose,
     verbose_option,
@@ -116,7 +118,13 @@ def health(ds: Dataset, out_json: bool, out_csv: bool) -> None:
     help="Per-launch weight: gpc__cycles_elapsed.max, gpu__time_duration.sum, or 1.",
 )
 @click.option("--by-kernel", is_flag=True, help="One row per kernel name instead of per file.")
-@click.option("--plot", "plot", type=click.Path(path_type=Path), help="Grouped bars to PNG/SVG.")
+@click.option(
+    "--plot",
+    "plot",
+    type=click.Path(path_type=Path),
+    callback=figure_path,
+    help="Grouped bars to PNG/SVG.",
+)
 @output_options
 def coreutil(
     ds: Dataset, weight: str, by_kernel: bool, plot: Path | None, out_json: bool, out_csv: bool
@@ -166,10 +174,18 @@ def busy(
 @click.command()
 @dataset_input
 @click.option(
-    "-o", "--output", "output", type=click.Path(path_type=Path), help="Figure file (.png or .svg)."
+    "-o",
+    "--output",
+    "output",
+    type=click.Path(path_type=Path),
+    callback=figure_path,
+    help="Figure file (.png or .svg).",
 )
 @click.option(
-    "--perfetto", type=click.Path(path_type=Path), help="Chrome trace JSON for ui.perfetto.dev."
+    "--perfetto",
+    type=click.Path(path_type=Path),
+    callback=output_path,
+    help="Chrome trace JSON for ui.perfetto.dev.",
 )
 @click.option(
     "--start",
@@ -267,7 +283,10 @@ def attribute(
 )
 @click.option("--top", default=3, show_default=True, help="Top kernels (fleet-wide) to time.")
 @click.option(
-    "--plot", type=click.Path(path_type=Path), help="Box plots and perf-vs-telemetry to PNG/SVG."
+    "--plot",
+    type=click.Path(path_type=Path),
+    callback=figure_path,
+    help="Box plots and perf-vs-telemetry to PNG/SVG.",
 )
 @output_options
 def variability(

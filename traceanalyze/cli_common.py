@@ -5,12 +5,16 @@ and warning path. Imports neither `cli` nor any command module, so that command 
 Error path (`guarded`): a `TraceanalyzeError` is one line `traceanalyze: error: …` and exit 1
 (its `details` follow under `--verbose`); a `UsageProblem` (one source needed, several selected)
 and click's usage errors are misuse, exit 2. Library `warnings.warn` notes print as one line each,
-`traceanalyze: warning: …`, as they happen.
+`traceanalyze: warning: …`, as they happen. An `OSError` about a path (a read-only store, a full
+disk, `--store /dev/null`) is the user's environment, not a bug: one line with the path and the
+system's reason, exit 1. Ctrl-C is one line `traceanalyze: interrupted`, exit 130 (128 + SIGINT,
+as a shell reports it), not click's `Aborted!`.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from . import render
-from .errors import TraceanalyzeError, UsageProblem
+from .errors import TraceanalyzeError, UsageProblem, quote_path
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -56,6 +60,15 @@ def guarded(ctx: click.Context) -> Iterator[None]:
                 for line in e.details.splitlines():
                     click.echo(f"  {line}", err=True)
             ctx.exit(1)
+        except OSError as e:
+            if e.filename is None:  # not about a path: a bug, keep the traceback
+                raise
+            where = os.fsdecode(e.filename)
+            click.echo(f"traceanalyze: error: {quote_path(where)}: {e.strerror or e}", err=True)
+            ctx.exit(1)
+        except KeyboardInterrupt:
+            click.echo("traceanalyze: interrupted", err=True)
+            ctx.exit(130)
 
 
 def _has_verbose(ctx: click.Context) -> bool:
@@ -135,6 +148,20 @@ def output_options(f: F) -> F:
     )
 
 
+def figure_path(_ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
+    """Callback of a figure option (`-o`, `--plot`): checked before any work is done."""
+    from .outpaths import check_figure
+
+    return None if value is None else check_figure(value)
+
+
+def output_path(_ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
+    """Callback of an output file option (`--perfetto`): checked before any work is done."""
+    from .outpaths import check_output
+
+    return None if value is None else check_output(value)
+
+
 def quiet_option(f: F) -> F:
     return click.option("--quiet", "-q", is_flag=True, help="No progress or chatter.")(f)
 
@@ -170,7 +197,9 @@ def input_options(f: F) -> F:
     f = filter_options(f)
     f = format_option(f)
     f = store_option(required=False)(f)
-    return click.argument("files", nargs=-1, type=click.Path(exists=True, path_type=Path))(f)
+    # No `exists=True`: a missing or unreadable file is bad input, the library's one line and
+    # exit 1 (as for `ingest` and `compare`), not click's usage error.
+    return click.argument("files", nargs=-1, type=click.Path(path_type=Path))(f)
 
 
 def dataset_input(f: F) -> F:

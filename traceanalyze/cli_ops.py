@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 import polars as pl
 
-from .cli_common import dataset_input, emit, output_options, wrote
+from .cli_common import dataset_input, emit, figure_path, output_options, wrote
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 @click.option(
     "--plot",
     type=click.Path(path_type=Path),
+    callback=figure_path,
     help="Bars of GPU and host self time of the top operators (one source), PNG or SVG.",
 )
 @output_options
@@ -143,7 +144,13 @@ def mfu(
 
 @click.command()
 @dataset_input
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Figure (.png or .svg).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    callback=figure_path,
+    help="Figure (.png or .svg).",
+)
 @click.option("--gpu", help="GPU whose FP32 peak (gpu_peaks.csv) is the compute roof.")
 @click.option("--peak-tflops", type=float, help="Compute roof in TFLOP/s (instead of --gpu).")
 @click.option("--bandwidth-gbps", type=float, help="DRAM bandwidth in GB/s: the memory roof.")

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from . import render
-from .cli_common import dataset_input, emit, output_options, wrote
+from .cli_common import dataset_input, emit, figure_path, output_options, wrote
 from .dataset import Dataset
 
 # --- launches --------------------------------------------------------------------------------
@@ -75,7 +75,12 @@ def launches(
 
 @click.command()
 @dataset_input
-@click.option("--plot", type=click.Path(path_type=Path), help="Stacked bars per device to PNG/SVG.")
+@click.option(
+    "--plot",
+    type=click.Path(path_type=Path),
+    callback=figure_path,
+    help="Stacked bars per device to PNG/SVG.",
+)
 @output_options
 def idle(
     ds: Dataset,
@@ -117,7 +122,12 @@ def idle(
 
 @click.command()
 @dataset_input
-@click.option("--plot", type=click.Path(path_type=Path), help="Bars per device to PNG/SVG.")
+@click.option(
+    "--plot",
+    type=click.Path(path_type=Path),
+    callback=figure_path,
+    help="Bars per device to PNG/SVG.",
+)
 @output_options
 def overlap(
     ds: Dataset,

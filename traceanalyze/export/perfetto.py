@@ -37,6 +37,8 @@ import os
 
 import polars as pl
 
+from ..outpaths import check_output
+
 Frame = pl.DataFrame | pl.LazyFrame
 
 HOST_PID_OFFSET = 1_000_000
@@ -377,6 +379,7 @@ def write_chrome_trace(
         sources=sources,
         origin_ns=origin_ns,
     )
+    check_output(path)  # a missing directory: one clear error, not an OSError
     tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
     try:
         with open(tmp, "w", encoding="utf-8") as f:

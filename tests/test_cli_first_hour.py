@@ -1,0 +1,212 @@
+"""Issue 21, errors a new user met: each is one `traceanalyze: error:` line and exit 1, never a
+traceback or click's usage error (exit 2). Through the CLI, as the user ran them."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from traceanalyze.cli import main
+from traceanalyze.dataset import Dataset
+
+from .conftest import fixture, shared
+
+RESNET = "kineto_json/hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz"
+ERR = "traceanalyze: error: "
+
+# The commands that took FILE... through click's `exists=True` (exit 2, click's message).
+FILE_COMMANDS = ["summary", "health", "busy", "timeline", "launches", "coreutil", "mfu", "roofline"]
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def one_error(r, *needles: str) -> str:
+    """The result is exit 1 with exactly one error line holding every needle, no traceback."""
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert r.exit_code == 1, (r.exit_code, r.output)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(ERR), r.stderr
+    assert "Traceback" not in r.output and "Usage:" not in r.output
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+@pytest.mark.parametrize("cmd", FILE_COMMANDS + ["idle", "overlap", "ops", "variability"])
+def test_missing_input_file_is_one_line_exit_1(cmd: str, tmp_path: Path) -> None:
+    missing = tmp_path / "nope.json"
+    extra = ["-o", str(tmp_path / "t.png")] if cmd == "timeline" else []
+    one_error(invoke(cmd, str(missing), *extra), str(missing), "no such file")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file whatever its mode")
+def test_unreadable_input_file_is_one_line_exit_1(tmp_path: Path) -> None:
+    p = tmp_path / "locked.csv"
+    p.write_bytes(fixture("iterlog-resnet50-cpu/iterations_bs2_rank0.csv").read_bytes())
+    p.chmod(0)
+    for cmd in FILE_COMMANDS:
+        extra = ["-o", str(tmp_path / "t.png")] if cmd == "timeline" else []
+        one_error(invoke(cmd, str(p), *extra), str(p))
+
+
+# --- output paths ---------------------------------------------------------------------------
+
+
+def test_timeline_output_into_missing_directory(tmp_path: Path) -> None:
+    out = tmp_path / "no" / "t.png"
+    one_error(invoke("timeline", str(shared(RESNET)), "-o", str(out)), str(out), "does not exist")
+    assert not out.parent.exists()
+
+
+def test_timeline_output_onto_a_directory(tmp_path: Path) -> None:
+    one_error(invoke("timeline", str(shared(RESNET)), "-o", str(tmp_path)), "is a directory")
+
+
+@pytest.mark.parametrize("name", ["t.docx", "t"])
+def test_timeline_output_needs_a_figure_extension(tmp_path: Path, name: str) -> None:
+    out = tmp_path / name
+    line = one_error(invoke("timeline", str(shared(RESNET)), "-o", str(out)), ".png")
+    assert ("'.docx'" in line) if name.endswith("docx") else ("no extension" in line)
+    assert not out.exists()  # before: `-o t` silently wrote a PNG named `t`
+
+
+def test_perfetto_into_missing_directory(tmp_path: Path) -> None:
+    out = tmp_path / "no" / "t.json"
+    one_error(invoke("timeline", str(shared(RESNET)), "--perfetto", str(out)), "does not exist")
+
+
+@pytest.mark.parametrize(
+    ("cmd", "opt", "rel"),
+    [
+        ("idle", "--plot", RESNET),
+        ("overlap", "--plot", RESNET),
+        ("ops", "--plot", RESNET),
+        ("coreutil", "--plot", "nvprof_csv/magus_matrixMul_gtx1080ti_metrics_all.csv"),
+        ("variability", "--plot", RESNET),
+        ("roofline", "-o", "ncu_csv/roofline_ncu2026.2_rtx5070_gemm_tiled_long.csv"),
+    ],
+)
+def test_plot_into_missing_directory(cmd: str, opt: str, rel: str, tmp_path: Path) -> None:
+    out = tmp_path / "no" / "p.png"
+    one_error(invoke(cmd, str(shared(rel)), opt, str(out)), str(out), "does not exist")
+
+
+# --- stores ----------------------------------------------------------------------------------
+
+
+def test_ingest_into_dev_null(tmp_path: Path) -> None:
+    p = fixture("iterlog-resnet50-cpu/iterations_bs2_rank0.csv")
+    one_error(invoke("ingest", str(p), "--store", "/dev/null"), "/dev/null")
+    one_error(invoke("summary", "--store", "/dev/null"), "/dev/null")
+
+
+def _refuse_writes_under(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+    """As root, whom file modes do not stop: the kernel's refusal of a write under `root`
+    (EACCES on creating a file or directory there), as a non-root user meets it."""
+    real_mkdir, real_open = os.mkdir, os.open
+
+    def under(path: object) -> bool:
+        return os.path.abspath(os.fsdecode(path)).startswith(str(root))  # type: ignore[arg-type]
+
+    def mkdir(path: object, *a: object, **k: object) -> None:
+        if under(path):
+            raise PermissionError(13, "Permission denied", os.fsdecode(path))  # type: ignore[arg-type]
+        real_mkdir(path, *a, **k)  # type: ignore[arg-type]
+
+    def open_(path: object, flags: int, *a: object, **k: object) -> int:
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and under(path):
+            raise PermissionError(13, "Permission denied", os.fsdecode(path))  # type: ignore[arg-type]
+        return real_open(path, flags, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    monkeypatch.setattr(os, "open", open_)
+    import builtins
+
+    real_bopen = builtins.open
+
+    def bopen(file: object, mode: str = "r", *a: object, **k: object) -> object:
+        if isinstance(file, (str, os.PathLike)) and any(c in mode for c in "wax+") and under(file):
+            raise PermissionError(13, "Permission denied", os.fsdecode(file))
+        return real_bopen(file, mode, *a, **k)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(builtins, "open", bopen)
+
+
+def test_read_only_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A store the user may not write: one line naming a path in it, exit 1, store intact."""
+    store = tmp_path / "store"
+    p = fixture("iterlog-resnet50-cpu/iterations_bs2_rank0.csv")
+    assert invoke("ingest", str(p), "--store", str(store)).exit_code == 0
+    before = sorted((q.relative_to(store), q.stat().st_size) for q in store.rglob("*"))
+    for d in (store, *store.rglob("*")):
+        d.chmod(0o555 if d.is_dir() else 0o444)
+    try:
+        if os.geteuid() == 0:
+            _refuse_writes_under(monkeypatch, store)
+        trace = fixture("kineto_json-resnet50-cpu/torch_bs2_rank0.pt.trace.json.gz")
+        r = invoke("ingest", str(trace), "--store", str(store))
+        monkeypatch.undo()
+        one_error(r, str(store))
+        after = sorted((q.relative_to(store), q.stat().st_size) for q in store.rglob("*"))
+        assert after == before
+    finally:
+        for d in (store, *store.rglob("*")):
+            d.chmod(0o755 if d.is_dir() else 0o644)
+
+
+# --- collect ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extra", [[], ["--dry-run"], ["--device", "cpu"]])
+def test_collect_without_torch_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, extra: list[str]
+) -> None:
+    # None in sys.modules: `import torch` raises ImportError and find_spec says it is absent.
+    monkeypatch.setitem(sys.modules, "torch", None)
+    r = invoke("collect", "--out", str(tmp_path / "runs"), "--iterations", "2", *extra)
+    one_error(r, "pip install 'traceanalyze[collect]'")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_collect_without_gpu_needs_device_cpu_and_says_the_cost(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    r = invoke("collect", "--out", str(tmp_path / "runs"))
+    # the defaults: 500 steps of 64 images, 224 px; 35 s a step -> 500 * 35 / 3600 = 4.9 h
+    one_error(r, "no GPU found", "--device cpu", "500 steps", "4.9 hours")
+    assert not (tmp_path / "runs").exists()
+    r = invoke(
+        "collect",
+        "--out",
+        str(tmp_path / "runs"),
+        "--batch-size",
+        "2,4",
+        "--iterations",
+        "4",
+        "--image-size",
+        "64",
+    )
+    # 4 steps of 2 + 4 images at 64 px: 4 * 6 * 35 / 64 * (64 / 224) ** 2 = 1.07 s
+    one_error(r, "no GPU found", "4 steps at batch 2,4, 64x64 px take about 1 s")
+
+
+# --- Ctrl-C ----------------------------------------------------------------------------------
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(*_a: object, **_k: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Dataset, "summary", interrupted)
+    r = invoke("summary", str(fixture("iterlog-resnet50-cpu/iterations_bs2_rank0.csv")))
+    assert r.exit_code == 130
+    assert r.stderr.strip() == "traceanalyze: interrupted"
+    assert "Aborted!" not in r.output
