@@ -248,7 +248,8 @@ def test_busy_csv_exact(store: str) -> None:
 
 
 def test_busy_table_exact(store: str) -> None:
-    r = run("busy", "--store", store)
+    # Every column under --wide; by default the file alone names each source (issue 21).
+    r = run("busy", "--store", store, "--wide")
     assert r.output == (
         "source_id         file                  device_id  activity  interval_count  window_ms"
         "  busy_ms  busy_pct\n"
@@ -263,6 +264,9 @@ def test_busy_table_exact(store: str) -> None:
         "bbbbbbbbbbbbbbbb  bbbbbbbbbbbbbbbb.csv          0  kernels                4        225"
         "       50    22.222\n"
     )
+    default = run("busy", "--store", store).output.splitlines()
+    assert default[0].startswith("file                  device_id  activity")
+    assert default[2].startswith("aaaaaaaaaaaaaaaa.csv          0  copies")
 
 
 def test_variability_and_plot(store: str, tmp_path: Path) -> None:
@@ -421,7 +425,7 @@ def test_device_filter(store: str) -> None:
 
 def test_compare_table_exact(store: str) -> None:
     a, b = "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb"
-    r = run("compare", a, b, "--store", store)
+    r = run("compare", a, b, "--store", store, "--wide")  # every column (156 wide)
     # By hand: a's kernels gemm 2 x 10 ms, relu 2 x 5 ms (30 ms); b's gemm 2 x 20 ms, relu
     # 2 x 15 ms (70 ms); both match by name and grid/block. Iterations 100 vs 200 ms; samples
     # 1500 vs 750 MHz, 200 vs 400 W, 60 °C. Per iteration: 30 / 4 and 70 / 4 ms.

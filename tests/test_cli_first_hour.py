@@ -196,6 +196,11 @@ def test_collect_without_gpu_needs_device_cpu_and_says_the_cost(
     )
     # 4 steps of 2 + 4 images at 64 px: 4 * 6 * 35 / 64 * (64 / 224) ** 2 = 1.07 s
     one_error(r, "no GPU found", "4 steps at batch 2,4, 64x64 px take about 1 s")
+    # A dry run (a login node has no GPU) plans for the CPU and says what a real run needs.
+    r = invoke("collect", "--out", str(tmp_path / "runs"), "--dry-run")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith("# no GPU found: planned for the CPU, a real run needs --device cpu")
+    assert "--device cpu" in r.stdout.splitlines()[1]
 
 
 # --- Ctrl-C ----------------------------------------------------------------------------------

@@ -133,8 +133,10 @@ def test_text_table_fits_the_width_cutting_text_not_numbers() -> None:
     out = text_table(df, width=60)
     lines = out.splitlines()
     assert max(len(x) for x in lines) == 60
-    # name is cut first (the widest), at its end; n keeps every digit.
-    assert lines[2].startswith("void kernel<float, ") and "…" in lines[2]
+    # name is cut first (the widest), in its middle (issue 21: both ends tell rows apart);
+    # n keeps every digit.
+    assert lines[2].startswith("void kernel<float") and "…" in lines[2]
+    assert lines[2].split("  ")[0].endswith(", >(int)")
     assert lines[3].split()[0] == "short" and lines[3].endswith("2")
     # Wide enough: nothing is cut.
     assert "…" not in text_table(df.with_columns(pl.lit("x").alias("name")), width=120)

@@ -27,6 +27,8 @@ from .cli_common import (
     output_options,
     output_path,
     store_option,
+    table,
+    table_width,
     verbose,
     verbose_option,
     wrote,
@@ -85,7 +87,7 @@ def summary(ds: Dataset, top: int, out_json: bool, out_csv: bool) -> None:
     if out_json:
         click.echo(render.to_json(rep.to_dict()))
     else:
-        click.echo(render.per_source(rep.to_dict()), nl=False)
+        click.echo(render.per_source(rep.to_dict(), width=table_width()), nl=False)
 
 
 @click.command()
@@ -102,7 +104,7 @@ def health(ds: Dataset, out_json: bool, out_csv: bool) -> None:
     if out_json:
         click.echo(render.to_json(rep.to_dict()))
     else:
-        click.echo(render.per_source(rep.to_dict()), nl=False)
+        click.echo(render.per_source(rep.to_dict(), width=table_width()), nl=False)
 
 
 # --- coreutil --------------------------------------------------------------------------------
@@ -376,8 +378,8 @@ def compare(
             click.echo(render.to_csv(res.kernels), nl=False)
     else:
         click.echo(f"{res.a}\n{res.b}\n== overview")
-        click.echo(render.text_table(res.overview))
+        click.echo(table(res.overview))
         if res.kernels.height:
             n = res.kernels.height
             click.echo(f"\n== kernels (top {min(top, n)} of {n} by time)")
-            click.echo(render.text_table(res.kernels.head(top)))
+            click.echo(table(res.kernels.head(top)))

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 F = Callable[..., Any]
 _VERBOSE = "traceanalyze.verbose"
+_WIDE = "traceanalyze.wide"
 
 # --- one error and warning path --------------------------------------------------------------
 
@@ -132,7 +133,8 @@ def format_option(f: F) -> F:
 
 
 def output_options(f: F) -> F:
-    """`--json` / `--csv` (exclusive), given to the command as `out_json`, `out_csv`."""
+    """`--json` / `--csv` (exclusive), given to the command as `out_json`, `out_csv`; and
+    `--wide`, which `table` reads (every column, names uncut), not given to the command."""
 
     @functools.wraps(f)
     def wrapper(*args: Any, out_json: bool, out_csv: bool, **kwargs: Any) -> Any:
@@ -140,9 +142,18 @@ def output_options(f: F) -> F:
             raise click.UsageError("--json and --csv are exclusive")
         return f(*args, out_json=out_json, out_csv=out_csv, **kwargs)
 
-    w: F = click.option("--csv", "out_csv", is_flag=True, help="Print CSV instead of a table.")(
-        wrapper
-    )
+    def remember(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+        if value:
+            ctx.meta[_WIDE] = True
+
+    w: F = click.option(
+        "--wide",
+        is_flag=True,
+        expose_value=False,
+        callback=remember,
+        help=f"Table with every column, names uncut (default: fit {render.WIDTH} columns).",
+    )(wrapper)
+    w = click.option("--csv", "out_csv", is_flag=True, help="Print CSV instead of a table.")(w)
     return click.option("--json", "out_json", is_flag=True, help="Print JSON instead of a table.")(
         w
     )
@@ -258,7 +269,18 @@ def emit(df: Any, out_json: bool, out_csv: bool, title: str | None = None) -> No
     else:
         if title:
             click.echo(title)
-        click.echo(render.text_table(df))
+        click.echo(table(df))
+
+
+def table_width() -> int | None:
+    """The width text tables fit: `render.WIDTH`, or None (no limit) under `--wide`."""
+    ctx = click.get_current_context(silent=True)
+    return None if ctx is not None and ctx.meta.get(_WIDE) else render.WIDTH
+
+
+def table(df: Any) -> str:
+    """One frame as a text table fitting `table_width()`."""
+    return render.text_table(df, width=table_width())
 
 
 def wrote(path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 import polars as pl
 
-from .cli_common import dataset_input, emit, figure_path, output_options, wrote
+from .cli_common import dataset_input, emit, figure_path, output_options, table, wrote
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -90,9 +90,9 @@ def print_ops_diff(res: Comparison, top: int, out_json: bool, out_csv: bool) -> 
         click.echo(render.to_csv(diff), nl=False)
     else:
         click.echo(f"{res.a}\n{res.b}\n== operators overview")
-        click.echo(render.text_table(ov))
+        click.echo(table(ov))
         click.echo(f"\n== operators (top {min(top, diff.height)} of {diff.height} by time change)")
-        click.echo(render.text_table(diff.head(top)))
+        click.echo(table(diff.head(top)))
 
 
 @click.command()

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import click
 
-from . import render
-from .cli_common import dataset_input, emit, figure_path, output_options, wrote
+from .cli_common import dataset_input, emit, figure_path, output_options, table, wrote
 from .dataset import Dataset
 
 # --- launches --------------------------------------------------------------------------------
@@ -64,10 +63,10 @@ def launches(
     if out_json or out_csv:
         emit(stats, out_json, out_csv)
         return
-    click.echo(render.text_table(stats))
+    click.echo(table(stats))
     if outl.height:
         click.echo(f"\n== outliers (top {min(top, outl.height)} of {outl.height}; --outliers)")
-        click.echo(render.text_table(outl.head(top)))
+        click.echo(table(outl.head(top)))
 
 
 # --- idle ------------------------------------------------------------------------------------

@@ -16,9 +16,7 @@ from .errors import TraceanalyzeError
 FIGURE_SUFFIXES: tuple[str, ...] = (".png", ".svg")
 
 
-def check_output(
-    path: str | os.PathLike[str], *, suffixes: tuple[str, ...] | None = None
-) -> Path:
+def check_output(path: str | os.PathLike[str], *, suffixes: tuple[str, ...] | None = None) -> Path:
     """`path` as a `Path` when a file can be written there; else a `TraceanalyzeError`."""
     p = Path(path)
     if p.is_dir():

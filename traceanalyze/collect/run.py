@@ -179,7 +179,11 @@ def dry_run_device(cfg: CollectConfig) -> str:
         return cfg.device
     if cfg.profiler in P.EXTERNAL:
         return "cuda"
-    return resolve_device(None, cfg)
+    require_torch()
+    import torch
+
+    # No GPU here (a login node): planned for the CPU, which a real run must be given.
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _nvml_capabilities(nvml: Any = None) -> list[tuple[int, int]]:
@@ -361,6 +365,10 @@ def plan(
         )
     caps = device_capabilities() if capabilities is None and dev == "cuda" else (capabilities or [])
     notes: list[str] = []
+    if dry_run and dev == "cpu" and cfg.device is None:
+        notes.append(
+            f"no GPU found: planned for the CPU, a real run needs --device cpu; {cpu_cost(cfg)}"
+        )
     tool_path = None
     if cfg.profiler in P.EXTERNAL and not dry_run:
         tool_path = P.require_tool(cfg.profiler)
