@@ -310,8 +310,10 @@ def variability(
         emit(res.table, out_json, out_csv)
         return
     # Table: the fleet's top kernel names once above the table, not repeated in every row.
+    width = table_width()
     for col, name in res.kernel_names.items():
-        click.echo(f"{col.removesuffix('_kernel')} = {name or '?'}")
+        line = f"{col.removesuffix('_kernel')} = {name or '?'}"
+        click.echo(line if width is None else render.abbreviate(line, width))
     emit(res.table.drop(list(res.kernel_names)), False, False)
 
 

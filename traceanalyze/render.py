@@ -94,12 +94,14 @@ def _fit(widths: list[int], cols: list[str], numeric: list[bool], width: int) ->
     return out
 
 
-def _abbreviate(v: str, n: int, tail: bool) -> str:
+def abbreviate(v: str, n: int, tail: bool = False) -> str:
     """`v` in `n` characters: a path keeps its end (the file's own name), anything else its
     start and end (`void at::nat…float>(int)`), so that rows stay apart."""
+    if len(v) <= n:
+        return v
     if tail:
         return "…" + v[len(v) - (n - 1) :]
-    head = (n - 1 + 1) // 2
+    head = n // 2
     return v[:head] + "…" + v[len(v) - (n - 1 - head) :]
 
 
@@ -136,7 +138,7 @@ def text_table(df: pl.DataFrame, *, max_width: int = 80, width: int | None = WID
     for r in rows:
         for i, v in enumerate(r[: len(cols)]):
             if len(v) > widths[i]:
-                r[i] = _abbreviate(v, widths[i], tail[i])
+                r[i] = abbreviate(v, widths[i], tail[i])
 
     def fmt(vals: list[str]) -> str:
         return "  ".join(
