@@ -215,3 +215,24 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch: pytest.MonkeyPatch) -> Non
     assert r.exit_code == 130
     assert r.stderr.strip() == "traceanalyze: interrupted"
     assert "Aborted!" not in r.output
+
+
+# --- filters that match nothing --------------------------------------------------------------
+
+
+def _kernel_devices(path: Path) -> set[int]:
+    """Device ids of the trace's GPU kernels, read with the json module."""
+    import gzip
+    import json
+
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    return {int(e["args"]["device"]) for e in events if e.get("cat") == "kernel"}
+
+
+def test_device_filter_matching_nothing_says_so() -> None:
+    trace = shared(RESNET)
+    assert _kernel_devices(trace) == {0}  # one GPU, though its metadata lists more
+    one_error(invoke("summary", str(trace), "--device", "7"), "device 7", "devices with work: 0")
+    r = invoke("busy", str(trace), "--device", "7", "--device", "0")
+    assert r.exit_code == 0
+    assert "traceanalyze: warning: no work or samples on device 7" in r.stderr

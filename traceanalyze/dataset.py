@@ -110,7 +110,9 @@ class Dataset:
                 raise TraceanalyzeError(f"no such source(s): {', '.join(missing)}")
             ds = replace(ds, source_filter=want)
         if device is not None:
-            ds = replace(ds, device_filter=tuple(int(d) for d in _ids(device)))
+            want_dev = tuple(int(d) for d in _ids(device))
+            check_devices(want_dev, ds.active_devices())
+            ds = replace(ds, device_filter=want_dev)
         if start is not None:
             ds = replace(ds, start_ns=int(start))
         if end is not None:
@@ -161,6 +163,15 @@ class Dataset:
     def all_source_ids(self) -> list[str]:
         ids = self._scan("sources").select("source_id").collect()["source_id"].to_list()
         return sorted(str(i) for i in ids)
+
+    def active_devices(self) -> set[int]:
+        """Device ids with work or samples in the selected sources (kernels, copies, metrics,
+        telemetry, iterations); a device listed only in a trace's metadata is not one."""
+        found: set[int] = set()
+        for table in DEVICE_WORK_TABLES:
+            col = self.scan(table).select(pl.col("device_id").drop_nulls().unique()).collect()
+            found.update(int(d) for d in col["device_id"].to_list())
+        return found
 
     def names(self) -> dict[str, str]:
         """source_id -> file path, over every source (messages may name any of them)."""
@@ -369,6 +380,36 @@ class _TablesScan:
 
     def __call__(self, table: str) -> pl.LazyFrame:
         return self.tables[table].lazy()  # type: ignore[no-any-return]
+
+
+# The tables whose rows are work or samples on a device (`devices` only lists the hardware).
+DEVICE_WORK_TABLES = (
+    "kernels",
+    "memcpy",
+    "kernel_metrics",
+    "gpu_samples",
+    "gpu_metrics",
+    "iterations",
+)
+
+
+def check_devices(want: Sequence[int], active: set[int]) -> None:
+    """A device filter that matches nothing says so (issue 21: `--device 7` on a one-GPU trace
+    printed an empty summary): an error naming the devices with work when there are some, a
+    warning when the sources have no per-device data at all (a CPU run) or some devices match."""
+    import warnings
+
+    missing = sorted(set(want) - active)
+    if not missing:
+        return
+    names = ", ".join(map(str, missing))
+    if not active:
+        warnings.warn(f"--device {names}: these sources have no per-device data", stacklevel=3)
+        return
+    there = f"devices with work: {', '.join(map(str, sorted(active)))}"
+    if len(missing) == len(set(want)):
+        raise TraceanalyzeError(f"no work or samples on device {names} in these sources ({there})")
+    warnings.warn(f"no work or samples on device {names} ({there})", stacklevel=3)
 
 
 def open(
