@@ -204,8 +204,13 @@ def test_coreutil_nvprof_levels_keep_their_scale(write) -> None:
     got = {Path(x["file"]).name: x for x in json.loads(r.stdout)}
     lv = got[p.name]
     # The file's own `Avg` level of single_precision_fu_utilization is "Low (3)".
-    assert (lv["fma_pct"], lv["scale"], lv["weight"]) == (3.0, "level", "invocations")
-    assert got["batch_16.csv"]["scale"] == "pct"
+    # Levels and percentages mixed: plain `fma`, read with `scale` (issue 21: a 0-10 level
+    # is no percentage, so not under `fma_pct`).
+    assert (lv["fma"], lv["scale"], lv["weight"]) == (3.0, "level", "invocations")
+    assert got["batch_16.csv"]["scale"] == "pct" and "fma_pct" not in lv
+    # Levels alone: `fma_level`.
+    r = CliRunner().invoke(main, ["coreutil", str(p)])
+    assert r.stdout.splitlines()[0].split()[:3] == ["file", "batch_size", "fma_level"]
     assert (
         f"traceanalyze: warning: {p}: nvprof *_fu_utilization levels have no per-launch cycle "
         "count; weighted by invocations instead of cycles"

@@ -236,3 +236,21 @@ def test_device_filter_matching_nothing_says_so() -> None:
     r = invoke("busy", str(trace), "--device", "7", "--device", "0")
     assert r.exit_code == 0
     assert "traceanalyze: warning: no work or samples on device 7" in r.stderr
+
+
+def test_timeline_unknown_iteration_lists_the_ones_there(tmp_path: Path) -> None:
+    import gzip
+    import json
+
+    trace = shared(RESNET)
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    steps = sorted(
+        {
+            int(e["name"].split("#")[1])
+            for e in events
+            if e.get("name", "").startswith("ProfilerStep#")
+        }
+    )
+    assert steps == list(range(steps[0], steps[-1] + 1))  # one run: 101-105 here
+    r = invoke("timeline", str(trace), "--iteration", "3", "-o", str(tmp_path / "t.png"))
+    one_error(r, "iteration 3", f"iterations here: {steps[0]}-{steps[-1]}")
