@@ -254,3 +254,43 @@ def test_timeline_unknown_iteration_lists_the_ones_there(tmp_path: Path) -> None
     assert steps == list(range(steps[0], steps[-1] + 1))  # one run: 101-105 here
     r = invoke("timeline", str(trace), "--iteration", "3", "-o", str(tmp_path / "t.png"))
     one_error(r, "iteration 3", f"iterations here: {steps[0]}-{steps[-1]}")
+
+
+# --- mfu: the image size from the run's manifest ---------------------------------------------
+
+ITERLOG = "iterlog-resnet50-cpu/iterations_bs2_rank0.csv"
+
+
+def _mfu_json(*args: str) -> dict:
+    import json
+
+    r = invoke("mfu", *args, "--gpu", "NVIDIA L4", "--json")
+    assert r.exit_code == 0, r.output
+    [row] = json.loads(r.stdout)
+    return row
+
+
+def test_mfu_takes_the_image_size_from_the_manifest_or_refuses(tmp_path: Path) -> None:
+    """Before: `mfu` counted every run at 224 px (the demo trains at 64 px: ~12x too high)."""
+    import json
+
+    torch = pytest.importorskip("torch")  # FLOPs are counted from torchvision's model
+    del torch
+    run = tmp_path / "run"
+    run.mkdir()
+    log = run / "iterations_bs2_rank0.csv"
+    log.write_bytes(fixture(ITERLOG).read_bytes())
+    # No manifest, no --image-size: refused, with the reason.
+    one_error(invoke("mfu", str(log)), "image size unknown", "--image-size")
+    # A collect manifest beside the file (as `collect` writes it): its config.image_size.
+    (run / "manifest.json").write_text(json.dumps({"config": {"image_size": 64}}))
+    from_manifest = _mfu_json(str(log))
+    given = _mfu_json(str(log), "--image-size", "64")
+    at_224 = _mfu_json(str(log), "--image-size", "224")
+    assert from_manifest["flop_per_image_count"] == given["flop_per_image_count"]
+    ratio = at_224["flop_per_image_count"] / given["flop_per_image_count"]
+    assert 10 < ratio < 13  # ~ (224 / 64) ** 2 = 12.25: convolutions scale with the area
+    # Through a store under the run directory (the demo's layout) as well.
+    store = run / "store"
+    assert invoke("ingest", str(log), "--store", str(store)).exit_code == 0
+    assert _mfu_json("--store", str(store))["flop_per_image_count"] == given["flop_per_image_count"]

@@ -255,6 +255,7 @@ OPTION_VALUES: dict[str, str] = {
     "--iteration": "iteration",
     "-j": "=2",
     "--depth": "=1",
+    "--image-size": "=64",  # the fixtures' run trained at 64 px (fixtures/README.md)
 }
 
 

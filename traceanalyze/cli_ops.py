@@ -107,7 +107,13 @@ def print_ops_diff(res: Comparison, top: int, out_json: bool, out_csv: bool) -> 
     "TF32), fp32-strict = the plain FP32 peak.",
 )
 @click.option("--batch-size", type=int, help="Images per iteration, when the input lacks it.")
-@click.option("--image-size", default=224, show_default=True, help="Input images' side, pixels.")
+@click.option(
+    "--image-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Input images' side, pixels [default: the collect run's manifest.json beside the "
+    "files; refused when there is none].",
+)
 @click.option("--warmup", default=0, show_default=True, help="First iterations left out.")
 @output_options
 def mfu(
@@ -115,7 +121,7 @@ def mfu(
     gpu: str | None,
     precision: str,
     batch_size: int | None,
-    image_size: int,
+    image_size: int | None,
     warmup: int,
     out_json: bool,
     out_csv: bool,

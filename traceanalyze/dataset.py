@@ -334,11 +334,12 @@ class Dataset:
         gpu: str | None = None,
         precision: str = "fp32",
         batch_size: int | None = None,
-        image_size: int = 224,
+        image_size: int | None = None,
         warmup: int = 0,
     ) -> pl.DataFrame:
         """ResNet-50 training model FLOP utilization: median images/s x FLOPs per image (counted
-        from torchvision's model) over the GPU's dense peak for `precision`."""
+        from torchvision's model) over the GPU's dense peak for `precision`. `image_size`
+        None: from the collect run's manifest, else an error (never assumed)."""
         from . import report_ops
 
         return report_ops.mfu(

@@ -50,11 +50,20 @@ def mfu(
     gpu: str | None = None,
     precision: str = "fp32",
     batch_size: int | None = None,
-    image_size: int = 224,
+    image_size: int | None = None,
     warmup: int = 0,
 ) -> pl.DataFrame:
-    """ResNet-50 training model FLOP utilization per source and device (see `analyses.mfu.mfu`)."""
+    """ResNet-50 training model FLOP utilization per source and device (see `analyses.mfu.mfu`).
+    `image_size` None: the collect manifest's beside the sources' files (`runinfo`), else an
+    error saying so."""
     from .analyses.mfu import mfu as compute
+
+    has_iterations = ds.scan("iterations").select(pl.len()).collect().item() > 0
+    if image_size is None and has_iterations:  # without iterations: compute says that first
+        from .runinfo import image_size as manifest_image_size
+
+        names = ds.names()
+        image_size = manifest_image_size({s: names.get(s, s) for s in ds.source_ids()})
 
     df = compute(
         ds.scan("iterations"),
@@ -62,7 +71,7 @@ def mfu(
         gpu=gpu,
         precision=precision,
         batch_size=batch_size,
-        image_size=image_size,
+        image_size=image_size or 224,  # 224 only reached without iterations (an error)
         warmup=warmup,
     )
     return with_file(df, ds.names())

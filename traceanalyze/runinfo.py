@@ -1,0 +1,59 @@
+"""What a `collect` run's manifest says about the sources it wrote: the file `manifest.json` (or
+`manifest.node<N>.json`) beside each source's file, its `config` (image size, warm-up, ...).
+
+I/O, so not an analysis: `report_ops` asks here and hands the value to the pure function.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import NotAnswerable
+
+MANIFEST_GLOB = "manifest*.json"
+
+
+def run_config(path: str) -> dict[str, Any] | None:
+    """`config` of the collect manifest beside `path` (None when there is none, or it is not a
+    collect manifest)."""
+    folder = Path(path).parent
+    for m in sorted(folder.glob(MANIFEST_GLOB)) if folder.is_dir() else []:
+        try:
+            data = json.loads(m.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        cfg = data.get("config") if isinstance(data, dict) else None
+        if isinstance(cfg, dict):
+            return cfg
+    return None
+
+
+def image_size(paths: Mapping[str, str]) -> int:
+    """The image side, in pixels, the run of these sources (`source_id -> file path`) trained
+    at, from its manifest; `NotAnswerable` when no manifest says it or they disagree. FLOPs per
+    image grow with its area (64 px: 1/12 of 224 px), so it is never assumed."""
+    sizes: dict[int, list[str]] = {}
+    for path in paths.values():
+        cfg = run_config(path)
+        size = cfg.get("image_size") if cfg else None
+        if isinstance(size, int) and size > 0:
+            sizes.setdefault(size, []).append(path)
+    if len(sizes) == 1:
+        return next(iter(sizes))
+    if not sizes:
+        files = ", ".join(sorted(paths.values())) or "these sources"
+        raise NotAnswerable(
+            f"image size unknown: no collect manifest (manifest.json with config.image_size) "
+            f"beside {files}; give --image-size (224 for ImageNet-size training)"
+        )
+    raise NotAnswerable(
+        "sources trained at different image sizes ("
+        + ", ".join(f"{s} px: {len(p)} files" for s, p in sorted(sizes.items()))
+        + "); give --image-size, or one run at a time (--source)"
+    )
+
+
+__all__ = ["image_size", "run_config"]
