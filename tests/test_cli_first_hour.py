@@ -294,3 +294,43 @@ def test_mfu_takes_the_image_size_from_the_manifest_or_refuses(tmp_path: Path) -
     store = run / "store"
     assert invoke("ingest", str(log), "--store", str(store)).exit_code == 0
     assert _mfu_json("--store", str(store))["flop_per_image_count"] == given["flop_per_image_count"]
+
+
+# --- one warm-up rule --------------------------------------------------------------------------
+
+
+def test_summary_variability_and_mfu_leave_out_the_same_warm_up(tmp_path: Path) -> None:
+    """Before: summary counted the warm-up, mfu dropped none, variability max(1, 10 %)."""
+    import csv
+    import json
+    import statistics
+
+    pytest.importorskip("torch")  # mfu counts FLOPs from torchvision's model
+    run = tmp_path / "run"
+    run.mkdir()
+    log = run / "iterations_bs2_rank0.csv"
+    log.write_bytes(fixture(ITERLOG).read_bytes())
+    lines = log.read_text().splitlines()
+    rows = list(csv.DictReader(ln for ln in lines if not ln.startswith("#")))
+    assert len(rows) == 4
+    durs = {int(r["iteration"]): int(r["duration_ns"]) for r in rows}
+    # Without a manifest: max(1, 4 // 10) = 1, the first iteration.
+    want = statistics.median(d for i, d in durs.items() if i > min(durs)) / 1e6
+    summ = json.loads(invoke("summary", str(log), "--json").stdout)["iterations"][0]
+    var = json.loads(invoke("variability", str(log), "--json").stdout)[0]
+    assert summ["warmup_count"] == 1 and summ["iteration_count"] == 4
+    assert summ["median_ms"] == pytest.approx(want)
+    assert var["median_iteration_ms"] == pytest.approx(want)
+    ips = statistics.median(2e9 / d for i, d in durs.items() if i > min(durs))
+    mfu = _mfu_json(str(log), "--image-size", "64")
+    assert mfu["median_images_per_s"] == pytest.approx(ips)
+    # The run's manifest says --warmup 2: iterations numbered 0 and 1 are warm-up, everywhere.
+    (run / "manifest.json").write_text(json.dumps({"config": {"image_size": 64, "warmup": 2}}))
+    want = statistics.median(d for i, d in durs.items() if i >= 2) / 1e6
+    summ = json.loads(invoke("summary", str(log), "--json").stdout)["iterations"][0]
+    var = json.loads(invoke("variability", str(log), "--json").stdout)[0]
+    assert summ["warmup_count"] == 2
+    assert summ["median_ms"] == pytest.approx(want)
+    assert var["median_iteration_ms"] == pytest.approx(want)
+    ips = statistics.median(2e9 / d for i, d in durs.items() if i >= 2)
+    assert _mfu_json(str(log))["median_images_per_s"] == pytest.approx(ips)

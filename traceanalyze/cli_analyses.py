@@ -281,7 +281,10 @@ def attribute(
 @click.command()
 @dataset_input
 @click.option(
-    "--warmup", type=int, default=None, help="Iterations to drop per GPU (default max(1, 10%))."
+    "--warmup",
+    type=int,
+    default=None,
+    help="Iterations to drop per GPU [default: the warm-up rule of docs/warmup.md].",
 )
 @click.option("--top", default=3, show_default=True, help="Top kernels (fleet-wide) to time.")
 @click.option(

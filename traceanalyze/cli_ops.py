@@ -114,7 +114,12 @@ def print_ops_diff(res: Comparison, top: int, out_json: bool, out_csv: bool) -> 
     help="Input images' side, pixels [default: the collect run's manifest.json beside the "
     "files; refused when there is none].",
 )
-@click.option("--warmup", default=0, show_default=True, help="First iterations left out.")
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Iterations left out per GPU [default: the warm-up rule of docs/warmup.md].",
+)
 @output_options
 def mfu(
     ds: Dataset,
@@ -122,7 +127,7 @@ def mfu(
     precision: str,
     batch_size: int | None,
     image_size: int | None,
-    warmup: int,
+    warmup: int | None,
     out_json: bool,
     out_csv: bool,
 ) -> None:

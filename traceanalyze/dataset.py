@@ -335,7 +335,7 @@ class Dataset:
         precision: str = "fp32",
         batch_size: int | None = None,
         image_size: int | None = None,
-        warmup: int = 0,
+        warmup: int | None = None,
     ) -> pl.DataFrame:
         """ResNet-50 training model FLOP utilization: median images/s x FLOPs per image (counted
         from torchvision's model) over the GPU's dense peak for `precision`. `image_size`

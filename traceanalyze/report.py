@@ -17,6 +17,7 @@ from .analyses import health as h
 from .analyses import summary as s
 from .analyses.naming import with_file
 from .errors import NotAnswerable, StoreError, TraceanalyzeError
+from .report_ops import run_first_steady
 from .results import CoreUtil, Health, Summary, Variability
 from .store import MARKER, Store
 
@@ -77,8 +78,11 @@ def _top_ops(ops: pl.LazyFrame, top: int) -> pl.DataFrame:
     return out.select(keep)
 
 
-def summary_tables(scan: Scan, *, top: int = 10) -> dict[str, pl.DataFrame]:
-    """`summary_report` over any `scan(table) -> LazyFrame` (no `file` columns)."""
+def summary_tables(
+    scan: Scan, *, top: int = 10, first_steady: int | None = None
+) -> dict[str, pl.DataFrame]:
+    """`summary_report` over any `scan(table) -> LazyFrame` (no `file` columns); iteration
+    statistics after the warm-up (`analyses.warmup`; `first_steady`: a collect run's own)."""
     srcs = (
         scan("sources")
         .select("source_id", "format", "tool", "tool_version", "path")
@@ -100,7 +104,7 @@ def summary_tables(scan: Scan, *, top: int = 10) -> dict[str, pl.DataFrame]:
         .with_columns((pl.col("total_ns") / 1e6).alias("total_ms"))
         .drop("total_ns"),
         "telemetry": s.telemetry_stats(scan("gpu_samples")),
-        "iterations": s.iteration_stats(scan("iterations")),
+        "iterations": s.iteration_stats(scan("iterations"), first_steady=first_steady),
         **health_tables(scan),
     }
 
@@ -119,7 +123,7 @@ def summary(ds: Dataset, top: int = 10) -> Summary:
     names = ds.names()
     t = {
         k: v if k == "sources" else with_file(v, names)
-        for k, v in summary_tables(ds.scan, top=top).items()
+        for k, v in summary_tables(ds.scan, top=top, first_steady=run_first_steady(ds)).items()
     }
     hl = Health(t["sampling_health"], t["kernel_health"], t["event_health"], t["iteration_health"])
     return Summary(
@@ -267,11 +271,12 @@ def variability(ds: Dataset, warmup: int | None = None, top: int = 3) -> Variabi
         warmup=warmup,
         top=top,
         sources=ds.scan_all("sources"),
+        first_steady=(first := run_first_steady(ds)),
     )
     names = ds.names()
     df = with_file(with_file(df, names), names, "samples_source_id", "samples_file")
     steady = (
-        v.steady_iterations(ds.scan("iterations"), warmup=warmup)
+        v.steady_iterations(ds.scan("iterations"), warmup=warmup, first_steady=first)
         .select("source_id", "device_id", "duration_ns")
         .collect()
     )

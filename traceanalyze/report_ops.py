@@ -51,7 +51,7 @@ def mfu(
     precision: str = "fp32",
     batch_size: int | None = None,
     image_size: int | None = None,
-    warmup: int = 0,
+    warmup: int | None = None,
 ) -> pl.DataFrame:
     """ResNet-50 training model FLOP utilization per source and device (see `analyses.mfu.mfu`).
     `image_size` None: the collect manifest's beside the sources' files (`runinfo`), else an
@@ -73,8 +73,17 @@ def mfu(
         batch_size=batch_size,
         image_size=image_size or 224,  # 224 only reached without iterations (an error)
         warmup=warmup,
+        first_steady=run_first_steady(ds),
     )
     return with_file(df, ds.names())
+
+
+def run_first_steady(ds: Dataset) -> int | None:
+    """The collect run's own --warmup for these sources (`runinfo.first_steady`)."""
+    from .runinfo import first_steady
+
+    names = ds.names()
+    return first_steady({s: names.get(s, s) for s in ds.source_ids()})
 
 
 def roofline(

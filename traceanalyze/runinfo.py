@@ -56,4 +56,17 @@ def image_size(paths: Mapping[str, str]) -> int:
     )
 
 
-__all__ = ["image_size", "run_config"]
+def first_steady(paths: Mapping[str, str]) -> int | None:
+    """The run's own `--warmup` (iterations numbered below it are warm-up) when every source
+    has a collect manifest and they agree; else None (`analyses.warmup`'s rule then counts)."""
+    found: set[int] = set()
+    for path in paths.values():
+        cfg = run_config(path)
+        w = cfg.get("warmup") if cfg else None
+        if not isinstance(w, int) or w < 0:
+            return None
+        found.add(w)
+    return found.pop() if len(found) == 1 else None
+
+
+__all__ = ["first_steady", "image_size", "run_config"]
