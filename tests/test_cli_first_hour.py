@@ -334,3 +334,17 @@ def test_summary_variability_and_mfu_leave_out_the_same_warm_up(tmp_path: Path) 
     assert var["median_iteration_ms"] == pytest.approx(want)
     ips = statistics.median(2e9 / d for i, d in durs.items() if i >= 2)
     assert _mfu_json(str(log))["median_images_per_s"] == pytest.approx(ips)
+
+
+def test_docs_send_no_reader_outside_the_project() -> None:
+    """A clone has no ../shared/docs: the README and CONTRIBUTING keep the conventions inside."""
+    from .conftest import ROOT
+
+    for name in (
+        "README.md",
+        "CONTRIBUTING.md",
+        *(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")),
+    ):
+        text = (ROOT / name).read_text(encoding="utf-8")
+        assert "shared/docs" not in text, f"{name} sends readers to ../shared/docs"
+    assert "## Conventions" in (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
