@@ -348,3 +348,18 @@ def test_docs_send_no_reader_outside_the_project() -> None:
         text = (ROOT / name).read_text(encoding="utf-8")
         assert "shared/docs" not in text, f"{name} sends readers to ../shared/docs"
     assert "## Conventions" in (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+
+
+def test_parallel_ingest_leaves_no_staging_locks(tmp_path: Path) -> None:
+    """Before: `ingest -j 2` left one `.staging/<owner>.lock` per worker."""
+    store = tmp_path / "store"
+    files = [
+        fixture("iterlog-resnet50-cpu/iterations_bs2_rank0.csv"),
+        fixture("kineto_json-resnet50-cpu/torch_bs2_rank0.pt.trace.json.gz"),
+    ]
+    r = invoke("ingest", "-j", "2", "-q", *map(str, files), "--store", str(store))
+    assert r.exit_code == 0, r.output
+    assert not (store / ".staging").exists(), sorted(p.name for p in (store / ".staging").iterdir())
+    serial = tmp_path / "serial"
+    assert invoke("ingest", "-q", *map(str, files), "--store", str(serial)).exit_code == 0
+    assert sorted(p.name for p in store.iterdir()) == sorted(p.name for p in serial.iterdir())
