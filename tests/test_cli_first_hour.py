@@ -363,3 +363,13 @@ def test_parallel_ingest_leaves_no_staging_locks(tmp_path: Path) -> None:
     serial = tmp_path / "serial"
     assert invoke("ingest", "-q", *map(str, files), "--store", str(serial)).exit_code == 0
     assert sorted(p.name for p in store.iterdir()) == sorted(p.name for p in serial.iterdir())
+
+
+def test_summary_prints_files_in_the_order_given() -> None:
+    """Before: by source id (a hash), whatever order the files were given in."""
+    a = shared("kineto_json/hta_triton_a100_trace.json.gz")
+    b = shared("nvprof_csv/magus_matrixMul_gtx1080ti_gputrace.csv")
+    for first, second in ((a, b), (b, a)):
+        heads = [ln for ln in invoke("summary", str(first), str(second)).stdout.splitlines()]
+        heads = [ln for ln in heads if ln.startswith("== ")]
+        assert heads == [f"== {first}", f"== {second}"]

@@ -171,7 +171,7 @@ def _more_columns(names: list[str], width: int) -> str:
 def per_source(tables: Mapping[str, pl.DataFrame], *, width: int | None = WIDTH) -> str:
     """Several per-source tables as text, grouped by source: the file once as a header, then
     that source's tables without their `source_id` and `file` columns. A `sources` table, when
-    given, adds the format and tool to each header."""
+    given, adds the format and tool to each header and gives the order of the sources."""
     info = tables.get("sources")
     files: dict[str, str] = {}
     for name, df in tables.items():
@@ -184,8 +184,11 @@ def per_source(tables: Mapping[str, pl.DataFrame], *, width: int | None = WIDTH)
             files.setdefault(sid, r.get("path") or sid)
             tool = " ".join(str(x) for x in (r.get("tool"), r.get("tool_version")) if x)
             meta[sid] = ", ".join(x for x in (r.get("format"), tool) if x)
+    # In the order of the `sources` table (the files' order as given), else by id.
+    order = [str(x) for x in info["source_id"].to_list()] if info is not None else []
+    order = [sid for sid in order if sid in files] + sorted(set(files) - set(order))
     out: list[str] = []
-    for sid in sorted(files):
+    for sid in order:
         name = files[sid]
         if width is not None and len(name) > width - 3:
             name = "…" + name[4 - width :]

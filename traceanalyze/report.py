@@ -86,8 +86,7 @@ def summary_tables(
     srcs = (
         scan("sources")
         .select("source_id", "format", "tool", "tool_version", "path")
-        .sort("source_id")
-        .collect()
+        .collect()  # in the files' order as given (a store: its sources table's order)
     )
     return {
         "sources": srcs,
