@@ -373,3 +373,34 @@ def test_summary_prints_files_in_the_order_given() -> None:
         heads = [ln for ln in invoke("summary", str(first), str(second)).stdout.splitlines()]
         heads = [ln for ln in heads if ln.startswith("== ")]
         assert heads == [f"== {first}", f"== {second}"]
+
+
+def test_saved_figures_keep_long_titles_and_labels(tmp_path: Path) -> None:
+    """Before: ops.png cut its title and long labels at the figure's edge."""
+    from matplotlib.figure import Figure
+    from matplotlib.image import imread
+
+    from traceanalyze.plot import DPI, save
+
+    fig = Figure(figsize=(2, 1))
+    ax = fig.add_subplot()
+    ax.set_title("a title much longer than a two-inch figure is wide " * 2)
+    out = tmp_path / "f.png"
+    save(fig, out)
+    assert imread(out).shape[1] > 2 * DPI  # the picture grew to hold the title
+    # An operator name longer than the label room is cut visibly, in the middle.
+    from traceanalyze.plots.ops import ops_figure
+
+    long = "autograd::engine::evaluate_function: ConvolutionBackward0"
+    stats = pl_frame(long)
+    labels = [t.get_text() for t in ops_figure(stats).axes[0].get_yticklabels()]
+    assert labels[0].startswith("autograd::") and "…" in labels[0]
+    assert labels[0].endswith("ConvolutionBackward0")
+
+
+def pl_frame(op: str):
+    import polars as pl
+
+    return pl.DataFrame(
+        {"op": [op], "kernel_self_ns": [2_000_000], "self_ns": [1_000_000], "source_id": ["a"]}
+    )

@@ -25,7 +25,8 @@ def save(fig: Figure, path: str | os.PathLike[str]) -> None:
     fmt = p.suffix.lstrip(".").lower()
     tmp = p.with_name(f".{p.name}.tmp")
     try:
-        fig.savefig(tmp, dpi=DPI, format=fmt)
+        # bbox_inches="tight": a long title or label grows the picture instead of being cut off
+        fig.savefig(tmp, dpi=DPI, format=fmt, bbox_inches="tight", pad_inches=0.1)
         tmp.replace(p)
     finally:
         tmp.unlink(missing_ok=True)
