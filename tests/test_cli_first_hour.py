@@ -404,3 +404,49 @@ def pl_frame(op: str):
     return pl.DataFrame(
         {"op": [op], "kernel_self_ns": [2_000_000], "self_ns": [1_000_000], "source_id": ["a"]}
     )
+
+
+# --- one collect run is one GPU-run ------------------------------------------------------------
+
+
+def _run_dir(tmp_path: Path, manifest: bool) -> Path:
+    """A collect run's directory as `collect` leaves it: the iteration log and the trace of rank
+    0 at batch 2 (the fixtures come from one such run), and its manifest."""
+    import json
+
+    run = tmp_path / ("run" if manifest else "loose")
+    run.mkdir()
+    for rel in (ITERLOG, "kineto_json-resnet50-cpu/torch_bs2_rank0.pt.trace.json.gz"):
+        (run / Path(rel).name).write_bytes(fixture(rel).read_bytes())
+    if manifest:
+        cfg = {"image_size": 64, "warmup": 1, "batch_sizes": [2]}
+        (run / "manifest.json").write_text(json.dumps({"config": cfg}))
+    return run
+
+
+def test_variability_counts_one_collect_run_as_one_gpu(tmp_path: Path) -> None:
+    """Before: `variability --store runs/demo/store` ranked the run's iteration log against its
+    own trace, "2 of 2 GPUs"."""
+    import json
+
+    run = _run_dir(tmp_path, manifest=True)
+    files = sorted(str(p) for p in run.iterdir() if p.name != "manifest.json")
+    store = run / "store"
+    assert invoke("ingest", *files, "--store", str(store)).exit_code == 0
+    rows = json.loads(invoke("variability", "--store", str(store), "--json").stdout)
+    assert [Path(r["file"]).name for r in rows] == ["iterations_bs2_rank0.csv"]
+    # The iteration log stands for the run: 4 iterations, the manifest's warm-up 1 left out.
+    assert rows[0]["steady_iteration_count"] == 3
+    # Files of no collect run (no manifest beside them) stay separate sources.
+    loose = _run_dir(tmp_path, manifest=False)
+    lfiles = sorted(str(p) for p in loose.iterdir())
+    rows = json.loads(invoke("variability", *lfiles, "--json").stdout)
+    assert len(rows) == 2
+    # Another rank of the same run is another GPU.
+    rank1 = run / "iterations_bs2_rank1.csv"
+    rank1.write_bytes(fixture(ITERLOG).read_bytes().replace(b"\n0,", b"\n1,"))
+    rows = json.loads(invoke("variability", *files, str(rank1), "--json").stdout)
+    assert sorted(Path(r["file"]).name for r in rows) == [
+        "iterations_bs2_rank0.csv",
+        "iterations_bs2_rank1.csv",
+    ]

@@ -263,10 +263,11 @@ def attribute(ds: Dataset, per: str = "iteration", samples_from: str | None = No
 def variability(ds: Dataset, warmup: int | None = None, top: int = 3) -> Variability:
     from .analyses import variability as v
 
+    its, kernels = one_per_gpu_run(ds)
     df = v.variability(
-        ds.scan("iterations"),
+        its,
         ds.scan_all("gpu_samples"),
-        ds.scan("kernels"),
+        kernels,
         warmup=warmup,
         top=top,
         sources=ds.scan_all("sources"),
@@ -275,7 +276,7 @@ def variability(ds: Dataset, warmup: int | None = None, top: int = 3) -> Variabi
     names = ds.names()
     df = with_file(with_file(df, names), names, "samples_source_id", "samples_file")
     steady = (
-        v.steady_iterations(ds.scan("iterations"), warmup=warmup, first_steady=first)
+        v.steady_iterations(its, warmup=warmup, first_steady=first)
         .select("source_id", "device_id", "duration_ns")
         .collect()
     )
@@ -285,3 +286,19 @@ def variability(ds: Dataset, warmup: int | None = None, top: int = 3) -> Variabi
             vals = df[c].drop_nulls().to_list()
             kernel_names[c] = str(vals[0]) if vals else None
     return Variability(df, steady, kernel_names)
+
+
+def one_per_gpu_run(ds: Dataset) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """Iterations and kernels with the sources of one collect GPU-run taken as one GPU (the
+    iteration log stands for the run, the trace's kernels go with it): `analyses.runs`."""
+    from .analyses.runs import merge_gpu_runs, representatives
+    from .report_ops import source_files
+    from .runinfo import gpu_run_key
+
+    its = ds.scan("iterations")
+    files = source_files(ds)
+    keys = {sid: gpu_run_key(path) for sid, path in files.items()}
+    if not any(keys.values()):
+        return its, ds.scan("kernels")
+    counts = dict(its.group_by("source_id").len().collect().iter_rows())
+    return merge_gpu_runs(its, ds.scan("kernels"), representatives(counts, keys))

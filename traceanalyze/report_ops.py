@@ -62,8 +62,7 @@ def mfu(
     if image_size is None and has_iterations:  # without iterations: compute says that first
         from .runinfo import image_size as manifest_image_size
 
-        names = ds.names()
-        image_size = manifest_image_size({s: names.get(s, s) for s in ds.source_ids()})
+        image_size = manifest_image_size(source_files(ds))
 
     df = compute(
         ds.scan("iterations"),
@@ -78,12 +77,20 @@ def mfu(
     return with_file(df, ds.names())
 
 
+def source_files(ds: Dataset) -> dict[str, str]:
+    """source_id -> its file, found again for a store ingested from another directory."""
+    from .runinfo import located
+
+    names = ds.names()
+    root = ds.origin if ds.is_store else None
+    return {s: located(names.get(s, s), root) for s in ds.source_ids()}
+
+
 def run_first_steady(ds: Dataset) -> int | None:
     """The collect run's own --warmup for these sources (`runinfo.first_steady`)."""
     from .runinfo import first_steady
 
-    names = ds.names()
-    return first_steady({s: names.get(s, s) for s in ds.source_ids()})
+    return first_steady(source_files(ds))
 
 
 def roofline(

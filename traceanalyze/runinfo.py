@@ -7,6 +7,7 @@ I/O, so not an analysis: `report_ops` asks here and hands the value to the pure 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -69,4 +70,28 @@ def first_steady(paths: Mapping[str, str]) -> int | None:
     return found.pop() if len(found) == 1 else None
 
 
-__all__ = ["first_steady", "image_size", "run_config"]
+# collect's file names: iterations_bs<B>_rank<R>.csv, torch_bs<B>_rank<R>.<pid>.pt.trace.json.gz,
+# nsys_bs<B>_rank<R>…, ncu_bs<B>_rank<R>…
+_BS_RANK = re.compile(r"_bs(\d+)_rank(\d+)\b")
+
+
+def gpu_run_key(path: str) -> str | None:
+    """What names one GPU-run of a collect run: the manifest's directory, batch size and rank
+    (from collect's file names); None when the file is not from a collect run (no manifest
+    beside it) or its name says neither."""
+    m = _BS_RANK.search(Path(path).name)
+    if m is None or run_config(path) is None:
+        return None
+    return f"{Path(path).parent.resolve()}|bs{m.group(1)}|rank{m.group(2)}"
+
+
+def located(path: str, store_root: str | None) -> str:
+    """`path` as recorded at ingest, found again: as is when it exists, else (a relative path
+    recorded from another directory) beside the store's directory, where collect puts them."""
+    if store_root is None or Path(path).exists() or Path(path).is_absolute():
+        return path
+    beside = Path(store_root).resolve().parent / Path(path).name
+    return str(beside) if beside.exists() else path
+
+
+__all__ = ["first_steady", "gpu_run_key", "image_size", "located", "run_config"]
