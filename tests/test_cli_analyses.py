@@ -649,7 +649,9 @@ def test_timeline_keeps_markers_that_start_before_the_first_kernel(tmp_path: Pat
     early = t.markers.filter(pl.col("start_ns") < first_kernel)["name"].to_list()
     assert "ProfilerStep#101" in early and any(n.startswith("Iteration Start") for n in early)
     tr, png = tmp_path / "t.json", tmp_path / "t.png"
-    r = run("timeline", str(p), "--perfetto", str(tr), "-o", str(png))
+    # --whole-trace: every event; the default window is the span of device work and host
+    # operators (issue 21), which markers far from any work do not stretch.
+    r = run("timeline", str(p), "--perfetto", str(tr), "-o", str(png), "--whole-trace")
     assert r.exit_code == 0
     ev = json.loads(tr.read_text())["traceEvents"]
     gpu_or_api = ("kernel", "memcpy", "cpu_op", "cuda_runtime", "cuda_driver")

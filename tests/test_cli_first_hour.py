@@ -450,3 +450,47 @@ def test_variability_counts_one_collect_run_as_one_gpu(tmp_path: Path) -> None:
         "iterations_bs2_rank0.csv",
         "iterations_bs2_rank1.csv",
     ]
+
+
+# --- one time origin; the default timeline window -----------------------------------------------
+
+# An operator at 0 µs, one kernel [100, 200) µs, and a marker far away at 10 s.
+TINY = (
+    '{"traceEvents": ['
+    '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 50},'
+    '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 100,'
+    ' "args": {"device": 0, "stream": 7}},'
+    '{"ph": "i", "cat": "user_annotation", "name": "late", "pid": 1, "tid": 1, "ts": 10000000,'
+    ' "s": "t"}]}'
+)
+
+
+def test_busy_and_timeline_count_start_end_from_the_same_origin(write, tmp_path: Path) -> None:
+    """Before: busy counted --start/--end from the first kernel, timeline from the first event
+    (98.8 ms apart on the ResNet-50 trace)."""
+    import json
+
+    import traceanalyze as ta
+
+    p = write("tiny.json", TINY)
+    # Window [0, 150) µs after the first event (the operator at 0): the kernel's [100, 150).
+    r = invoke("busy", str(p), "--start", "0", "--end", "0.15", "--json")
+    assert r.exit_code == 0, r.output
+    k = [x for x in json.loads(r.stdout) if x["activity"] == "kernels"][0]
+    assert (k["window_ms"], k["busy_ms"]) == (0.15, 0.05)
+    r = invoke("busy", str(p), "--start", "0", "--end", "0.15")
+    assert "first event" in r.stderr  # the table view says where the window counts from
+    tl = ta.open(p).timeline(start_ms=0, end_ms=0.15)
+    assert tl.start_ns == tl.first_ns  # the timeline's window starts at the same instant
+
+
+def test_timeline_default_window_is_the_span_of_work(write) -> None:
+    """Before: the window stretched to a marker 10 s after all the work (the Triton trace:
+    13.7 s for one kernel)."""
+    import traceanalyze as ta
+
+    ds = ta.open(write("tiny.json", TINY))
+    tl = ds.timeline()
+    assert tl.end_ns - tl.start_ns == 200_000  # operator at 0 to the kernel's end at 200 µs
+    whole = ds.timeline(whole=True)
+    assert whole.end_ns - whole.start_ns == 10_000_000_000

@@ -160,13 +160,25 @@ def coreutil(
 
 @click.command()
 @dataset_input
-@click.option("--start", "start_ms", type=float, help="Window start, ms after the source's start.")
-@click.option("--end", "end_ms", type=float, help="Window end, ms after the source's start.")
+@click.option(
+    "--start",
+    "start_ms",
+    type=float,
+    help="Window start, ms after the source's first event of any kind (timeline's origin).",
+)
+@click.option("--end", "end_ms", type=float, help="Window end, ms after that first event.")
 @output_options
 def busy(
     ds: Dataset, start_ms: float | None, end_ms: float | None, out_json: bool, out_csv: bool
 ) -> None:
-    """Share of time at least one kernel (and one copy) ran, per source and device."""
+    """Share of time at least one kernel (and one copy) ran, per source and device.
+
+    The window is the first to the last kernel or copy; --start/--end count from the source's
+    first event of any kind (kernel, copy, operator, marker, iteration), as `timeline`'s do.
+    """
+    if (start_ms is not None or end_ms is not None) and not (out_json or out_csv):
+        note = "traceanalyze: note: --start/--end count from the source's first event"
+        click.echo(note, err=True)
     emit(ds.busy(start_ms=start_ms, end_ms=end_ms), out_json, out_csv)
 
 
@@ -198,6 +210,13 @@ def busy(
 @click.option("--end", "end_ms", type=float, help="Window end, ms after the trace's first event.")
 @click.option("--iteration", type=int, help="Zoom on this iteration.")
 @click.option(
+    "--whole-trace",
+    "whole",
+    is_flag=True,
+    help="Default window: every event (markers, iterations too), not the span of device "
+    "activity and host operators.",
+)
+@click.option(
     "--samples-from",
     "samples_from",
     help="Telemetry tracks from this other source (aligned via epoch origins).",
@@ -217,11 +236,13 @@ def timeline(
     iteration: int | None,
     samples_from: str | None,
     max_bars: int,
+    whole: bool,
 ) -> None:
     """Kernels and copies per device/stream with iterations and SM clock/power/temperature.
 
-    One source. The default window spans everything drawn or exported (kernels, copies, host
-    operators, markers, iterations); an interval belongs to a window when it overlaps it. Lanes
+    One source. The default window spans device activity and host operators (--whole-trace:
+    markers and iterations too); the title says where it starts, in ms after the trace's first
+    event. An interval belongs to a window when it overlaps it. Lanes
     with more intervals than --max-bars are drawn as busy-fraction density, and the figure says
     so. Markers and iterations are labelled where they are wide enough; a legend names the
     kernels with the most time. Telemetry: the source's own samples, or --samples-from, or else
@@ -238,6 +259,7 @@ def timeline(
         iteration=iteration,
         samples_from=samples_from,
         max_bars=max_bars,
+        whole=whole,
     )
     if perfetto is not None:
         res.to_perfetto(perfetto)

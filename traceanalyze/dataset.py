@@ -214,7 +214,8 @@ class Dataset:
     def busy(self, start_ms: float | None = None, end_ms: float | None = None) -> pl.DataFrame:
         """Share of time at least one kernel (and one copy) ran, per source, device, activity.
 
-        `start_ms`/`end_ms`: a window in ms after the source's first kernel or copy (one source).
+        `start_ms`/`end_ms`: a window in ms after the source's first event of any kind (one
+        source; the origin of `timeline` too).
         Columns: source_id, file, device_id, activity, interval_count, window_ms, busy_ms,
         busy_pct."""
         from . import report
@@ -236,14 +237,19 @@ class Dataset:
         iteration: int | None = None,
         samples_from: str | None = None,
         max_bars: int = 1500,
+        whole: bool = False,
     ) -> Timeline:
         """The data behind the timeline of one source: lanes, iterations, telemetry, window.
 
-        Window: `start_ms`/`end_ms` after the trace's first event, or `iteration`'s span, default
-        everything. Telemetry: the source's own, `samples_from`'s, or a paired source's."""
+        Window: `start_ms`/`end_ms` after the trace's first event (of any kind: the origin
+        `busy` uses too), or `iteration`'s span; default the span of device activity and host
+        operators (`whole`: every event, markers and iterations included). Telemetry: the
+        source's own, `samples_from`'s, or a paired source's."""
         from . import report_views
 
-        return report_views.timeline(self, start_ms, end_ms, iteration, samples_from, max_bars)
+        return report_views.timeline(
+            self, start_ms, end_ms, iteration, samples_from, max_bars, whole=whole
+        )
 
     def attribute(self, per: str = "iteration", samples_from: str | None = None) -> pl.DataFrame:
         """Time-weighted SM clock, power, temperature and energy per iteration or kernel

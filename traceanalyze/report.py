@@ -158,6 +158,15 @@ def extent(ds: Dataset, tables: tuple[str, ...] = ("kernels", "memcpy")) -> tupl
     return int(a), int(b)  # type: ignore[arg-type]
 
 
+def trace_origin(ds: Dataset) -> int:
+    """The source's first event of any kind (kernel, copy, operator, marker, iteration): where
+    `--start`/`--end` of `busy` and `timeline` count from."""
+    from .analyses import timeline as tl
+
+    tables = ("kernels", "memcpy", "ops", "markers", "iterations")
+    return tl.extent(*(ds.scan(t) for t in tables))[0]
+
+
 def busy(ds: Dataset, start_ms: float | None = None, end_ms: float | None = None) -> pl.DataFrame:
     from .analyses.busy import busy_time
 
@@ -165,9 +174,10 @@ def busy(ds: Dataset, start_ms: float | None = None, end_ms: float | None = None
     if start_ms is not None or end_ms is not None:
         ds.one_source("a --start/--end window")
         t0, t1 = extent(ds)
+        origin = trace_origin(ds)  # the timeline's origin: the first event of any kind
         window = (
-            t0 + round((start_ms or 0.0) * 1e6),
-            t0 + round(end_ms * 1e6) if end_ms is not None else t1,
+            origin + round(start_ms * 1e6) if start_ms is not None else t0,
+            origin + round(end_ms * 1e6) if end_ms is not None else t1,
         )
     df = busy_time(ds.scan("kernels"), ds.scan("memcpy"), window=window)
     out = df.select(

@@ -51,18 +51,36 @@ def _window(
     start_ms: float | None,
     end_ms: float | None,
     iteration: int | None,
+    span: tuple[int, int] | None = None,
 ) -> tuple[int, int]:
+    """The window: `iteration`'s, or `start_ms`/`end_ms` after the origin `first[0]`, each
+    edge not given taken from `span` (default: `first`, everything)."""
     from .analyses import timeline as tl
 
     t_first, t_last = first
+    d0, d1 = span or first
     if iteration is not None:
         return tl.iteration_window(ds.scan("iterations"), ds.scan("markers"), iteration)
-    t0 = t_first + round(start_ms * 1e6) if start_ms is not None else t_first
-    t1 = t_first + round(end_ms * 1e6) if end_ms is not None else t_last
+    t0 = t_first + round(start_ms * 1e6) if start_ms is not None else d0
+    t1 = t_first + round(end_ms * 1e6) if end_ms is not None else d1
     if t1 <= t0:
         a, b = (t0 - t_first) / 1e6, (t1 - t_first) / 1e6
         raise UsageProblem(f"empty window: its end ({b:g} ms) must be after its start ({a:g} ms)")
     return t0, t1
+
+
+def work_span(
+    kernels: pl.LazyFrame, memcpy: pl.LazyFrame, ops: pl.LazyFrame
+) -> tuple[int, int] | None:
+    """First start and last end of device activity and host operators: the default timeline
+    window (markers and instants far from any work would stretch it: issue 21). None when the
+    source has none of them."""
+    from .analyses import timeline as tl
+
+    try:
+        return tl.extent(kernels, memcpy, ops)
+    except NotAnswerable:
+        return None
 
 
 def _label_samples(samples: pl.DataFrame, sid: str, names: dict[str, str]) -> pl.DataFrame:
@@ -103,6 +121,8 @@ def timeline(
     iteration: int | None = None,
     samples_from: str | None = None,
     max_bars: int = 1500,
+    *,
+    whole: bool = False,
 ) -> Timeline:
     from .analyses import timeline as tl
 
@@ -110,7 +130,7 @@ def timeline(
     names = ds.names()
     k, m, o, mk, it = (ds.scan(t) for t in ("kernels", "memcpy", "ops", "markers", "iterations"))
     first = tl.extent(k, m, o, mk, it)
-    t0, t1 = _window(ds, first, start_ms, end_ms, iteration)
+    t0, t1 = _window(ds, first, start_ms, end_ms, iteration, None if whole else work_span(k, m, o))
     samples_all = samples_for(ds, sid, samples_from)
     lanes = tl.lanes(k, m, ops=o, markers=mk, start_ns=t0, end_ns=t1, max_bars=max_bars)
     kernels = tl.overlapping(k, t0, t1).collect()
