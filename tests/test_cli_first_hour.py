@@ -494,3 +494,14 @@ def test_timeline_default_window_is_the_span_of_work(write) -> None:
     assert tl.end_ns - tl.start_ns == 200_000  # operator at 0 to the kernel's end at 200 µs
     whole = ds.timeline(whole=True)
     assert whole.end_ns - whole.start_ns == 10_000_000_000
+
+
+def test_timeline_of_a_store_with_several_sources_is_one_error_line(tmp_path: Path) -> None:
+    """Before: click's usage block and `Error: ...`; now the project's one line (misuse: 2)."""
+    store = tmp_path / "store"
+    files = [fixture(ITERLOG), fixture("kineto_json-resnet50-cpu/torch_bs2_rank0.pt.trace.json.gz")]
+    assert invoke("ingest", *map(str, files), "--store", str(store)).exit_code == 0
+    r = invoke("timeline", "--store", str(store), "-o", str(tmp_path / "t.png"))
+    assert r.exit_code == 2
+    assert r.stderr.startswith("traceanalyze: error: the timeline works on one source")
+    assert len(r.stderr.strip().splitlines()) == 1 and "Usage:" not in r.output

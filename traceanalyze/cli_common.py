@@ -188,15 +188,17 @@ def filter_options(f: F) -> F:
 
 
 def misuse_is_usage(f: F) -> F:
-    """A `UsageProblem` from the library becomes click's usage error inside the command, so the
-    message comes with that command's usage line (exit 2)."""
+    """A `UsageProblem` from the library (one source needed, several selected; an empty
+    window) is misuse: one `traceanalyze: error:` line like every other error, exit 2 (issue
+    21: it came in click's style, a usage block and `Error:`)."""
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return f(*args, **kwargs)
         except UsageProblem as e:
-            raise click.UsageError(str(e)) from e
+            click.echo(f"traceanalyze: error: {e}", err=True)
+            click.get_current_context().exit(2)
 
     return wrapper
 
