@@ -505,3 +505,27 @@ def test_timeline_of_a_store_with_several_sources_is_one_error_line(tmp_path: Pa
     assert r.exit_code == 2
     assert r.stderr.startswith("traceanalyze: error: the timeline works on one source")
     assert len(r.stderr.strip().splitlines()) == 1 and "Usage:" not in r.output
+
+
+def test_collect_says_each_iteration_as_it_is_logged(tmp_path: Path) -> None:
+    """Before: a CPU run printed nothing for minutes; now one line per logged iteration."""
+    from traceanalyze.collect._run_steps import Step, run_commands
+
+    log = tmp_path / "iterations_bs2_rank0.csv"
+    script = (
+        "import time, sys\n"
+        f"f = open({str(log)!r}, 'w')\n"
+        "f.write('# traceanalyze-iterlog v1\\nrank,device_id,iteration\\n'); f.flush()\n"
+        "for i in range(3):\n"
+        "    time.sleep(0.3); f.write(f'0,,{i}\\n'); f.flush()\n"
+    )
+    step = Step(2, [sys.executable, "-c", script], {}, tmp_path / "workload.log")
+    said: list[str] = []
+    manifest: dict = {"config": {"iterations": 3}, "commands": []}
+    status, _, rc = run_commands([step], False, None, tmp_path, manifest, said.append)
+    assert (status, rc) == ("completed", 0)
+    assert [s for s in said if ": iteration " in s] == [
+        "batch size 2: iteration 1/3",
+        "batch size 2: iteration 2/3",
+        "batch size 2: iteration 3/3",
+    ]
