@@ -529,3 +529,20 @@ def test_collect_says_each_iteration_as_it_is_logged(tmp_path: Path) -> None:
         "batch size 2: iteration 2/3",
         "batch size 2: iteration 3/3",
     ]
+
+
+def test_compare_counts_one_collect_run_once_per_side(tmp_path: Path) -> None:
+    """Before: a side's iteration log and trace of the same run were pooled (iterations twice)."""
+    import json
+
+    run = _run_dir(tmp_path, manifest=True)
+    files = sorted(str(p) for p in run.iterdir() if p.name != "manifest.json")
+    store = run / "store"
+    assert invoke("ingest", *files, "--store", str(store)).exit_code == 0
+    r = invoke("compare", str(store), str(store), "--json")
+    assert r.exit_code == 0, r.output
+    ov = {x["metric"]: x for x in json.loads(r.stdout)["overview"]}
+    log = fixture(ITERLOG).read_text().splitlines()
+    n = sum(1 for ln in log if ln[:1].isdigit())  # the iteration log's rows: 4
+    counts = [v for k, v in ov.items() if "iteration" in k and "count" in k]
+    assert counts and all(v["a"] == v["b"] == n for v in counts), ov

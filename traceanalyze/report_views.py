@@ -182,7 +182,15 @@ def compare(a: Dataset, b: Dataset, desc_a: str, desc_b: str, ops: bool = False)
             both("ops"), both("api_calls"), both("kernels"), both("markers"), "A", "B", names=desc
         )
         return Comparison(desc_a, desc_b, ops_diff_overview(diff), pl.DataFrame(), ops=diff)
-    k, it, s = both("kernels"), both("iterations"), both("gpu_samples")
+    # A collect run's iteration log and trace are one GPU-run, on each side (issue 21: their
+    # iterations were pooled, counted twice).
+    from .report import one_per_gpu_run
+
+    (ia, ka), (ib, kb) = one_per_gpu_run(a), one_per_gpu_run(b)
+    lab, lbb = (pl.lit(x, dtype=pl.String).alias("source_id") for x in ("A", "B"))
+    k = pl.concat([ka.with_columns(lab), kb.with_columns(lbb)], how="vertical")
+    it = pl.concat([ia.with_columns(lab), ib.with_columns(lbb)], how="vertical")
+    s = both("gpu_samples")
     ov = compare_overview(k, it, s, "A", "B", names=desc)
     try:
         kc = compare_kernels(k, "A", "B", names=desc)
