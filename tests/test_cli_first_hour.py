@@ -546,3 +546,16 @@ def test_compare_counts_one_collect_run_once_per_side(tmp_path: Path) -> None:
     n = sum(1 for ln in log if ln[:1].isdigit())  # the iteration log's rows: 4
     counts = [v for k, v in ov.items() if "iteration" in k and "count" in k]
     assert counts and all(v["a"] == v["b"] == n for v in counts), ov
+
+
+def test_mfu_counts_one_collect_run_once(tmp_path: Path) -> None:
+    import json
+
+    pytest.importorskip("torch")
+    run = _run_dir(tmp_path, manifest=True)
+    files = sorted(str(p) for p in run.iterdir() if p.name != "manifest.json")
+    r = invoke("mfu", *files, "--gpu", "NVIDIA L4", "--json")
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert [Path(x["file"]).name for x in rows] == ["iterations_bs2_rank0.csv"]
+    assert rows[0]["iteration_count"] == 3  # 4 logged, the manifest's warm-up 1 left out

@@ -301,14 +301,24 @@ def variability(ds: Dataset, warmup: int | None = None, top: int = 3) -> Variabi
 def one_per_gpu_run(ds: Dataset) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     """Iterations and kernels with the sources of one collect GPU-run taken as one GPU (the
     iteration log stands for the run, the trace's kernels go with it): `analyses.runs`."""
-    from .analyses.runs import merge_gpu_runs, representatives
+    from .analyses.runs import merge_gpu_runs
+
+    its = ds.scan("iterations")
+    stand_for = gpu_run_map(ds)
+    if not stand_for:
+        return its, ds.scan("kernels")
+    return merge_gpu_runs(its, ds.scan("kernels"), stand_for)
+
+
+def gpu_run_map(ds: Dataset) -> dict[str, str]:
+    """source_id -> the source standing for its collect GPU-run (`analyses.runs`); empty when
+    no source comes from a collect run."""
+    from .analyses.runs import representatives
     from .report_ops import source_files
     from .runinfo import gpu_run_key
 
-    its = ds.scan("iterations")
-    files = source_files(ds)
-    keys = {sid: gpu_run_key(path) for sid, path in files.items()}
+    keys = {sid: gpu_run_key(path) for sid, path in source_files(ds).items()}
     if not any(keys.values()):
-        return its, ds.scan("kernels")
-    counts = dict(its.group_by("source_id").len().collect().iter_rows())
-    return merge_gpu_runs(its, ds.scan("kernels"), representatives(counts, keys))
+        return {}
+    counts = dict(ds.scan("iterations").group_by("source_id").len().collect().iter_rows())
+    return representatives(counts, keys)

@@ -64,9 +64,14 @@ def mfu(
 
         image_size = manifest_image_size(source_files(ds))
 
+    # One collect GPU-run is one row (its iteration log; the trace's device names go with it).
+    from .analyses.runs import merge_gpu_runs
+    from .report import gpu_run_map
+
+    its, devices = merge_gpu_runs(ds.scan("iterations"), ds.scan("devices"), gpu_run_map(ds))
     df = compute(
-        ds.scan("iterations"),
-        ds.scan("devices"),
+        its,
+        devices,
         gpu=gpu,
         precision=precision,
         batch_size=batch_size,

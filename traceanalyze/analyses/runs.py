@@ -28,8 +28,9 @@ def representatives(counts: Mapping[str, int], keys: Mapping[str, str | None]) -
 def merge_gpu_runs(
     iterations: pl.LazyFrame, kernels: pl.LazyFrame, stand_for: Mapping[str, str]
 ) -> tuple[pl.LazyFrame, pl.LazyFrame]:
-    """The iterations of the representative sources only, and every kernel under its
-    representative's source id (a trace's kernels time the GPU its iteration log counts)."""
+    """The iterations of the representative sources only, and every row of `kernels` (or of
+    any per-source table: devices) under its representative's source id (a trace's kernels
+    time the GPU its iteration log counts)."""
     merged = {s: r for s, r in stand_for.items() if s != r}
     if not merged:
         return iterations, kernels
