@@ -559,3 +559,28 @@ def test_mfu_counts_one_collect_run_once(tmp_path: Path) -> None:
     rows = json.loads(r.stdout)
     assert [Path(x["file"]).name for x in rows] == ["iterations_bs2_rank0.csv"]
     assert rows[0]["iteration_count"] == 3  # 4 logged, the manifest's warm-up 1 left out
+
+
+def test_compare_leaves_out_telemetry_of_an_unrelated_gpu(tmp_path: Path) -> None:
+    """Before: every sampler log of a store went into its side, whatever GPU or time it was."""
+    import csv
+    import json
+
+    nvml = shared("smi_logs/roofline_custom_nvml_sampler_rtx5070.csv")
+    store = tmp_path / "store"
+    files = [fixture(ITERLOG), nvml]
+    assert invoke("ingest", *map(str, files), "--store", str(store)).exit_code == 0
+    # The sampler log is of another machine and day: no second of it overlaps the run's.
+    log = [r for r in csv.reader(fixture(ITERLOG).read_text().splitlines()) if r[0][:1].isdigit()]
+    run_start_s = min(int(r[3]) for r in log) / 1e9
+    from datetime import datetime
+
+    stamps = [ln.split(",")[0] for ln in nvml.read_text().splitlines() if ln[:1].isdigit()]
+    last_s = datetime.fromisoformat(stamps[-1].replace("Z", "+00:00")).timestamp()
+    assert last_s < run_start_s  # months before the run
+    r = invoke("compare", str(store), str(store), "--json")
+    assert r.exit_code == 0, r.output
+    ov = {x["metric"]: x for x in json.loads(r.stdout)["overview"]}
+    for m in ("median_sm_clock_mhz", "median_power_w"):
+        if m in ov:
+            assert ov[m]["a"] is None and ov[m]["b"] is None, (m, ov[m], run_start_s)

@@ -190,13 +190,41 @@ def compare(a: Dataset, b: Dataset, desc_a: str, desc_b: str, ops: bool = False)
     lab, lbb = (pl.lit(x, dtype=pl.String).alias("source_id") for x in ("A", "B"))
     k = pl.concat([ka.with_columns(lab), kb.with_columns(lbb)], how="vertical")
     it = pl.concat([ia.with_columns(lab), ib.with_columns(lbb)], how="vertical")
-    s = both("gpu_samples")
+    s = pl.concat([side_samples(a).with_columns(lab), side_samples(b).with_columns(lbb)])
     ov = compare_overview(k, it, s, "A", "B", names=desc)
     try:
         kc = compare_kernels(k, "A", "B", names=desc)
     except NotAnswerable:
         kc = pl.DataFrame()  # compare_overview has said why, as a warning
     return Comparison(desc_a, desc_b, ov, kc)
+
+
+def side_samples(ds: Dataset) -> pl.LazyFrame:
+    """The telemetry of one side of a comparison: the sample series paired with its work
+    (kernels, copies, iterations; `telemetry.pair_samples`: the same source, or another whose
+    epoch span overlaps on the same device), not every sampler log of a store (issue 21: an
+    unrelated GPU's telemetry was pooled in). Every series when the side has no timed work."""
+    from .analyses.telemetry import pair_samples
+
+    end = pl.coalesce("end_ns", pl.col("start_ns") + pl.col("duration_ns")).alias("end_ns")
+    cols = ["source_id", "device_id", "start_ns", "end_ns"]
+    work = pl.concat(
+        [ds.scan(t).select(cols) for t in ("kernels", "memcpy")]
+        + [ds.scan("iterations").select("source_id", "device_id", "start_ns", end)]
+    ).drop_nulls(["start_ns", "end_ns"])
+    smp = ds.scan("gpu_samples")
+    if work.select(pl.len()).collect().item() == 0:
+        return smp
+    pairs = pair_samples(work, smp, ds.scan("sources"), what="kernels", warn=False)
+    keep = (
+        pairs.filter(pl.col("samples_source_id").is_not_null())
+        .select(
+            pl.col("samples_source_id").alias("source_id"),
+            pl.col("samples_device_id").alias("device_id"),
+        )
+        .unique()
+    )
+    return smp.join(keep.lazy(), on=["source_id", "device_id"], how="semi", nulls_equal=True)
 
 
 def compare_sources(ds: Dataset, a: str, b: str, ops: bool = False) -> Comparison:
