@@ -584,3 +584,18 @@ def test_compare_leaves_out_telemetry_of_an_unrelated_gpu(tmp_path: Path) -> Non
     for m in ("median_sm_clock_mhz", "median_power_w"):
         if m in ov:
             assert ov[m]["a"] is None and ov[m]["b"] is None, (m, ov[m], run_start_s)
+
+
+def test_ingest_says_how_many_listed_devices_have_work(tmp_path: Path) -> None:
+    """Before: "8 devices" for a one-GPU trace (its metadata lists every GPU of the node)."""
+    import gzip
+    import json
+
+    p = shared("kineto_json/hta_triton_a100_trace.json.gz")
+    doc = json.loads(gzip.decompress(p.read_bytes()))
+    listed = len(doc["deviceProperties"])
+    busy = {int(e["args"]["device"]) for e in doc["traceEvents"] if e.get("cat") == "kernel"}
+    assert (listed, len(busy)) == (8, 1)
+    r = invoke("ingest", str(p), "--store", str(tmp_path / "s"))
+    assert r.exit_code == 0
+    assert f"({listed} devices listed, {len(busy)} with work, " in r.stdout

@@ -17,7 +17,7 @@ from .analyses import health as h
 from .analyses import summary as s
 from .analyses.naming import with_file
 from .errors import NotAnswerable, StoreError, TraceanalyzeError
-from .report_ops import run_first_steady
+from .report_ops import one_per_gpu_run, run_first_steady
 from .results import CoreUtil, Health, Summary, Variability
 from .store import MARKER, Store
 
@@ -296,29 +296,3 @@ def variability(ds: Dataset, warmup: int | None = None, top: int = 3) -> Variabi
             vals = df[c].drop_nulls().to_list()
             kernel_names[c] = str(vals[0]) if vals else None
     return Variability(df, steady, kernel_names)
-
-
-def one_per_gpu_run(ds: Dataset) -> tuple[pl.LazyFrame, pl.LazyFrame]:
-    """Iterations and kernels with the sources of one collect GPU-run taken as one GPU (the
-    iteration log stands for the run, the trace's kernels go with it): `analyses.runs`."""
-    from .analyses.runs import merge_gpu_runs
-
-    its = ds.scan("iterations")
-    stand_for = gpu_run_map(ds)
-    if not stand_for:
-        return its, ds.scan("kernels")
-    return merge_gpu_runs(its, ds.scan("kernels"), stand_for)
-
-
-def gpu_run_map(ds: Dataset) -> dict[str, str]:
-    """source_id -> the source standing for its collect GPU-run (`analyses.runs`); empty when
-    no source comes from a collect run."""
-    from .analyses.runs import representatives
-    from .report_ops import source_files
-    from .runinfo import gpu_run_key
-
-    keys = {sid: gpu_run_key(path) for sid, path in source_files(ds).items()}
-    if not any(keys.values()):
-        return {}
-    counts = dict(ds.scan("iterations").group_by("source_id").len().collect().iter_rows())
-    return representatives(counts, keys)

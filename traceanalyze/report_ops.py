@@ -66,7 +66,6 @@ def mfu(
 
     # One collect GPU-run is one row (its iteration log; the trace's device names go with it).
     from .analyses.runs import merge_gpu_runs
-    from .report import gpu_run_map
 
     its, devices = merge_gpu_runs(ds.scan("iterations"), ds.scan("devices"), gpu_run_map(ds))
     df = compute(
@@ -113,3 +112,28 @@ def roofline(
             raise TraceanalyzeError(f"no FP32 peak for GPU {gpu!r} in gpu_peaks.csv")
         peak = row.fp32_tflops * 1e12
     return with_file(df, ds.names()), peak
+
+
+def one_per_gpu_run(ds: Dataset) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """Iterations and kernels with the sources of one collect GPU-run taken as one GPU (the
+    iteration log stands for the run, the trace's kernels go with it): `analyses.runs`."""
+    from .analyses.runs import merge_gpu_runs
+
+    its = ds.scan("iterations")
+    stand_for = gpu_run_map(ds)
+    if not stand_for:
+        return its, ds.scan("kernels")
+    return merge_gpu_runs(its, ds.scan("kernels"), stand_for)
+
+
+def gpu_run_map(ds: Dataset) -> dict[str, str]:
+    """source_id -> the source standing for its collect GPU-run (`analyses.runs`); empty when
+    no source comes from a collect run."""
+    from .analyses.runs import representatives
+    from .runinfo import gpu_run_key
+
+    keys = {sid: gpu_run_key(path) for sid, path in source_files(ds).items()}
+    if not any(keys.values()):
+        return {}
+    counts = dict(ds.scan("iterations").group_by("source_id").len().collect().iter_rows())
+    return representatives(counts, keys)

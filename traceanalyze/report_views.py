@@ -184,7 +184,7 @@ def compare(a: Dataset, b: Dataset, desc_a: str, desc_b: str, ops: bool = False)
         return Comparison(desc_a, desc_b, ops_diff_overview(diff), pl.DataFrame(), ops=diff)
     # A collect run's iteration log and trace are one GPU-run, on each side (issue 21: their
     # iterations were pooled, counted twice).
-    from .report import one_per_gpu_run
+    from .report_ops import one_per_gpu_run
 
     (ia, ka), (ib, kb) = one_per_gpu_run(a), one_per_gpu_run(b)
     lab, lbb = (pl.lit(x, dtype=pl.String).alias("source_id") for x in ("A", "B"))
