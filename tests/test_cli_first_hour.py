@@ -599,3 +599,12 @@ def test_ingest_says_how_many_listed_devices_have_work(tmp_path: Path) -> None:
     r = invoke("ingest", str(p), "--store", str(tmp_path / "s"))
     assert r.exit_code == 0
     assert f"({listed} devices listed, {len(busy)} with work, " in r.stdout
+
+
+def test_timeline_names_host_operators_where_they_fit(write) -> None:
+    """Before: the operators' lane was bars without a name (the demo's picture said nothing)."""
+    import traceanalyze as ta
+
+    fig = ta.plot.timeline(ta.open(write("tiny.json", TINY)).timeline())
+    # aten::mm takes a quarter of the 200 µs window: its name fits inside its bar.
+    assert "aten::mm" in [t.get_text() for t in fig.axes[0].texts]
