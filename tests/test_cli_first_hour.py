@@ -1,6 +1,6 @@
 """Issue 21, what a new user met: errors that were tracebacks or click's usage errors (now one
 `traceanalyze: error:` line, exit 1), filters that matched nothing, collect without torch or a
-GPU, and the smaller items (notebook-free: figures, staging locks, file order, docs). Through the
+GPU, and the smaller items (figures, staging locks, file order, docs). Through the
 CLI where the user met them; test_cli_first_hour_numbers.py holds the wrong numbers."""
 
 from __future__ import annotations
