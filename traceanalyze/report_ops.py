@@ -130,9 +130,9 @@ def gpu_run_map(ds: Dataset) -> dict[str, str]:
     """source_id -> the source standing for its collect GPU-run (`analyses.runs`); empty when
     no source comes from a collect run."""
     from .analyses.runs import representatives
-    from .runinfo import gpu_run_key
+    from .runinfo import gpu_run_keys
 
-    keys = {sid: gpu_run_key(path) for sid, path in source_files(ds).items()}
+    keys = gpu_run_keys(source_files(ds))
     if not any(keys.values()):
         return {}
     counts = dict(ds.scan("iterations").group_by("source_id").len().collect().iter_rows())

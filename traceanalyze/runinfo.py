@@ -32,13 +32,27 @@ def run_config(path: str) -> dict[str, Any] | None:
     return None
 
 
+def run_configs(paths: Mapping[str, str]) -> dict[str, dict[str, Any] | None]:
+    """`run_config` of each source (`source_id -> file path`), each directory read once (a store
+    of a thousand files of one directory lists it once, not a thousand times)."""
+    by_folder: dict[Path, dict[str, Any] | None] = {}
+    out: dict[str, dict[str, Any] | None] = {}
+    for sid, path in paths.items():
+        folder = Path(path).parent
+        if folder not in by_folder:
+            by_folder[folder] = run_config(path)
+        out[sid] = by_folder[folder]
+    return out
+
+
 def image_size(paths: Mapping[str, str]) -> int:
     """The image side, in pixels, the run of these sources (`source_id -> file path`) trained
     at, from its manifest; `NotAnswerable` when no manifest says it or they disagree. FLOPs per
     image grow with its area (64 px: 1/12 of 224 px), so it is never assumed."""
     sizes: dict[int, list[str]] = {}
-    for path in paths.values():
-        cfg = run_config(path)
+    configs = run_configs(paths)
+    for sid, path in paths.items():
+        cfg = configs[sid]
         size = cfg.get("image_size") if cfg else None
         if isinstance(size, int) and size > 0:
             sizes.setdefault(size, []).append(path)
@@ -61,8 +75,7 @@ def first_steady(paths: Mapping[str, str]) -> int | None:
     """The run's own `--warmup` (iterations numbered below it are warm-up) when every source
     has a collect manifest and they agree; else None (`analyses.warmup`'s rule then counts)."""
     found: set[int] = set()
-    for path in paths.values():
-        cfg = run_config(path)
+    for cfg in run_configs(paths).values():
         w = cfg.get("warmup") if cfg else None
         if not isinstance(w, int) or w < 0:
             return None
@@ -75,14 +88,19 @@ def first_steady(paths: Mapping[str, str]) -> int | None:
 _BS_RANK = re.compile(r"_bs(\d+)_rank(\d+)\b")
 
 
-def gpu_run_key(path: str) -> str | None:
-    """What names one GPU-run of a collect run: the manifest's directory, batch size and rank
-    (from collect's file names); None when the file is not from a collect run (no manifest
-    beside it) or its name says neither."""
-    m = _BS_RANK.search(Path(path).name)
-    if m is None or run_config(path) is None:
-        return None
-    return f"{Path(path).parent.resolve()}|bs{m.group(1)}|rank{m.group(2)}"
+def gpu_run_keys(paths: Mapping[str, str]) -> dict[str, str | None]:
+    """What names each source's GPU-run of a collect run: the manifest's directory, batch size
+    and rank (from collect's file names); None when the file is not from a collect run (no
+    manifest beside it) or its name says neither."""
+    configs = run_configs(paths)
+    out: dict[str, str | None] = {}
+    for sid, path in paths.items():
+        m = _BS_RANK.search(Path(path).name)
+        ok = m is not None and configs[sid] is not None
+        out[sid] = (
+            f"{Path(path).parent.resolve()}|bs{m.group(1)}|rank{m.group(2)}" if m and ok else None
+        )
+    return out
 
 
 def located(path: str, store_root: str | None) -> str:
@@ -94,4 +112,4 @@ def located(path: str, store_root: str | None) -> str:
     return str(beside) if beside.exists() else path
 
 
-__all__ = ["first_steady", "gpu_run_key", "image_size", "located", "run_config"]
+__all__ = ["first_steady", "gpu_run_keys", "image_size", "located", "run_config", "run_configs"]

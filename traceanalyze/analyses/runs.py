@@ -1,7 +1,7 @@
 """One collect run is one GPU-run: the iteration log and the profiler trace that a `collect` run
 writes for one rank and batch size describe the same GPU, so analyses that count GPUs
 (`variability`) take them as one. Which sources belong together is decided outside (the run's
-manifest, `runinfo.gpu_run_key`); here the frames are merged, purely."""
+manifest, `runinfo.gpu_run_keys`); here the frames are merged, purely."""
 
 from __future__ import annotations
 
