@@ -86,7 +86,7 @@ def summary_tables(
     srcs = (
         scan("sources")
         .select("source_id", "format", "tool", "tool_version", "path")
-        .collect()  # in the files' order as given (a store: its sources table's order)
+        .collect()  # in the files' order as given (`summary` sorts a store's by id)
     )
     return {
         "sources": srcs,
@@ -124,6 +124,8 @@ def summary(ds: Dataset, top: int = 10) -> Summary:
         k: v if k == "sources" else with_file(v, names)
         for k, v in summary_tables(ds.scan, top=top, first_steady=run_first_steady(ds)).items()
     }
+    if ds.is_store:  # files: in the order given; a store's scan order is its own: by id
+        t["sources"] = t["sources"].sort("source_id")
     hl = Health(t["sampling_health"], t["kernel_health"], t["event_health"], t["iteration_health"])
     return Summary(
         t["sources"],
