@@ -366,3 +366,17 @@ def test_collect_says_each_iteration_as_it_is_logged(tmp_path: Path) -> None:
         "batch size 2: iteration 2/3",
         "batch size 2: iteration 3/3",
     ]
+
+
+def test_tables_use_units_in_headers_and_no_scientific_notation() -> None:
+    """Before: `launches R` printed `mean_delay_ns 6.712e+07` beside `4,350`, 223 columns."""
+    import re
+
+    r = invoke("launches", str(shared(RESNET)))
+    assert r.exit_code == 0, r.output
+    table = r.stdout.splitlines()
+    assert max(len(ln) for ln in table) <= 120
+    assert not re.search(r"\d\.\d+e[+-]\d", r.stdout)
+    assert "_ns" not in table[0] and "_ms" in table[0]  # one readable unit, in the header
+    wide = invoke("launches", str(shared(RESNET)), "--wide").stdout.splitlines()
+    assert "source_id" in wide[0] and "p95_delay_ms" in wide[0]  # every column under --wide
