@@ -29,7 +29,8 @@ demo: $(STAMP)
 		--batch-size 2 --image-size 64 --out runs --run-id demo
 	$(PY) -m traceanalyze summary --store runs/demo/store
 	$(PY) -m traceanalyze timeline runs/demo/*.pt.trace.json.gz -o runs/demo/timeline.png
-	@echo "timeline picture: runs/demo/timeline.png"
+	$(PY) -m traceanalyze ops runs/demo/*.pt.trace.json.gz --top 10 --plot runs/demo/ops.png
+	@echo "pictures: runs/demo/timeline.png (the run over time), runs/demo/ops.png (operators)"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check traceanalyze tests benchmarks

@@ -144,13 +144,14 @@ def test_mfu_unknown_gpu_and_missing_batch_size() -> None:
 def test_mfu_resnet_trace_with_batch_size() -> None:
     with gzip.open(shared(RESNET), "rt") as f:
         doc = json.load(f, parse_float=Decimal)
-    steps = [
-        int(Decimal(e["dur"]) * 1000)
+    steps = sorted(
+        (int(str(e["name"]).split("#")[1]), int(Decimal(e["dur"]) * 1000))
         for e in doc["traceEvents"]
         if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")
-    ]
+    )
     assert len(steps) == 5
-    ips = statistics.median(32e9 / d for d in steps)
+    # The one warm-up rule (issue 21): max(1, 5 // 10) = 1 step, the first by number, left out.
+    ips = statistics.median(32e9 / d for _, d in steps[1:])
     k = read(shared(RESNET))
     r = M.mfu(k.iterations, k.devices, batch_size=32).row(0, named=True)
     assert r["median_images_per_s"] == pytest.approx(ips)

@@ -153,7 +153,7 @@ def test_every_dataset_analysis_returns_a_result_class_or_a_frame() -> None:
     from traceanalyze.dataset import Dataset
 
     accessors = {"scan", "scan_all", "table", "source_ids", "all_source_ids", "names", "where"}
-    accessors |= {"one_source", "from_files", "from_store", "from_tables"}
+    accessors |= {"one_source", "from_files", "from_store", "from_tables", "active_devices"}
     kinds = {getattr(results, n) for n in results.__all__}
     checked = 0
     for name, fn in vars(Dataset).items():

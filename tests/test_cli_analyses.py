@@ -204,8 +204,13 @@ def test_coreutil_nvprof_levels_keep_their_scale(write) -> None:
     got = {Path(x["file"]).name: x for x in json.loads(r.stdout)}
     lv = got[p.name]
     # The file's own `Avg` level of single_precision_fu_utilization is "Low (3)".
-    assert (lv["fma_pct"], lv["scale"], lv["weight"]) == (3.0, "level", "invocations")
-    assert got["batch_16.csv"]["scale"] == "pct"
+    # Levels and percentages mixed: plain `fma`, read with `scale` (issue 21: a 0-10 level
+    # is no percentage, so not under `fma_pct`).
+    assert (lv["fma"], lv["scale"], lv["weight"]) == (3.0, "level", "invocations")
+    assert got["batch_16.csv"]["scale"] == "pct" and "fma_pct" not in lv
+    # Levels alone: `fma_level`.
+    r = CliRunner().invoke(main, ["coreutil", str(p)])
+    assert r.stdout.splitlines()[0].split()[:3] == ["file", "batch_size", "fma_level"]
     assert (
         f"traceanalyze: warning: {p}: nvprof *_fu_utilization levels have no per-launch cycle "
         "count; weighted by invocations instead of cycles"
@@ -248,7 +253,8 @@ def test_busy_csv_exact(store: str) -> None:
 
 
 def test_busy_table_exact(store: str) -> None:
-    r = run("busy", "--store", store)
+    # Every column under --wide; by default the file alone names each source (issue 21).
+    r = run("busy", "--store", store, "--wide")
     assert r.output == (
         "source_id         file                  device_id  activity  interval_count  window_ms"
         "  busy_ms  busy_pct\n"
@@ -263,6 +269,9 @@ def test_busy_table_exact(store: str) -> None:
         "bbbbbbbbbbbbbbbb  bbbbbbbbbbbbbbbb.csv          0  kernels                4        225"
         "       50    22.222\n"
     )
+    default = run("busy", "--store", store).output.splitlines()
+    assert default[0].startswith("file                  device_id  activity")
+    assert default[2].startswith("aaaaaaaaaaaaaaaa.csv          0  copies")
 
 
 def test_variability_and_plot(store: str, tmp_path: Path) -> None:
@@ -413,7 +422,11 @@ def test_compare_two_iteration_logs_notes_missing_kernels(write) -> None:
 def test_device_filter(store: str) -> None:
     r = CliRunner().invoke(main, ["busy", "--store", store, "--device", "1"])
     assert r.exit_code == 1
-    assert r.output == "traceanalyze: error: no kernels or copies with start and end times\n"
+    # Issue 21: a filter that matches nothing says so, naming the devices there are.
+    assert r.output == (
+        "traceanalyze: error: no work or samples on device 1 in these sources "
+        "(devices with work: 0)\n"
+    )
 
 
 # --- compare: exact table, self-comparison, CSV with both tables, filters ---------------------
@@ -421,7 +434,7 @@ def test_device_filter(store: str) -> None:
 
 def test_compare_table_exact(store: str) -> None:
     a, b = "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb"
-    r = run("compare", a, b, "--store", store)
+    r = run("compare", a, b, "--store", store, "--wide")  # every column (156 wide)
     # By hand: a's kernels gemm 2 x 10 ms, relu 2 x 5 ms (30 ms); b's gemm 2 x 20 ms, relu
     # 2 x 15 ms (70 ms); both match by name and grid/block. Iterations 100 vs 200 ms; samples
     # 1500 vs 750 MHz, 200 vs 400 W, 60 °C. Per iteration: 30 / 4 and 70 / 4 ms.
@@ -503,9 +516,9 @@ def test_compare_source_and_device_filters(store: str, tmp_path: Path) -> None:
         main, ["compare", "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb", "--store", store, "--device", "1"]
     )
     assert r.exit_code == 1
-    assert r.stderr.endswith(
-        "traceanalyze: error: A = aaaaaaaaaaaaaaaa (aaaaaaaaaaaaaaaa.csv) and "
-        "B = bbbbbbbbbbbbbbbb (bbbbbbbbbbbbbbbb.csv) have no kernels, iterations or telemetry\n"
+    assert r.stderr.endswith(  # said by the filter (issue 21), before the comparison
+        "traceanalyze: error: no work or samples on device 1 in these sources "
+        "(devices with work: 0)\n"
     )
 
 
@@ -636,7 +649,9 @@ def test_timeline_keeps_markers_that_start_before_the_first_kernel(tmp_path: Pat
     early = t.markers.filter(pl.col("start_ns") < first_kernel)["name"].to_list()
     assert "ProfilerStep#101" in early and any(n.startswith("Iteration Start") for n in early)
     tr, png = tmp_path / "t.json", tmp_path / "t.png"
-    r = run("timeline", str(p), "--perfetto", str(tr), "-o", str(png))
+    # --whole-trace: every event; the default window is the span of device work and host
+    # operators (issue 21), which markers far from any work do not stretch.
+    r = run("timeline", str(p), "--perfetto", str(tr), "-o", str(png), "--whole-trace")
     assert r.exit_code == 0
     ev = json.loads(tr.read_text())["traceEvents"]
     gpu_or_api = ("kernel", "memcpy", "cpu_op", "cuda_runtime", "cuda_driver")

@@ -691,7 +691,7 @@ def test_cli_missing_binary_message(
 ) -> None:
     from traceanalyze.collect import run as run_mod
 
-    monkeypatch.setattr(run_mod, "resolve_device", lambda requested: "cuda")
+    monkeypatch.setattr(run_mod, "resolve_device", lambda requested, cfg=None: "cuda")
     monkeypatch.setattr(run_mod, "device_capabilities", lambda nvml=None: [(9, 0)])
     r = CliRunner().invoke(main, ["collect", "--out", str(tmp_path / "runs"), "--profiler", "nsys"])
     assert r.exit_code == 1

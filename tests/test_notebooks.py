@@ -57,7 +57,20 @@ def _execute(nb_path: Path, env: dict[str, str], cwd: Path):  # -> the executed 
     # Each notebook shows something: every code cell but the parameters ran, most printed.
     shown = [c for c in nb.cells if c.cell_type == "code" and c.get("outputs")]
     assert len(shown) >= 3
+    # Every figure a cell ends on is a picture, not `<Figure size 1400x200 with 1 Axes>`
+    # (issue 21): each such cell holds an image/png output.
+    figures = [c for c in nb.cells if c.cell_type == "code" and _ends_on_a_figure(c.source)]
+    assert figures, f"{nb_path.name} draws no figure"
+    for c in figures:
+        kinds = {k for o in c.get("outputs", []) for k in o.get("data", {})}
+        assert "image/png" in kinds, f"{nb_path.name}: no image/png for {c.source[-60:]!r}"
     return nb
+
+
+def _ends_on_a_figure(source: str) -> bool:
+    """The cell's value is a figure: its last line calls `ta.plot.<name>(…)` or is `fig`."""
+    last = [ln for ln in source.strip().splitlines() if ln.strip()][-1:]
+    return bool(last) and (last[0].startswith("ta.plot.") or last[0].strip() == "fig")
 
 
 def test_the_notebooks_exist() -> None:

@@ -221,9 +221,9 @@ def test_variability_figure_without_telemetry_says_so_with_readable_labels() -> 
     )
     fig = variability_figure(per, steady)
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["hta_resnet50_rank0 · GPU ?"]
-    for ax, what in zip(fig.axes[1:], ("SM clock", "power", "temperature"), strict=True):
-        assert [t.get_text() for t in ax.texts] == [f"no {what} telemetry\nfor any GPU"]
-        assert ax.get_xticks().size == 0 and not ax.collections  # no empty scatter
+    # No telemetry panels at all (issue 21: three empty ones), the box plots' label says why.
+    assert len(fig.axes) == 1
+    assert "no SM clock, power or temperature telemetry" in fig.axes[0].get_xlabel()
 
 
 def test_coreutil_figure_one_panel_legend_clear_of_title() -> None:

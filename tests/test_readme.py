@@ -62,6 +62,8 @@ SKIP: list[tuple[str, str]] = [
     (r"^make docs\b", "tests/test_docs.py regenerates docs/cli.md and docs/schema.md and compares"),
     (r"^make bench\b", "benchmarks take minutes and install the bench extra (network)"),
     (r"^pip install\b", "installs packages (network)"),
+    (r"^python3 -m venv \.venv$", "the CPU-torch set-up: makes .venv, then installs (network)"),
+    (r"^\.venv/bin/pip install\b", "installs packages (network)"),
     (r"^sbatch\b", "needs a Slurm cluster; tests/test_collect_slurm.py runs the template"),
     (
         r"^traceanalyze collect\b(?!.*--dry-run)(?!.*--device cpu)",
@@ -277,6 +279,7 @@ OPTION_VALUES: dict[str, str] = {
     "--iteration": "iteration",
     "-j": "=2",
     "--depth": "=1",
+    "--image-size": "=64",  # the fixtures' run trained at 64 px (fixtures/README.md)
 }
 
 

@@ -771,7 +771,10 @@ def test_cli_several_jobs_is_a_usage_error_and_job_picks_one() -> None:
     files = [str(f) for f in dlrm_files()] + [str(NSYS_2GPU)]
     r = CliRunner().invoke(main, ["stragglers", *files])
     assert r.exit_code == 2
-    assert f"Error: ranks of several jobs; choose one (--job): {SET}, {NSYS_2GPU}" in r.output
+    assert (
+        f"traceanalyze: error: ranks of several jobs; choose one (--job): {SET}, {NSYS_2GPU}"
+        in r.output
+    )
     r = CliRunner().invoke(main, ["stragglers", *files, "--job", str(NSYS_2GPU)])
     assert r.exit_code == 0 and "straggler: rank 1: last in 22 of 33" in r.output
 

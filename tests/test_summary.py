@@ -76,13 +76,20 @@ def test_iteration_stats_in_ms() -> None:
         duration_ns=[100_000_000, 200_000_000, 600_000_000],
         images_per_s=[640.0, 320.0, 106.0],
     )
-    row = s.iteration_stats(it).row(0, named=True)
-    assert row["iteration_count"] == 3
+    row = s.iteration_stats(it, warmup=0).row(0, named=True)
+    assert (row["iteration_count"], row["warmup_count"]) == (3, 0)
     assert row["mean_ms"] == pytest.approx(300.0)
     assert row["median_ms"] == pytest.approx(200.0)
     assert (row["min_ms"], row["max_ms"]) == (100.0, 600.0)
     assert row["std_ms"] == pytest.approx((((200**2) + 100**2 + 300**2) / 2) ** 0.5)
     assert row["median_images_per_s"] == 320.0
+    # By default the one warm-up rule (issue 21): max(1, 3 // 10) = 1 iteration dropped.
+    row = s.iteration_stats(it).row(0, named=True)
+    assert (row["iteration_count"], row["warmup_count"]) == (3, 1)
+    assert (row["median_ms"], row["min_ms"]) == (400.0, 200.0)
+    # A collect run's own --warmup 2 (from its manifest): iterations numbered below 2 go.
+    row = s.iteration_stats(it, first_steady=2).row(0, named=True)
+    assert (row["warmup_count"], row["median_ms"]) == (2, 600.0)
 
 
 def test_top_ops_inclusive_times() -> None:
@@ -133,8 +140,10 @@ def test_text_table_fits_the_width_cutting_text_not_numbers() -> None:
     out = text_table(df, width=60)
     lines = out.splitlines()
     assert max(len(x) for x in lines) == 60
-    # name is cut first (the widest), at its end; n keeps every digit.
-    assert lines[2].startswith("void kernel<float, ") and "…" in lines[2]
+    # name is cut first (the widest), in its middle (issue 21: both ends tell rows apart);
+    # n keeps every digit.
+    assert lines[2].startswith("void kernel<float") and "…" in lines[2]
+    assert lines[2].split("  ")[0].endswith(", >(int)")
     assert lines[3].split()[0] == "short" and lines[3].endswith("2")
     # Wide enough: nothing is cut.
     assert "…" not in text_table(df.with_columns(pl.lit("x").alias("name")), width=120)

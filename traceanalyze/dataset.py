@@ -123,7 +123,9 @@ class Dataset:
                 raise TraceanalyzeError(f"no such source(s): {', '.join(missing)}")
             ds = replace(ds, source_filter=want)
         if device is not None:
-            ds = replace(ds, device_filter=tuple(int(d) for d in _ids(device)))
+            want_dev = tuple(int(d) for d in _ids(device))
+            check_devices(want_dev, ds.active_devices())
+            ds = replace(ds, device_filter=want_dev)
         if start is not None:
             ds = replace(ds, start_ns=int(start))
         if end is not None:
@@ -175,6 +177,15 @@ class Dataset:
         ids = self._scan("sources").select("source_id").collect()["source_id"].to_list()
         return sorted(str(i) for i in ids)
 
+    def active_devices(self) -> set[int]:
+        """Device ids with work or samples in the selected sources (kernels, copies, metrics,
+        telemetry, iterations); a device listed only in a trace's metadata is not one."""
+        found: set[int] = set()
+        for table in DEVICE_WORK_TABLES:
+            col = self.scan(table).select(pl.col("device_id").drop_nulls().unique()).collect()
+            found.update(int(d) for d in col["device_id"].to_list())
+        return found
+
     def names(self) -> dict[str, str]:
         """source_id -> file path, over every source (messages may name any of them)."""
         return source_paths(self._scan("sources"))
@@ -216,7 +227,8 @@ class Dataset:
     def busy(self, start_ms: float | None = None, end_ms: float | None = None) -> pl.DataFrame:
         """Share of time at least one kernel (and one copy) ran, per source, device, activity.
 
-        `start_ms`/`end_ms`: a window in ms after the source's first kernel or copy (one source).
+        `start_ms`/`end_ms`: a window in ms after the source's first event of any kind (one
+        source; the origin of `timeline` too).
         Columns: source_id, file, device_id, activity, interval_count, window_ms, busy_ms,
         busy_pct."""
         from .adapters import reports as report
@@ -238,14 +250,19 @@ class Dataset:
         iteration: int | None = None,
         samples_from: str | None = None,
         max_bars: int = 1500,
+        whole: bool = False,
     ) -> Timeline:
         """The data behind the timeline of one source: lanes, iterations, telemetry, window.
 
-        Window: `start_ms`/`end_ms` after the trace's first event, or `iteration`'s span, default
-        everything. Telemetry: the source's own, `samples_from`'s, or a paired source's."""
+        Window: `start_ms`/`end_ms` after the trace's first event (of any kind: the origin
+        `busy` uses too), or `iteration`'s span; default the span of device activity and host
+        operators (`whole`: every event, markers and iterations included). Telemetry: the
+        source's own, `samples_from`'s, or a paired source's."""
         from .adapters import views as report_views
 
-        return report_views.timeline(self, start_ms, end_ms, iteration, samples_from, max_bars)
+        return report_views.timeline(
+            self, start_ms, end_ms, iteration, samples_from, max_bars, whole=whole
+        )
 
     def attribute(self, per: str = "iteration", samples_from: str | None = None) -> pl.DataFrame:
         """Time-weighted SM clock, power, temperature and energy per iteration or kernel
@@ -421,11 +438,12 @@ class Dataset:
         gpu: str | None = None,
         precision: str = "fp32",
         batch_size: int | None = None,
-        image_size: int = 224,
-        warmup: int = 0,
+        image_size: int | None = None,
+        warmup: int | None = None,
     ) -> pl.DataFrame:
         """ResNet-50 training model FLOP utilization: median images/s x FLOPs per image (counted
-        from torchvision's model) over the GPU's dense peak for `precision`."""
+        from torchvision's model) over the GPU's dense peak for `precision`. `image_size`
+        None: from the collect run's manifest, else an error (never assumed)."""
         from .adapters import ops as report_ops
 
         return report_ops.mfu(
@@ -506,6 +524,36 @@ class _TablesScan:
 
     def __call__(self, table: str) -> pl.LazyFrame:
         return self.tables[table].lazy()  # type: ignore[no-any-return]
+
+
+# The tables whose rows are work or samples on a device (`devices` only lists the hardware).
+DEVICE_WORK_TABLES = (
+    "kernels",
+    "memcpy",
+    "kernel_metrics",
+    "gpu_samples",
+    "gpu_metrics",
+    "iterations",
+)
+
+
+def check_devices(want: Sequence[int], active: set[int]) -> None:
+    """A device filter that matches nothing says so (issue 21: `--device 7` on a one-GPU trace
+    printed an empty summary): an error naming the devices with work when there are some, a
+    warning when the sources have no per-device data at all (a CPU run) or some devices match."""
+    import warnings
+
+    missing = sorted(set(want) - active)
+    if not missing:
+        return
+    names = ", ".join(map(str, missing))
+    if not active:
+        warnings.warn(f"--device {names}: these sources have no per-device data", stacklevel=3)
+        return
+    there = f"devices with work: {', '.join(map(str, sorted(active)))}"
+    if len(missing) == len(set(want)):
+        raise TraceanalyzeError(f"no work or samples on device {names} in these sources ({there})")
+    warnings.warn(f"no work or samples on device {names} ({there})", stacklevel=3)
 
 
 def open(

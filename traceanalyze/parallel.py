@@ -167,15 +167,20 @@ def ingest_parallel(
             outcomes = _gather(futures, cf_as_completed, cancel_after, st, on_result)
             # Committed before the pool shuts down: each worker holds its stagings' liveness
             # lock until it exits, and a concurrent writer removes the stagings of dead writers.
-            return _finish(st, outcomes)
+            results = _finish(st, outcomes)
     except BaseException:
         _tidy(st, created_root)
         raise
+    # The workers are gone, and with them the locks they held: their `.staging/<owner>.lock`
+    # files would stay behind (issue 21), so remove them as a failed ingest does.
+    _tidy(st, created_root=False)
+    return results
 
 
 def _tidy(st: Store, created_root: bool) -> None:
-    """After a failed parallel ingest, once the workers are gone: their liveness locks, and the
-    store directory if this call created it and nothing else is in it (as serial ingest)."""
+    """After a parallel ingest, once the workers are gone: their liveness locks (an empty
+    `.staging` too), and after a failure the store directory if this call created it and nothing
+    else is in it (as serial ingest)."""
     staging = st.root / STAGING
     remove_dead_staging(staging, strict=False)  # never hides the failure being cleaned up
     with contextlib.suppress(OSError):

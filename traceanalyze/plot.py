@@ -1,19 +1,20 @@
 """Figures from `Dataset` results: `ta.plot.timeline(ds.timeline(), "t.png")`.
 
 Each function takes the result of one analysis method, returns the matplotlib `Figure` and, given
-a path, also writes it there (.png or .svg; written to a temporary name and renamed, so a failed
-write leaves no half file). Built without pyplot, so it works headless; never `plt.show()`.
+a path, also writes it there (.png or .svg by its extension, any other name is an error;
+written to a temporary name and renamed, so a failed write leaves no half file). Built without
+pyplot, so it works headless; never `plt.show()`.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import polars as pl
 from matplotlib.figure import Figure
 
 from .errors import NotAnswerable
+from .outpaths import check_figure
 from .results import CoreUtil, Roofline, Scaling, Stragglers, Timeline, Variability
 
 DPI = 120
@@ -21,11 +22,12 @@ DPI = 120
 
 def save(fig: Figure, path: str | os.PathLike[str]) -> None:
     """Write `fig` to `path` atomically; the format is the path's suffix."""
-    p = Path(path)
-    fmt = p.suffix.lstrip(".").lower() or "png"
+    p = check_figure(path)  # a missing directory or an unknown extension: one clear error
+    fmt = p.suffix.lstrip(".").lower()
     tmp = p.with_name(f".{p.name}.tmp")
     try:
-        fig.savefig(tmp, dpi=DPI, format=fmt)
+        # bbox_inches="tight": a long title or label grows the picture instead of being cut off
+        fig.savefig(tmp, dpi=DPI, format=fmt, bbox_inches="tight", pad_inches=0.1)
         tmp.replace(p)
     finally:
         tmp.unlink(missing_ok=True)

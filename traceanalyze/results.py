@@ -77,10 +77,17 @@ class CoreUtil:
 
     @property
     def printed(self) -> pl.DataFrame:
-        """The columns the CLI prints (no ids, no metric names)."""
+        """The columns the CLI prints (no ids, no metric names). nvprof's 0-10 levels are not
+        percentages: headers `fma_level`… when every row is a level, `fma`… (read with `scale`)
+        when levels and percentages mix; `fma_pct`… only for percentages."""
         keys = ["file", "batch_size", *(["name"] if self.by_kernel else [])]
-        keys += ["fma_pct", "fp16_pct", "tensor_pct", "sfu_pct", "launches", "weight", "scale"]
-        return self.table.select(keys)
+        pipes = ["fma_pct", "fp16_pct", "tensor_pct", "sfu_pct"]
+        out = self.table.select([*keys, *pipes, "launches", "weight", "scale"])
+        scales = set(out["scale"].drop_nulls().to_list())
+        if "level" not in scales:
+            return out
+        suffix = "_level" if scales == {"level"} else ""
+        return out.rename({p: p.removesuffix("_pct") + suffix for p in pipes})
 
 
 @dataclass(frozen=True)

@@ -51,22 +51,51 @@ def mfu(
     gpu: str | None = None,
     precision: str = "fp32",
     batch_size: int | None = None,
-    image_size: int = 224,
-    warmup: int = 0,
+    image_size: int | None = None,
+    warmup: int | None = None,
 ) -> pl.DataFrame:
-    """ResNet-50 training model FLOP utilization per source and device (see `analyses.mfu.mfu`)."""
+    """ResNet-50 training model FLOP utilization per source and device (see `analyses.mfu.mfu`).
+    `image_size` None: the collect manifest's beside the sources' files (`runinfo`), else an
+    error saying so."""
     from ..analyses.mfu import mfu as compute
 
+    has_iterations = ds.scan("iterations").select(pl.len()).collect().item() > 0
+    if image_size is None and has_iterations:  # without iterations: compute says that first
+        from ..runinfo import image_size as manifest_image_size
+
+        image_size = manifest_image_size(source_files(ds))
+
+    # One collect GPU-run is one row (its iteration log; the trace's device names go with it).
+    from ..analyses.gpu_runs import merge_gpu_runs
+
+    its, devices = merge_gpu_runs(ds.scan("iterations"), ds.scan("devices"), gpu_run_map(ds))
     df = compute(
-        ds.scan("iterations"),
-        ds.scan("devices"),
+        its,
+        devices,
         gpu=gpu,
         precision=precision,
         batch_size=batch_size,
-        image_size=image_size,
+        image_size=image_size or 224,  # 224 only reached without iterations (an error)
         warmup=warmup,
+        first_steady=run_first_steady(ds),
     )
     return with_file(df, ds.names())
+
+
+def source_files(ds: DatasetView) -> dict[str, str]:
+    """source_id -> its file, found again for a store ingested from another directory."""
+    from ..runinfo import located
+
+    names = ds.names()
+    root = ds.origin if ds.is_store else None
+    return {s: located(names.get(s, s), root) for s in ds.source_ids()}
+
+
+def run_first_steady(ds: DatasetView) -> int | None:
+    """The collect run's own --warmup for these sources (`runinfo.first_steady`)."""
+    from ..runinfo import first_steady
+
+    return first_steady(source_files(ds))
 
 
 def roofline(
@@ -84,3 +113,28 @@ def roofline(
             raise TraceanalyzeError(f"no FP32 peak for GPU {gpu!r} in gpu_peaks.csv")
         peak = row.fp32_tflops * 1e12
     return Roofline(with_file(df, ds.names()), peak)
+
+
+def one_per_gpu_run(ds: DatasetView) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """Iterations and kernels with the sources of one collect GPU-run taken as one GPU (the
+    iteration log stands for the run, the trace's kernels go with it): `analyses.runs`."""
+    from ..analyses.gpu_runs import merge_gpu_runs
+
+    its = ds.scan("iterations")
+    stand_for = gpu_run_map(ds)
+    if not stand_for:
+        return its, ds.scan("kernels")
+    return merge_gpu_runs(its, ds.scan("kernels"), stand_for)
+
+
+def gpu_run_map(ds: DatasetView) -> dict[str, str]:
+    """source_id -> the source standing for its collect GPU-run (`analyses.runs`); empty when
+    no source comes from a collect run."""
+    from ..analyses.gpu_runs import representatives
+    from ..runinfo import gpu_run_keys
+
+    keys = gpu_run_keys(source_files(ds))
+    if not any(keys.values()):
+        return {}
+    counts = dict(ds.scan("iterations").group_by("source_id").len().collect().iter_rows())
+    return representatives(counts, keys)

@@ -1,7 +1,7 @@
 """The analyses behind `DatasetView`'s methods: inputs chosen from a `DatasetView`, one or more
 `traceanalyze.analyses` functions, units in ms, sources named by file. `DatasetView.summary()` etc.
 call these; so does the CLI, through the `DatasetView`. The timeline and compare ones live in
-`report_views`.
+`adapters.views`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ..analyses.naming import with_file
 from ..errors import NotAnswerable, StoreError, TraceanalyzeError, UsageProblem
 from ..results import CoreUtil, Health, Summary, Variability
 from ..store import MARKER, Store
+from .ops import one_per_gpu_run, run_first_steady
 
 if TYPE_CHECKING:
     from . import DatasetView
@@ -77,13 +78,15 @@ def _top_ops(ops: pl.LazyFrame, top: int) -> pl.DataFrame:
     return out.select(keep)
 
 
-def summary_tables(scan: Scan, *, top: int = 10) -> dict[str, pl.DataFrame]:
-    """`summary_report` over any `scan(table) -> LazyFrame` (no `file` columns)."""
+def summary_tables(
+    scan: Scan, *, top: int = 10, first_steady: int | None = None
+) -> dict[str, pl.DataFrame]:
+    """`summary_report` over any `scan(table) -> LazyFrame` (no `file` columns); iteration
+    statistics after the warm-up (`analyses.warmup`; `first_steady`: a collect run's own)."""
     srcs = (
         scan("sources")
         .select("source_id", "format", "tool", "tool_version", "path")
-        .sort("source_id")
-        .collect()
+        .collect()  # in the files' order as given (`summary` sorts a store's by id)
     )
     return {
         "sources": srcs,
@@ -100,7 +103,7 @@ def summary_tables(scan: Scan, *, top: int = 10) -> dict[str, pl.DataFrame]:
         .with_columns((pl.col("total_ns") / 1e6).alias("total_ms"))
         .drop("total_ns"),
         "telemetry": s.telemetry_stats(scan("gpu_samples")),
-        "iterations": s.iteration_stats(scan("iterations")),
+        "iterations": s.iteration_stats(scan("iterations"), first_steady=first_steady),
         **health_tables(scan),
     }
 
@@ -119,8 +122,10 @@ def summary(ds: DatasetView, top: int = 10) -> Summary:
     names = ds.names()
     t = {
         k: v if k == "sources" else with_file(v, names)
-        for k, v in summary_tables(ds.scan, top=top).items()
+        for k, v in summary_tables(ds.scan, top=top, first_steady=run_first_steady(ds)).items()
     }
+    if ds.is_store:  # files: in the order given; a store's scan order is its own: by id
+        t["sources"] = t["sources"].sort("source_id")
     hl = Health(t["sampling_health"], t["kernel_health"], t["event_health"], t["iteration_health"])
     return Summary(
         t["sources"],
@@ -155,6 +160,15 @@ def extent(ds: DatasetView, tables: tuple[str, ...] = ("kernels", "memcpy")) -> 
     return int(a), int(b)  # type: ignore[arg-type]
 
 
+def trace_origin(ds: DatasetView) -> int:
+    """The source's first event of any kind (kernel, copy, operator, marker, iteration): where
+    `--start`/`--end` of `busy` and `timeline` count from."""
+    from ..analyses import timeline as tl
+
+    tables = ("kernels", "memcpy", "ops", "markers", "iterations")
+    return tl.extent(*(ds.scan(t) for t in tables))[0]
+
+
 def busy(
     ds: DatasetView, start_ms: float | None = None, end_ms: float | None = None
 ) -> pl.DataFrame:
@@ -164,9 +178,10 @@ def busy(
     if start_ms is not None or end_ms is not None:
         ds.one_source("a --start/--end window")
         t0, t1 = extent(ds)
+        origin = trace_origin(ds)  # the timeline's origin: the first event of any kind
         window = (
-            t0 + round((start_ms or 0.0) * 1e6),
-            t0 + round(end_ms * 1e6) if end_ms is not None else t1,
+            origin + round(start_ms * 1e6) if start_ms is not None else t0,
+            origin + round(end_ms * 1e6) if end_ms is not None else t1,
         )
     df = busy_time(ds.scan("kernels"), ds.scan("memcpy"), window=window)
     out = df.select(
@@ -264,18 +279,20 @@ def attribute(
 def variability(ds: DatasetView, warmup: int | None = None, top: int = 3) -> Variability:
     from ..analyses import variability as v
 
+    its, kernels = one_per_gpu_run(ds)
     df = v.variability(
-        ds.scan("iterations"),
+        its,
         ds.scan_all("gpu_samples"),
-        ds.scan("kernels"),
+        kernels,
         warmup=warmup,
         top=top,
         sources=ds.scan_all("sources"),
+        first_steady=(first := run_first_steady(ds)),
     )
     names = ds.names()
     df = with_file(with_file(df, names), names, "samples_source_id", "samples_file")
     steady = (
-        v.steady_iterations(ds.scan("iterations"), warmup=warmup)
+        v.steady_iterations(its, warmup=warmup, first_steady=first)
         .select("source_id", "device_id", "duration_ns")
         .collect()
     )

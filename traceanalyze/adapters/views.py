@@ -51,18 +51,36 @@ def _window(
     start_ms: float | None,
     end_ms: float | None,
     iteration: int | None,
+    span: tuple[int, int] | None = None,
 ) -> tuple[int, int]:
+    """The window: `iteration`'s, or `start_ms`/`end_ms` after the origin `first[0]`, each
+    edge not given taken from `span` (default: `first`, everything)."""
     from ..analyses import timeline as tl
 
     t_first, t_last = first
+    d0, d1 = span or first
     if iteration is not None:
         return tl.iteration_window(ds.scan("iterations"), ds.scan("markers"), iteration)
-    t0 = t_first + round(start_ms * 1e6) if start_ms is not None else t_first
-    t1 = t_first + round(end_ms * 1e6) if end_ms is not None else t_last
+    t0 = t_first + round(start_ms * 1e6) if start_ms is not None else d0
+    t1 = t_first + round(end_ms * 1e6) if end_ms is not None else d1
     if t1 <= t0:
         a, b = (t0 - t_first) / 1e6, (t1 - t_first) / 1e6
         raise UsageProblem(f"empty window: its end ({b:g} ms) must be after its start ({a:g} ms)")
     return t0, t1
+
+
+def work_span(
+    kernels: pl.LazyFrame, memcpy: pl.LazyFrame, ops: pl.LazyFrame
+) -> tuple[int, int] | None:
+    """First start and last end of device activity and host operators: the default timeline
+    window (markers and instants far from any work would stretch it: issue 21). None when the
+    source has none of them."""
+    from ..analyses import timeline as tl
+
+    try:
+        return tl.extent(kernels, memcpy, ops)
+    except NotAnswerable:
+        return None
 
 
 def _label_samples(samples: pl.DataFrame, sid: str, names: dict[str, str]) -> pl.DataFrame:
@@ -103,6 +121,8 @@ def timeline(
     iteration: int | None = None,
     samples_from: str | None = None,
     max_bars: int = 1500,
+    *,
+    whole: bool = False,
 ) -> Timeline:
     from ..analyses import timeline as tl
 
@@ -110,7 +130,7 @@ def timeline(
     names = ds.names()
     k, m, o, mk, it = (ds.scan(t) for t in ("kernels", "memcpy", "ops", "markers", "iterations"))
     first = tl.extent(k, m, o, mk, it)
-    t0, t1 = _window(ds, first, start_ms, end_ms, iteration)
+    t0, t1 = _window(ds, first, start_ms, end_ms, iteration, None if whole else work_span(k, m, o))
     samples_all = samples_for(ds, sid, samples_from)
     lanes = tl.lanes(k, m, ops=o, markers=mk, start_ns=t0, end_ns=t1, max_bars=max_bars)
     kernels = tl.overlapping(k, t0, t1).collect()
@@ -164,13 +184,49 @@ def compare(
             both("ops"), both("api_calls"), both("kernels"), both("markers"), "A", "B", names=desc
         )
         return Comparison(desc_a, desc_b, ops_diff_overview(diff), pl.DataFrame(), ops=diff)
-    k, it, s = both("kernels"), both("iterations"), both("gpu_samples")
+    # A collect run's iteration log and trace are one GPU-run, on each side (issue 21: their
+    # iterations were pooled, counted twice).
+    from .ops import one_per_gpu_run
+
+    (ia, ka), (ib, kb) = one_per_gpu_run(a), one_per_gpu_run(b)
+    lab, lbb = (pl.lit(x, dtype=pl.String).alias("source_id") for x in ("A", "B"))
+    k = pl.concat([ka.with_columns(lab), kb.with_columns(lbb)], how="vertical")
+    it = pl.concat([ia.with_columns(lab), ib.with_columns(lbb)], how="vertical")
+    s = pl.concat([side_samples(a).with_columns(lab), side_samples(b).with_columns(lbb)])
     ov = compare_overview(k, it, s, "A", "B", names=desc)
     try:
         kc = compare_kernels(k, "A", "B", names=desc)
     except NotAnswerable:
         kc = pl.DataFrame()  # compare_overview has said why, as a warning
     return Comparison(desc_a, desc_b, ov, kc)
+
+
+def side_samples(ds: DatasetView) -> pl.LazyFrame:
+    """The telemetry of one side of a comparison: the sample series paired with its work
+    (kernels, copies, iterations; `telemetry.pair_samples`: the same source, or another whose
+    epoch span overlaps on the same device), not every sampler log of a store (issue 21: an
+    unrelated GPU's telemetry was pooled in). Every series when the side has no timed work."""
+    from ..analyses.telemetry import pair_samples
+
+    end = pl.coalesce("end_ns", pl.col("start_ns") + pl.col("duration_ns")).alias("end_ns")
+    cols = ["source_id", "device_id", "start_ns", "end_ns"]
+    work = pl.concat(
+        [ds.scan(t).select(cols) for t in ("kernels", "memcpy")]
+        + [ds.scan("iterations").select("source_id", "device_id", "start_ns", end)]
+    ).drop_nulls(["start_ns", "end_ns"])
+    smp = ds.scan("gpu_samples")
+    if work.select(pl.len()).collect().item() == 0:
+        return smp
+    pairs = pair_samples(work, smp, ds.scan("sources"), what="kernels", warn=False)
+    keep = (
+        pairs.filter(pl.col("samples_source_id").is_not_null())
+        .select(
+            pl.col("samples_source_id").alias("source_id"),
+            pl.col("samples_device_id").alias("device_id"),
+        )
+        .unique()
+    )
+    return smp.join(keep.lazy(), on=["source_id", "device_id"], how="semi", nulls_equal=True)
 
 
 def compare_sources(ds: DatasetView, a: str, b: str, ops: bool = False) -> Comparison:

@@ -31,6 +31,7 @@ from importlib import resources
 import polars as pl
 
 from ..errors import NotAnswerable, TraceanalyzeError
+from .warmup import steady
 
 Frame = pl.DataFrame | pl.LazyFrame
 
@@ -128,11 +129,13 @@ def mfu(
     precision: str = "fp32",
     batch_size: int | None = None,
     image_size: int = 224,
-    warmup: int = 0,
+    warmup: int | None = None,
     gpus_per_source: int = 1,
+    first_steady: int | None = None,
 ) -> pl.DataFrame:
-    """One row per source: median images/s over the iterations (the first `warmup` of each
-    source and rank left out), FLOPs per image, achieved FLOP/s, the GPU and its peak, MFU %.
+    """One row per source: median images/s over the steady iterations (`analyses.warmup`'s
+    rule per source and rank: `first_steady`, else `warmup`, else max(1, 10 %) left out),
+    FLOPs per image, achieved FLOP/s, the GPU and its peak, MFU %.
 
     The GPU is `gpu` if given, else the source's first device name in `devices`.
     `gpus_per_source` divides the peak when one source's images/s is a job's throughput over
@@ -141,7 +144,7 @@ def mfu(
     it = (iterations.lazy() if isinstance(iterations, pl.DataFrame) else iterations).collect()
     if it.height == 0:
         raise NotAnswerable("no iterations: MFU needs an iteration log or profiler steps")
-    ips = _images_per_s(it, batch_size, warmup)
+    ips = _images_per_s(it, batch_size, warmup, first_steady)
     names = _device_names(devices)
     flops = resnet50_train_flops_per_image(image_size)
     rows = []
@@ -198,13 +201,15 @@ _SCHEMA = {
 }
 
 
-def _images_per_s(it: pl.DataFrame, batch_size: int | None, warmup: int) -> pl.DataFrame:
+def _images_per_s(
+    it: pl.DataFrame, batch_size: int | None, warmup: int | None, first_steady: int | None
+) -> pl.DataFrame:
     dur = pl.coalesce("duration_ns", pl.col("end_ns") - pl.col("start_ns"))
     bs = pl.col("batch_size") if batch_size is None else pl.lit(batch_size, pl.Int64)
+    kept = steady(it.lazy(), ["source_id", "rank"], warmup=warmup, first_steady=first_steady)
     per = (
-        it.sort("source_id", "rank", "iteration", nulls_last=True)
-        .with_columns(pl.int_range(pl.len()).over("source_id", "rank").alias("_k"))
-        .filter(pl.col("_k") >= warmup)
+        kept.collect()
+        .sort("source_id", "rank", "iteration", nulls_last=True)
         .with_columns(
             pl.coalesce(
                 pl.col("images_per_s") if batch_size is None else pl.lit(None, pl.Float64),

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from .warmup import steady
+
 Frame = pl.DataFrame | pl.LazyFrame
 
 TELEMETRY_COLUMNS: tuple[str, ...] = (
@@ -167,20 +169,45 @@ def telemetry_stats(gpu_samples: Frame) -> pl.DataFrame:
     )
 
 
-def iteration_stats(iterations: Frame) -> pl.DataFrame:
-    """Per source and device: iteration count and duration statistics in ms, images/s median."""
+def iteration_stats(
+    iterations: Frame, *, warmup: int | None = None, first_steady: int | None = None
+) -> pl.DataFrame:
+    """Per source and device: iteration count, how many of them were warm-up (`analyses.warmup`,
+    the rule `variability` and `mfu` use too), and duration statistics in ms and the images/s
+    median over the steady ones."""
     ms = pl.col("duration_ns") / 1e6
+    lf = _lazy(iterations)
+    counts = lf.group_by("source_id", "device_id").agg(pl.len().alias("iteration_count"))
+    kept = steady(lf, ["source_id", "device_id"], warmup=warmup, first_steady=first_steady)
     return (
-        _lazy(iterations)
-        .group_by("source_id", "device_id")
-        .agg(
-            pl.len().alias("iteration_count"),
-            ms.mean().alias("mean_ms"),
-            ms.median().alias("median_ms"),
-            ms.min().alias("min_ms"),
-            ms.max().alias("max_ms"),
-            ms.std().alias("std_ms"),
-            pl.col("images_per_s").median().alias("median_images_per_s"),
+        counts.join(
+            kept.group_by("source_id", "device_id").agg(
+                pl.len().alias("_steady"),
+                ms.mean().alias("mean_ms"),
+                ms.median().alias("median_ms"),
+                ms.min().alias("min_ms"),
+                ms.max().alias("max_ms"),
+                ms.std().alias("std_ms"),
+                pl.col("images_per_s").median().alias("median_images_per_s"),
+            ),
+            on=["source_id", "device_id"],
+            how="left",
+            nulls_equal=True,
+        )
+        .with_columns(
+            (pl.col("iteration_count") - pl.col("_steady").fill_null(0)).alias("warmup_count")
+        )
+        .select(
+            "source_id",
+            "device_id",
+            "iteration_count",
+            "warmup_count",
+            "mean_ms",
+            "median_ms",
+            "min_ms",
+            "max_ms",
+            "std_ms",
+            "median_images_per_s",
         )
         .sort(["source_id", "device_id"], nulls_last=True)
         .collect()

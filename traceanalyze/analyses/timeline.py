@@ -63,7 +63,32 @@ def iteration_window(iterations: Frame, markers: Frame | None, n: int) -> tuple[
         )
         if mk.height:
             return int(mk["start_ns"].min()), int(mk["end_ns"].max())  # type: ignore[arg-type]
-    raise NotAnswerable(f"iteration {n} has no start/end times (iterations or ProfilerStep#{n})")
+    have = _c(iterations.lazy().select(pl.col("iteration").drop_nulls().unique().sort()))
+    numbers = [int(i) for i in have["iteration"].to_list()]
+    if not numbers and markers is not None:
+        steps = _c(
+            markers.lazy()
+            .select(pl.col("name").str.extract(r"^ProfilerStep#(\d+)$").cast(pl.Int64))
+            .drop_nulls()
+            .unique()
+            .sort("name")
+        )
+        numbers = [int(i) for i in steps["name"].to_list()]
+    known = f"iterations here: {_ranges(numbers)}" if numbers else "no iterations here"
+    raise NotAnswerable(
+        f"iteration {n} has no start/end times (iterations or ProfilerStep#{n}); {known}"
+    )
+
+
+def _ranges(numbers: list[int]) -> str:
+    """Sorted integers as runs: [101, 102, 103, 105] -> '101-103, 105'."""
+    runs: list[list[int]] = []
+    for x in numbers:
+        if runs and x == runs[-1][1] + 1:
+            runs[-1][1] = x
+        else:
+            runs.append([x, x])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
 
 
 def _intervals(

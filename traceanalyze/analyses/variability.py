@@ -3,9 +3,9 @@
 One row per GPU, a GPU being a (source_id, device_id) pair of the `iterations` table: a run's
 log, trace or sampler file per device (device_id may be null: PyTorch `ProfilerStep` ranges and
 host-side iteration logs do not say which GPU). Steady state only: per GPU the first `warmup`
-iterations (by iteration number) are dropped; the default rule is
-`max(1, floor(10 % of the GPU's iterations))`, the SC22 scripts having dropped the first iteration
-and longer runs needing more.
+iterations (by iteration number) are dropped by the one warm-up rule of `analyses.warmup` (a
+collect run's own --warmup, else `max(1, floor(10 % of the GPU's iterations))`, the SC22 scripts
+having dropped the first iteration and longer runs needing more).
 
 Telemetry: the samples are paired with each GPU by `telemetry.pair_samples` — the GPU's own
 source's samples, else another source's (an NVML or nvidia-smi log of the same run) whose epoch
@@ -47,6 +47,7 @@ import polars as pl
 from ..errors import NotAnswerable
 from .naming import source_name, source_paths
 from .telemetry import pair_samples, paired_samples
+from .warmup import steady
 
 Frame = pl.DataFrame | pl.LazyFrame
 
@@ -61,15 +62,14 @@ def _lazy(df: Frame) -> pl.LazyFrame:
     return df.lazy() if isinstance(df, pl.DataFrame) else df
 
 
-def steady_iterations(iterations: Frame, *, warmup: int | None = None) -> pl.LazyFrame:
-    """Iterations after each GPU's warm-up (see the module doc for the rule)."""
+def steady_iterations(
+    iterations: Frame, *, warmup: int | None = None, first_steady: int | None = None
+) -> pl.LazyFrame:
+    """Iterations after each GPU's warm-up (`analyses.warmup`, the one rule)."""
     lf = _lazy(iterations).with_columns(
         pl.coalesce("duration_ns", pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns")
     )
-    pos = pl.col("iteration").rank("ordinal").over(KEYS) - 1
-    n = pl.len().over(KEYS)
-    drop = pl.lit(warmup) if warmup is not None else pl.max_horizontal(pl.lit(1), n // 10)
-    return lf.filter(pos >= drop)
+    return steady(lf, KEYS, warmup=warmup, first_steady=first_steady)
 
 
 def robust_z(x: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
@@ -99,13 +99,14 @@ def variability(
     warmup: int | None = None,
     top: int = 3,
     sources: Frame | None = None,
+    first_steady: int | None = None,
 ) -> pl.DataFrame:
     """Per GPU: steady-state medians, fleet-normalized performance, robust z and outlier rank.
 
     `sources` (the sources table) lets samples of other sources be paired through epoch origins
     and lets warnings name files; without it only each source's own samples are used.
     """
-    steady = steady_iterations(iterations, warmup=warmup)
+    steady = steady_iterations(iterations, warmup=warmup, first_steady=first_steady)
     per = (
         steady.group_by(KEYS)
         .agg(

@@ -18,6 +18,7 @@ from .common import (
     dataset_input,
     emit,
     error_line,
+    figure_path,
     filter_options,
     format_option,
     input_options,
@@ -25,7 +26,10 @@ from .common import (
     misuse_is_usage,
     notes,
     output_options,
+    output_path,
     store_option,
+    table,
+    table_width,
     verbose,
     verbose_option,
     wrote,
@@ -83,7 +87,7 @@ def summary(ds: Dataset, top: int, out_json: bool, out_csv: bool) -> None:
     if out_json:
         click.echo(render.to_json(rep.to_dict()))
     else:
-        click.echo(render.per_source(rep.to_dict()), nl=False)
+        click.echo(render.per_source(rep.to_dict(), width=table_width()), nl=False)
 
 
 @click.command()
@@ -100,7 +104,7 @@ def health(ds: Dataset, out_json: bool, out_csv: bool) -> None:
     if out_json:
         click.echo(render.to_json(rep.to_dict()))
     else:
-        click.echo(render.per_source(rep.to_dict()), nl=False)
+        click.echo(render.per_source(rep.to_dict(), width=table_width()), nl=False)
 
 
 # --- coreutil --------------------------------------------------------------------------------
@@ -116,7 +120,13 @@ def health(ds: Dataset, out_json: bool, out_csv: bool) -> None:
     help="Per-launch weight: gpc__cycles_elapsed.max, gpu__time_duration.sum, or 1.",
 )
 @click.option("--by-kernel", is_flag=True, help="One row per kernel name instead of per file.")
-@click.option("--plot", "plot", type=click.Path(path_type=Path), help="Grouped bars to PNG/SVG.")
+@click.option(
+    "--plot",
+    "plot",
+    type=click.Path(path_type=Path),
+    callback=figure_path,
+    help="Grouped bars to PNG/SVG.",
+)
 @output_options
 def coreutil(
     ds: Dataset, weight: str, by_kernel: bool, plot: Path | None, out_json: bool, out_csv: bool
@@ -150,13 +160,25 @@ def coreutil(
 
 @click.command()
 @dataset_input
-@click.option("--start", "start_ms", type=float, help="Window start, ms after the source's start.")
-@click.option("--end", "end_ms", type=float, help="Window end, ms after the source's start.")
+@click.option(
+    "--start",
+    "start_ms",
+    type=float,
+    help="Window start, ms after the source's first event of any kind (timeline's origin).",
+)
+@click.option("--end", "end_ms", type=float, help="Window end, ms after that first event.")
 @output_options
 def busy(
     ds: Dataset, start_ms: float | None, end_ms: float | None, out_json: bool, out_csv: bool
 ) -> None:
-    """Share of time at least one kernel (and one copy) ran, per source and device."""
+    """Share of time at least one kernel (and one copy) ran, per source and device.
+
+    The window is the first to the last kernel or copy; --start/--end count from the source's
+    first event of any kind (kernel, copy, operator, marker, iteration), as `timeline`'s do.
+    """
+    if (start_ms is not None or end_ms is not None) and not (out_json or out_csv):
+        note = "traceanalyze: note: --start/--end count from the source's first event"
+        click.echo(note, err=True)
     emit(ds.busy(start_ms=start_ms, end_ms=end_ms), out_json, out_csv)
 
 
@@ -166,10 +188,18 @@ def busy(
 @click.command()
 @dataset_input
 @click.option(
-    "-o", "--output", "output", type=click.Path(path_type=Path), help="Figure file (.png or .svg)."
+    "-o",
+    "--output",
+    "output",
+    type=click.Path(path_type=Path),
+    callback=figure_path,
+    help="Figure file (.png or .svg).",
 )
 @click.option(
-    "--perfetto", type=click.Path(path_type=Path), help="Chrome trace JSON for ui.perfetto.dev."
+    "--perfetto",
+    type=click.Path(path_type=Path),
+    callback=output_path,
+    help="Chrome trace JSON for ui.perfetto.dev.",
 )
 @click.option(
     "--start",
@@ -179,6 +209,13 @@ def busy(
 )
 @click.option("--end", "end_ms", type=float, help="Window end, ms after the trace's first event.")
 @click.option("--iteration", type=int, help="Zoom on this iteration.")
+@click.option(
+    "--whole-trace",
+    "whole",
+    is_flag=True,
+    help="Default window: every event (markers, iterations too), not the span of device "
+    "activity and host operators.",
+)
 @click.option(
     "--samples-from",
     "samples_from",
@@ -205,6 +242,7 @@ def timeline(
     iteration: int | None,
     samples_from: str | None,
     max_bars: int,
+    whole: bool = False,
     critical_path: bool = False,
 ) -> None:
     """Kernels and copies per device/stream with iterations and SM clock/power/temperature.
@@ -212,9 +250,9 @@ def timeline(
     One source; or the ranks of one job (several traces with collectives, matched as in
     `stragglers`): one lane (Perfetto: one process) per rank on the common time base, the
     collective instances joined (Perfetto: flow arrows) across ranks, the longest --max-bars
-    kernels per rank drawn. The default window spans everything drawn or exported (kernels,
-    copies, host operators, markers, iterations); an interval belongs to a window when it
-    overlaps it. Lanes
+    kernels per rank drawn. The default window spans device activity and host operators
+    (--whole-trace: markers and iterations too); the title says where it starts, in ms after
+    the trace's first event. An interval belongs to a window when it overlaps it. Lanes
     with more intervals than --max-bars are drawn as busy-fraction density, and the figure says
     so. Markers and iterations are labelled where they are wide enough; a legend names the
     kernels with the most time. Telemetry: the source's own samples, or --samples-from, or else
@@ -237,6 +275,7 @@ def timeline(
         iteration=iteration,
         samples_from=samples_from,
         max_bars=max_bars,
+        whole=whole,
     )
     if critical_path:
         path = ds.where(source=res.source_id).critical_path(iteration=iteration, by_event=True)
@@ -283,11 +322,17 @@ def attribute(
 @click.command()
 @dataset_input
 @click.option(
-    "--warmup", type=int, default=None, help="Iterations to drop per GPU (default max(1, 10%))."
+    "--warmup",
+    type=int,
+    default=None,
+    help="Iterations to drop per GPU [default: the warm-up rule of docs/warmup.md].",
 )
 @click.option("--top", default=3, show_default=True, help="Top kernels (fleet-wide) to time.")
 @click.option(
-    "--plot", type=click.Path(path_type=Path), help="Box plots and perf-vs-telemetry to PNG/SVG."
+    "--plot",
+    type=click.Path(path_type=Path),
+    callback=figure_path,
+    help="Box plots and perf-vs-telemetry to PNG/SVG.",
 )
 @output_options
 def variability(
@@ -309,8 +354,10 @@ def variability(
         emit(res.table, out_json, out_csv)
         return
     # Table: the fleet's top kernel names once above the table, not repeated in every row.
+    width = table_width()
     for col, name in res.kernel_names.items():
-        click.echo(f"{col.removesuffix('_kernel')} = {name or '?'}")
+        line = f"{col.removesuffix('_kernel')} = {name or '?'}"
+        click.echo(line if width is None else render.abbreviate(line, width))
     emit(res.table.drop(list(res.kernel_names)), False, False)
 
 
@@ -377,8 +424,8 @@ def compare(
             click.echo(render.to_csv(res.kernels), nl=False)
     else:
         click.echo(f"{res.a}\n{res.b}\n== overview")
-        click.echo(render.text_table(res.overview))
+        click.echo(table(res.overview))
         if res.kernels.height:
             n = res.kernels.height
             click.echo(f"\n== kernels (top {min(top, n)} of {n} by time)")
-            click.echo(render.text_table(res.kernels.head(top)))
+            click.echo(table(res.kernels.head(top)))

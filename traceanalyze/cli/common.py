@@ -5,12 +5,16 @@ and warning path. Imports neither `cli` nor any command module, so that command 
 Error path (`guarded`): a `TraceanalyzeError` is one line `traceanalyze: error: …` and exit 1
 (its `details` follow under `--verbose`); a `UsageProblem` (one source needed, several selected)
 and click's usage errors are misuse, exit 2. Library `warnings.warn` notes print as one line each,
-`traceanalyze: warning: …`, as they happen.
+`traceanalyze: warning: …`, as they happen. An `OSError` about a path (a read-only store, a full
+disk, `--store /dev/null`) is the user's environment, not a bug: one line with the path and the
+system's reason, exit 1. Ctrl-C is one line `traceanalyze: interrupted`, exit 130 (128 + SIGINT,
+as a shell reports it), not click's `Aborted!`.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import TraceanalyzeError, UsageProblem
+from ..errors import TraceanalyzeError, UsageProblem, quote_path
 from . import render
 
 if TYPE_CHECKING:
@@ -27,6 +31,7 @@ if TYPE_CHECKING:
 
 F = Callable[..., Any]
 _VERBOSE = "traceanalyze.verbose"
+_WIDE = "traceanalyze.wide"
 
 # --- one error and warning path --------------------------------------------------------------
 
@@ -56,6 +61,15 @@ def guarded(ctx: click.Context) -> Iterator[None]:
                 for line in e.details.splitlines():
                     click.echo(f"  {line}", err=True)
             ctx.exit(1)
+        except OSError as e:
+            if e.filename is None:  # not about a path: a bug, keep the traceback
+                raise
+            where = os.fsdecode(e.filename)
+            click.echo(f"traceanalyze: error: {quote_path(where)}: {e.strerror or e}", err=True)
+            ctx.exit(1)
+        except KeyboardInterrupt:
+            click.echo("traceanalyze: interrupted", err=True)
+            ctx.exit(130)
 
 
 def _has_verbose(ctx: click.Context) -> bool:
@@ -119,7 +133,8 @@ def format_option(f: F) -> F:
 
 
 def output_options(f: F) -> F:
-    """`--json` / `--csv` (exclusive), given to the command as `out_json`, `out_csv`."""
+    """`--json` / `--csv` (exclusive), given to the command as `out_json`, `out_csv`; and
+    `--wide`, which `table` reads (every column, names uncut), not given to the command."""
 
     @functools.wraps(f)
     def wrapper(*args: Any, out_json: bool, out_csv: bool, **kwargs: Any) -> Any:
@@ -127,12 +142,35 @@ def output_options(f: F) -> F:
             raise click.UsageError("--json and --csv are exclusive")
         return f(*args, out_json=out_json, out_csv=out_csv, **kwargs)
 
-    w: F = click.option("--csv", "out_csv", is_flag=True, help="Print CSV instead of a table.")(
-        wrapper
-    )
+    def remember(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+        if value:
+            ctx.meta[_WIDE] = True
+
+    w: F = click.option(
+        "--wide",
+        is_flag=True,
+        expose_value=False,
+        callback=remember,
+        help=f"Table with every column, names uncut (default: fit {render.WIDTH} columns).",
+    )(wrapper)
+    w = click.option("--csv", "out_csv", is_flag=True, help="Print CSV instead of a table.")(w)
     return click.option("--json", "out_json", is_flag=True, help="Print JSON instead of a table.")(
         w
     )
+
+
+def figure_path(_ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
+    """Callback of a figure option (`-o`, `--plot`): checked before any work is done."""
+    from ..outpaths import check_figure
+
+    return None if value is None else check_figure(value)
+
+
+def output_path(_ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
+    """Callback of an output file option (`--perfetto`): checked before any work is done."""
+    from ..outpaths import check_output
+
+    return None if value is None else check_output(value)
 
 
 def quiet_option(f: F) -> F:
@@ -150,15 +188,17 @@ def filter_options(f: F) -> F:
 
 
 def misuse_is_usage(f: F) -> F:
-    """A `UsageProblem` from the library becomes click's usage error inside the command, so the
-    message comes with that command's usage line (exit 2)."""
+    """A `UsageProblem` from the library (one source needed, several selected; an empty
+    window) is misuse: one `traceanalyze: error:` line like every other error, exit 2 (issue
+    21: it came in click's style, a usage block and `Error:`)."""
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return f(*args, **kwargs)
         except UsageProblem as e:
-            raise click.UsageError(str(e)) from e
+            click.echo(f"traceanalyze: error: {e}", err=True)
+            click.get_current_context().exit(2)
 
     return wrapper
 
@@ -170,7 +210,9 @@ def input_options(f: F) -> F:
     f = filter_options(f)
     f = format_option(f)
     f = store_option(required=False)(f)
-    return click.argument("files", nargs=-1, type=click.Path(exists=True, path_type=Path))(f)
+    # No `exists=True`: a missing or unreadable file is bad input, the library's one line and
+    # exit 1 (as for `ingest` and `compare`), not click's usage error.
+    return click.argument("files", nargs=-1, type=click.Path(path_type=Path))(f)
 
 
 def dataset_input(f: F) -> F:
@@ -229,7 +271,18 @@ def emit(df: Any, out_json: bool, out_csv: bool, title: str | None = None) -> No
     else:
         if title:
             click.echo(title)
-        click.echo(render.text_table(df))
+        click.echo(table(df))
+
+
+def table_width() -> int | None:
+    """The width text tables fit: `render.WIDTH`, or None (no limit) under `--wide`."""
+    ctx = click.get_current_context(silent=True)
+    return None if ctx is not None and ctx.meta.get(_WIDE) else render.WIDTH
+
+
+def table(df: Any) -> str:
+    """One frame as a text table fitting `table_width()`."""
+    return render.text_table(df, width=table_width())
 
 
 def wrote(path: Path) -> None:

@@ -158,7 +158,23 @@ def ingest(
         results = do_ingest(files, store_dir, format=fmt, force=force, **reader_opts)
     if not quiet:
         for r in results:
-            click.echo(r.message())
+            click.echo(_with_devices_at_work(r, store_dir))
+
+
+def _with_devices_at_work(r: Any, store_dir: Path) -> str:
+    """`r.message()`, its "N devices" (every device the file lists, as a trace's metadata names
+    all GPUs of the node) followed by how many have work (issue 21: "8 devices" for a one-GPU
+    trace)."""
+    msg: str = r.message()
+    listed = r.counts.get("devices", 0) if r.status != "unchanged" else 0
+    if not listed:
+        return msg
+    from ..dataset import Dataset
+
+    busy = len(Dataset.from_store(store_dir).where(source=r.source_id).active_devices())
+    if busy == listed:
+        return msg
+    return msg.replace(f"{listed:,} devices", f"{listed:,} devices listed, {busy:,} with work", 1)
 
 
 @click.command("schema")

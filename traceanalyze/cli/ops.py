@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 import polars as pl
 
-from .common import dataset_input, emit, output_options, wrote
+from .common import dataset_input, emit, figure_path, output_options, table, wrote
 
 if TYPE_CHECKING:
     from ..dataset import Dataset
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 @click.option(
     "--plot",
     type=click.Path(path_type=Path),
+    callback=figure_path,
     help="Bars of GPU and host self time of the top operators (one source), PNG or SVG.",
 )
 @output_options
@@ -82,9 +83,9 @@ def print_ops_diff(res: Comparison, top: int, out_json: bool, out_csv: bool) -> 
         click.echo(render.to_csv(diff), nl=False)
     else:
         click.echo(f"{res.a}\n{res.b}\n== operators overview")
-        click.echo(render.text_table(ov))
+        click.echo(table(ov))
         click.echo(f"\n== operators (top {min(top, diff.height)} of {diff.height} by time change)")
-        click.echo(render.text_table(diff.head(top)))
+        click.echo(table(diff.head(top)))
 
 
 @click.command()
@@ -99,16 +100,27 @@ def print_ops_diff(res: Comparison, top: int, out_json: bool, out_csv: bool) -> 
     "TF32), fp32-strict = the plain FP32 peak.",
 )
 @click.option("--batch-size", type=int, help="Images per iteration, when the input lacks it.")
-@click.option("--image-size", default=224, show_default=True, help="Input images' side, pixels.")
-@click.option("--warmup", default=0, show_default=True, help="First iterations left out.")
+@click.option(
+    "--image-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Input images' side, pixels [default: the collect run's manifest.json beside the "
+    "files; refused when there is none].",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Iterations left out per GPU [default: the warm-up rule of docs/warmup.md].",
+)
 @output_options
 def mfu(
     ds: Dataset,
     gpu: str | None,
     precision: str,
     batch_size: int | None,
-    image_size: int,
-    warmup: int,
+    image_size: int | None,
+    warmup: int | None,
     out_json: bool,
     out_csv: bool,
 ) -> None:
@@ -136,7 +148,13 @@ def mfu(
 
 @click.command()
 @dataset_input
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Figure (.png or .svg).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    callback=figure_path,
+    help="Figure (.png or .svg).",
+)
 @click.option("--gpu", help="GPU whose FP32 peak (gpu_peaks.csv) is the compute roof.")
 @click.option("--peak-tflops", type=float, help="Compute roof in TFLOP/s (instead of --gpu).")
 @click.option("--bandwidth-gbps", type=float, help="DRAM bandwidth in GB/s: the memory roof.")

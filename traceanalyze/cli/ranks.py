@@ -6,6 +6,7 @@ rendered. Found by `cli.analysis_commands` through `__all__`.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import click
@@ -82,14 +83,16 @@ def stragglers(
         return
     world = res.ranks["world_size"].drop_nulls()
     size = f"world size {world[0]}" if world.len() else "world size unknown"
-    click.echo(f"job: {res.job} ({size}); time base: {res.time_base}")
+    click.echo(f"job: {res.job} ({size})")
+    click.echo(f"time base: {res.time_base}")
     shown = res.ranks.select(_SHOWN)
     # The file's stem (`worker7_step_12…`), not a path cut from the left.
     names = pl.Series("name", _stems(shown["file"]))
     click.echo(render.text_table(shown.drop("file").with_columns(names)))
     click.echo(f"\n{res.verdict}")
     for line in res.causes:
-        click.echo(f"  why: {line}")
+        # fits the 120 columns of the default tables, continuation lines indented under it
+        click.echo(textwrap.fill(line, 120, initial_indent="  why: ", subsequent_indent=" " * 7))
     for note in res.notes:
         click.echo(f"note: {note}")
 

@@ -15,8 +15,7 @@ from pathlib import Path
 import click
 
 from ..dataset import Dataset
-from . import render
-from .common import dataset_input, emit, output_options, wrote
+from .common import dataset_input, emit, figure_path, output_options, table, wrote
 
 # --- launches --------------------------------------------------------------------------------
 
@@ -64,10 +63,10 @@ def launches(
     if out_json or out_csv:
         emit(stats, out_json, out_csv)
         return
-    click.echo(render.text_table(stats))
+    click.echo(table(stats))
     if outl.height:
         click.echo(f"\n== outliers (top {min(top, outl.height)} of {outl.height}; --outliers)")
-        click.echo(render.text_table(outl.head(top)))
+        click.echo(table(outl.head(top)))
 
 
 # --- idle ------------------------------------------------------------------------------------
@@ -75,7 +74,12 @@ def launches(
 
 @click.command()
 @dataset_input
-@click.option("--plot", type=click.Path(path_type=Path), help="Stacked bars per device to PNG/SVG.")
+@click.option(
+    "--plot",
+    type=click.Path(path_type=Path),
+    callback=figure_path,
+    help="Stacked bars per device to PNG/SVG.",
+)
 @output_options
 def idle(
     ds: Dataset,
@@ -116,7 +120,12 @@ def idle(
 
 @click.command()
 @dataset_input
-@click.option("--plot", type=click.Path(path_type=Path), help="Bars per device to PNG/SVG.")
+@click.option(
+    "--plot",
+    type=click.Path(path_type=Path),
+    callback=figure_path,
+    help="Bars per device to PNG/SVG.",
+)
 @output_options
 def overlap(
     ds: Dataset,

@@ -53,8 +53,11 @@ def catch_sigterm() -> tuple[bool, Any]:
     return True, signal.signal(signal.SIGTERM, _raise_terminated)
 
 
-def run_child(argv: list[str], env: dict[str, str], log: Path) -> int:
-    """Run one command with its output in `log`; on KeyboardInterrupt stop it, then re-raise."""
+def run_child(
+    argv: list[str], env: dict[str, str], log: Path, on_tick: Callable[[], None] | None = None
+) -> int:
+    """Run one command with its output in `log`; on KeyboardInterrupt stop it, then re-raise.
+    `on_tick()` is called while it runs (every poll, 0.2 s), for progress."""
     with open(log, "ab") as f:
         f.write(f"$ {shlex.join(argv)}\n".encode())
         f.flush()
@@ -67,7 +70,8 @@ def run_child(argv: list[str], env: dict[str, str], log: Path) -> int:
                 try:
                     return proc.wait(timeout=0.2)
                 except subprocess.TimeoutExpired:
-                    continue
+                    if on_tick is not None:
+                        on_tick()
         except BaseException:
             terminate(proc)
             raise
@@ -161,9 +165,12 @@ def run_commands(
 ) -> tuple[str, str | None, int | None]:
     """Run each step (and, for nsys, export its reports) until one fails: (status "completed"
     or "failed", error, exit code). Export commands are appended to manifest["commands"]."""
+    total = manifest.get("config", {}).get("iterations")
     for step in steps:
         say(f"batch size {step.batch_size}: {step.shell()}")
-        rc = run_child(step.argv, step.env, step.log)
+        tick = iteration_progress(run_dir / f"iterations_bs{step.batch_size}_rank0.csv", total, say)
+        rc = run_child(step.argv, step.env, step.log, on_tick=tick)
+        tick()  # the iterations logged in the last poll
         if rc != 0:
             return "failed", f"batch size {step.batch_size}: command exited with status {rc}", rc
         if nsys:
@@ -171,6 +178,27 @@ def run_commands(
             if failed is not None:
                 return "failed", failed[1], failed[0]
     return "completed", None, 0
+
+
+def iteration_progress(
+    log: Path, total: int | None, say: Callable[[str], None]
+) -> Callable[[], None]:
+    """A tick that says each new iteration rank 0 logged (`batch size B: iteration i/N`): a CPU
+    step takes tens of seconds, and the run printed nothing for minutes (issue 21)."""
+    seen = [0]
+
+    def tick() -> None:
+        try:
+            with open(log, "rb") as f:
+                n = sum(1 for line in f if line[:1].isdigit() and line.endswith(b"\n"))
+        except FileNotFoundError:
+            return
+        bs = log.name.split("_bs", 1)[1].split("_", 1)[0]
+        for i in range(seen[0] + 1, n + 1):
+            say(f"batch size {bs}: iteration {i}/{total if total else '?'}")
+        seen[0] = max(seen[0], n)
+
+    return tick
 
 
 def _export_nsys(

@@ -10,6 +10,7 @@ import click
 
 from ..cli.common import quiet_option
 from ..errors import CollectError
+from ._device import cpu_cost
 from .profilers import PROFILERS
 from .resnet50 import PRECISIONS
 from .run import (
@@ -195,6 +196,8 @@ def collect(
         if not quiet:
             click.echo(msg, err=True)
 
+    if p.device == "cpu":  # chosen with --device cpu: what it costs, before it starts
+        say(f"CPU run: {cpu_cost(cfg)}")
     argv = _given_argv(click.get_current_context())
     try:
         res = do_collect(cfg, argv, progress=say, pl=p)

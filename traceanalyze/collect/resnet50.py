@@ -241,8 +241,7 @@ def train(args: argparse.Namespace) -> Path:
             log.write(f"{rank},{dev_cell},{i},{start_ns},{dur_ns},{args.batch_size},{ips}\n")
             if prof is not None:
                 prof.step()
-            if i % 50 == 0:
-                log.flush()
+            log.flush()  # every step: the collector shows progress from this file
     if cuda and window is not None and window[1] > args.iterations:
         tcuda.profiler.stop()
     if world > 1:

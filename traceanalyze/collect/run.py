@@ -45,6 +45,7 @@ from ._commands import (
     torchrun_argv,
     workload_argv,
 )
+from ._device import cpu_cost, require_torch
 from ._run_steps import (
     Step,
     Terminated,
@@ -148,21 +149,27 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
 # --- planning --------------------------------------------------------------------------------
 
 
-def resolve_device(requested: str | None) -> str:
+def resolve_device(requested: str | None, cfg: CollectConfig | None = None) -> str:
+    """The device to train on. Without `requested`, CUDA when torch sees a GPU; with none, a
+    `CollectError` saying so and what a CPU run costs (`--device cpu` runs it anyway): a CPU
+    run of the defaults takes hours, never something to start unasked."""
     if requested == "cpu":
         return "cpu"
-    try:
-        import torch
-    except ImportError:
-        raise CollectError(
-            "the ResNet-50 workload needs torch and torchvision (pip install "
-            "'traceanalyze[collect]'); a dry run without them needs --device"
-        ) from None
+    require_torch()
+    import torch
+
     if requested == "cuda" and not torch.cuda.is_available():
         raise CollectError("--device cuda, but torch sees no CUDA device")
     if requested:
         return requested
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    cost = f": {cpu_cost(cfg)}" if cfg is not None else ""
+    raise CollectError(
+        f"no GPU found (torch sees no CUDA device), and a CPU run is slow{cost}; give "
+        "--device cpu to run on the CPU anyway, best with fewer --iterations and a smaller "
+        "--batch-size and --image-size"
+    )
 
 
 def dry_run_device(cfg: CollectConfig) -> str:
@@ -172,7 +179,11 @@ def dry_run_device(cfg: CollectConfig) -> str:
         return cfg.device
     if cfg.profiler in P.EXTERNAL:
         return "cuda"
-    return resolve_device(None)
+    require_torch()
+    import torch
+
+    # No GPU here (a login node): planned for the CPU, which a real run must be given.
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _nvml_capabilities(nvml: Any = None) -> list[tuple[int, int]]:
@@ -345,13 +356,19 @@ def plan(
     detection (tests).
     """
     validate(cfg)
-    dev = device or (dry_run_device(cfg) if dry_run else resolve_device(cfg.device))
+    dev = device or (dry_run_device(cfg) if dry_run else resolve_device(cfg.device, cfg))
+    if not dry_run:
+        require_torch()  # the workload imports both; say so now, not in a child's log
     if cfg.profiler in P.EXTERNAL and dev != "cuda":
         raise CollectError(
             f"--profiler {cfg.profiler} profiles CUDA; it cannot run with --device cpu"
         )
     caps = device_capabilities() if capabilities is None and dev == "cuda" else (capabilities or [])
     notes: list[str] = []
+    if dry_run and dev == "cpu" and cfg.device is None:
+        notes.append(
+            f"no GPU found: planned for the CPU, a real run needs --device cpu; {cpu_cost(cfg)}"
+        )
     tool_path = None
     if cfg.profiler in P.EXTERNAL and not dry_run:
         tool_path = P.require_tool(cfg.profiler)

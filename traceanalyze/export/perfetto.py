@@ -49,6 +49,8 @@ import os
 import numpy as np
 import polars as pl
 
+from ..outpaths import check_output
+
 Frame = pl.DataFrame | pl.LazyFrame
 
 HOST_PID_OFFSET = 1_000_000
@@ -501,6 +503,7 @@ def write_chrome_trace(
         origin_ns=origin_ns,
         critical_path=critical_path,
     )
+    check_output(path)  # a missing directory: one clear error, not an OSError
     tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
     try:
         with open(tmp, "w", encoding="utf-8") as f:

@@ -6,10 +6,13 @@ from __future__ import annotations
 import polars as pl
 from matplotlib.figure import Figure
 
+from ..render import abbreviate
+
 
 def ops_figure(stats: pl.DataFrame, top: int = 15, title: str = "Operators") -> Figure:
     df = stats.sort("kernel_self_ns", "self_ns", descending=True).head(top).reverse()
-    labels = [(n if n is not None else "(no operator)")[-48:] for n in df["op"].to_list()]
+    # Long names cut in the middle with '…' (both ends tell operators apart), never silently.
+    labels = [abbreviate(n if n is not None else "(no operator)", 48) for n in df["op"].to_list()]
     y = list(range(df.height))
     fig = Figure(figsize=(8, 0.35 * max(df.height, 4) + 1.2))
     ax = fig.add_subplot()

@@ -6,8 +6,9 @@ as a density strip (bar alpha = busy fraction per bin) with "binned" in the lane
 title; a raw interval narrower than a pixel is drawn one pixel wide (as trace viewers do), so
 that none vanishes; iteration starts and ends as dashed lines, the iteration number above when
 its span is wide enough for it. Markers wide enough for their name are labelled inside (nested
-ones when the label clears the ones already placed). The kernels with the most time in the window
-(`top_kernels`) get a colour each and a legend naming them; other kernels are grey.
+ones when the label clears the ones already placed), and so are host operators drawn one by one.
+The kernels with the most time in the window (`top_kernels`) get a colour each and a legend
+naming them; other kernels are grey.
 Below, on the same time axis (ms from the window start): SM clock, power and temperature as step
 functions (sample-and-hold, like the attribution), clipped at the window's edges.
 """
@@ -212,6 +213,8 @@ def _draw_lanes(
             if act == "kernels" and kcolor:
                 colors = [kcolor.get(str(n), OTHER_KERNELS) for n in sub["name"].to_list()]
             ax.broken_barh(list(zip(x, wide, strict=True)), (i - 0.4, 0.8), facecolors=colors)
+            if act == "cpu ops":  # operator names where they fit: what the host was doing
+                _label_markers(ax, i, x, w, sub["name"].to_list(), win.in_per_ms, "white")
         n = int(sub["interval_count"][0])
         labels.append(f"{name} ({n:,}{', binned' if binned else ''})")
     ax.set_yticks(range(len(lane_names)), labels, fontsize=7)
@@ -291,7 +294,13 @@ def _kernel_legend(
 
 
 def _label_markers(
-    ax: Any, row: int, x: np.ndarray, w: np.ndarray, names: list[Any], in_per_ms: float
+    ax: Any,
+    row: int,
+    x: np.ndarray,
+    w: np.ndarray,
+    names: list[Any],
+    in_per_ms: float,
+    color: str = "black",
 ) -> None:
     """A marker's name inside its bar when the bar is wide enough for it and the text clears
     the labels already placed in the lane (widest markers first: the outer range wins)."""
@@ -315,6 +324,6 @@ def _label_markers(
             va="center",
             ha="left",
             fontsize=LABEL_PT,
-            color="black",
+            color=color,
             clip_on=True,
         )

@@ -2,14 +2,13 @@
 
 GPUs are labelled by their file's short stem and device (`rank0 · GPU 0`, `GPU ?` when the
 iterations do not say which device), from a `file` column when the frame has one (the CLI adds
-the source's path), else by the first characters of the source id. A scatter panel without any
-GPU that has the telemetry says so in words instead of drawing empty axes.
+the source's path), else by the first characters of the source id. A scatter panel is drawn
+only for telemetry some GPU has; without any, the x label of the box plots says so.
 """
 
 from __future__ import annotations
 
 import polars as pl
-from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ..analyses.naming import short_name
@@ -36,12 +35,6 @@ def _labels(df: pl.DataFrame) -> list[str]:
     ]
 
 
-def _no_data(ax: Axes, text: str) -> None:
-    ax.set_xticks([])
-    ax.set_yticks([])
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="dimgray")
-
-
 def variability_figure(
     per_gpu: pl.DataFrame, steady: pl.DataFrame, *, max_boxes: int = 64
 ) -> Figure:
@@ -49,8 +42,11 @@ def variability_figure(
     iterations (source_id, device_id, duration_ns). Box plots show at most `max_boxes` GPUs (the
     most deviant first; the title says how many are shown), the scatter panels show every GPU
     with the telemetry, outliers in red and named."""
-    fig = Figure(figsize=(12.0, 8.0), layout="constrained")
-    gs = fig.add_gridspec(2, 3)
+    # Only the panels some GPU has telemetry for (issue 21: three empty panels said nothing);
+    # without any, the box plots alone and a line saying why.
+    panels = [(c, lb) for c, lb in PANELS if per_gpu.drop_nulls([c, "perf_ratio"]).height]
+    fig = Figure(figsize=(12.0, 8.0 if panels else 4.5), layout="constrained")
+    gs = fig.add_gridspec(2 if panels else 1, max(len(panels), 1))
     ax = fig.add_subplot(gs[0, :])
     shown = per_gpu.sort("rank").head(max_boxes).sort("median_iteration_ms")
     data = []
@@ -73,14 +69,15 @@ def variability_figure(
         f"Steady-state iteration time per GPU ({len(labels)} of {n} GPUs shown"
         + (", most deviant first chosen)" if len(labels) < n else ")")
     )
-    for i, (col, label) in enumerate(PANELS):
+    if not panels:
+        ax.set_xlabel(
+            "GPU (file · device); no SM clock, power or temperature telemetry for any GPU"
+        )
+    for i, (col, label) in enumerate(panels):
         a = fig.add_subplot(gs[1, i])
         a.set_xlabel(label)
         a.set_ylabel("performance / fleet median (ratio)")
         d = per_gpu.drop_nulls([col, "perf_ratio"])
-        if d.height == 0:
-            _no_data(a, f"no {label.removeprefix('median ').split(' (')[0]} telemetry\nfor any GPU")
-            continue
         colors = ["tab:red" if o else "tab:blue" for o in d["outlier"].to_list()]
         a.scatter(d[col].to_numpy(), d["perf_ratio"].to_numpy(), s=14, c=colors)
         for (x, y, o), name in zip(
