@@ -155,16 +155,7 @@ def mfu(
         achieved = None if r["images_per_s"] is None else r["images_per_s"] * flops
         if r["images_per_s"] is None:
             note.append("no images/s (iterations without batch size: give --batch-size)")
-        peak = find_peak(name) if name else None
-        pk, used = (None, None)
-        if name is None:
-            note.append("GPU unknown (no device name: give --gpu)")
-        elif peak is None:
-            note.append(f"no peak for GPU {name!r} in gpu_peaks.csv")
-        else:
-            pk, used = peak_flop_per_s(peak, precision)
-            if pk is None:
-                note.append(f"no {used} peak for {peak.gpu} in gpu_peaks.csv")
+        peak, pk, used = _peak_of(name, precision, note)
         m = None
         if achieved is not None and pk is not None:
             m = 100.0 * achieved / (pk * gpus_per_source)
@@ -184,6 +175,24 @@ def mfu(
             }
         )
     return pl.DataFrame(rows, schema=_SCHEMA)
+
+
+def _peak_of(
+    name: str | None, precision: str, note: list[str]
+) -> tuple[Peak | None, float | None, str | None]:
+    """The GPU's peak row, its FLOP/s for `precision` and the precision used; what is missing
+    is added to `note`."""
+    peak = find_peak(name) if name else None
+    if name is None:
+        note.append("GPU unknown (no device name: give --gpu)")
+        return None, None, None
+    if peak is None:
+        note.append(f"no peak for GPU {name!r} in gpu_peaks.csv")
+        return None, None, None
+    pk, used = peak_flop_per_s(peak, precision)
+    if pk is None:
+        note.append(f"no {used} peak for {peak.gpu} in gpu_peaks.csv")
+    return peak, pk, used
 
 
 _SCHEMA = {

@@ -59,3 +59,14 @@ def with_file(
     cols = [c for c in df.columns if c != alias]
     i = cols.index(column) + 1
     return out.select([*cols[:i], alias, *cols[i:]])
+
+
+def abbreviate(v: str, n: int, tail: bool = False) -> str:
+    """`v` in `n` characters: a path keeps its end (the file's own name), anything else its
+    start and end (`void at::nat…float>(int)`), so that rows stay apart."""
+    if len(v) <= n:
+        return v
+    if tail:
+        return "…" + v[len(v) - (n - 1) :]
+    head = n // 2
+    return v[:head] + "…" + v[len(v) - (n - 1 - head) :]

@@ -106,32 +106,8 @@ def variability(
     `sources` (the sources table) lets samples of other sources be paired through epoch origins
     and lets warnings name files; without it only each source's own samples are used.
     """
-    steady = steady_iterations(iterations, warmup=warmup, first_steady=first_steady)
-    per = (
-        steady.group_by(KEYS)
-        .agg(
-            pl.len().alias("steady_iteration_count"),
-            (pl.col("duration_ns").median() / 1e6).alias("median_iteration_ms"),
-            pl.col("images_per_s").median().alias("median_images_per_s"),
-            pl.col("start_ns").min().alias("_w0"),
-            pl.coalesce("end_ns", pl.col("start_ns") + pl.col("duration_ns")).max().alias("_w1"),
-        )
-        .collect()
-    )
-    # Sorted so that ties in the outlier rank break the same way every run.
-    per = per.filter(pl.col("median_iteration_ms").is_not_null()).sort(KEYS, nulls_last=True)
-    if per.height == 0:
-        raise NotAnswerable("no steady-state iterations with durations (after dropping warm-up)")
-    tel = None if gpu_samples is None else _telemetry(gpu_samples, per, sources)
-    if tel is not None:
-        per = per.join(tel, on=KEYS, how="left", nulls_equal=True, maintain_order="left")
-    else:
-        per = per.with_columns(
-            *[pl.lit(None, dtype=pl.Float64).alias(c) for c in TELEMETRY],
-            pl.lit(None, dtype=pl.String).alias("samples_source_id"),
-            pl.lit(None, dtype=pl.Int64).alias("samples_device_id"),
-            pl.lit("none").alias("telemetry_window"),
-        )
+    per = _per_gpu(steady_iterations(iterations, warmup=warmup, first_steady=first_steady))
+    per = _with_telemetry(per, gpu_samples, sources)
     per = per.with_columns(pl.col("telemetry_window").fill_null("none"))
     top_cols: list[str] = []
     if kernels is not None:
@@ -164,6 +140,42 @@ def variability(
         "outlier",
         "rank",
     ).sort("rank", *KEYS)
+
+
+def _per_gpu(steady: pl.LazyFrame) -> pl.DataFrame:
+    """Per GPU (`KEYS`): steady iteration count, medians and the steady window (`_w0`, `_w1`);
+    NotAnswerable when no GPU has a steady iteration with a duration."""
+    per = (
+        steady.group_by(KEYS)
+        .agg(
+            pl.len().alias("steady_iteration_count"),
+            (pl.col("duration_ns").median() / 1e6).alias("median_iteration_ms"),
+            pl.col("images_per_s").median().alias("median_images_per_s"),
+            pl.col("start_ns").min().alias("_w0"),
+            pl.coalesce("end_ns", pl.col("start_ns") + pl.col("duration_ns")).max().alias("_w1"),
+        )
+        .collect()
+    )
+    # Sorted so that ties in the outlier rank break the same way every run.
+    per = per.filter(pl.col("median_iteration_ms").is_not_null()).sort(KEYS, nulls_last=True)
+    if per.height == 0:
+        raise NotAnswerable("no steady-state iterations with durations (after dropping warm-up)")
+    return per
+
+
+def _with_telemetry(
+    per: pl.DataFrame, gpu_samples: Frame | None, sources: Frame | None
+) -> pl.DataFrame:
+    """`per` with each GPU's telemetry over its steady window (nulls and "none" without)."""
+    tel = None if gpu_samples is None else _telemetry(gpu_samples, per, sources)
+    if tel is not None:
+        return per.join(tel, on=KEYS, how="left", nulls_equal=True, maintain_order="left")
+    return per.with_columns(
+        *[pl.lit(None, dtype=pl.Float64).alias(c) for c in TELEMETRY],
+        pl.lit(None, dtype=pl.String).alias("samples_source_id"),
+        pl.lit(None, dtype=pl.Int64).alias("samples_device_id"),
+        pl.lit("none").alias("telemetry_window"),
+    )
 
 
 def _telemetry(gpu_samples: Frame, per: pl.DataFrame, sources: Frame | None) -> pl.DataFrame:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from ..analyses.naming import abbreviate
 from ..dataset import Dataset, open_side
 from . import render
 from .common import (
@@ -357,7 +358,7 @@ def variability(
     width = table_width()
     for col, name in res.kernel_names.items():
         line = f"{col.removesuffix('_kernel')} = {name or '?'}"
-        click.echo(line if width is None else render.abbreviate(line, width))
+        click.echo(line if width is None else abbreviate(line, width))
     emit(res.table.drop(list(res.kernel_names)), False, False)
 
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import polars as pl
 
+from ..analyses.naming import abbreviate
+
 
 def _cell(v: Any) -> str:
     if v is None:
@@ -92,17 +94,6 @@ def _fit(widths: list[int], cols: list[str], numeric: list[bool], width: int) ->
         out[i] -= cut
         over -= cut
     return out
-
-
-def abbreviate(v: str, n: int, tail: bool = False) -> str:
-    """`v` in `n` characters: a path keeps its end (the file's own name), anything else its
-    start and end (`void at::nat…float>(int)`), so that rows stay apart."""
-    if len(v) <= n:
-        return v
-    if tail:
-        return "…" + v[len(v) - (n - 1) :]
-    head = n // 2
-    return v[:head] + "…" + v[len(v) - (n - 1 - head) :]
 
 
 def _drop_to_fit(widths: list[int], width: int) -> int:

@@ -160,31 +160,15 @@ def collect(
     quiet: bool,
 ) -> None:
     """Train ResNet-50 under a profiler; write OUT/<run-id>/ with a manifest and a store."""
+    # the options named as CollectConfig fields go over as they are; the others are converted
+    opts = dict(locals())
+    for k in ("batch_size", "use_compile", "ncu_metrics", "no_ingest", "dry_run", "quiet"):
+        opts.pop(k)
     cfg = CollectConfig(
-        out=out,
+        **opts,
         batch_sizes=parse_batch_sizes(batch_size),
-        iterations=iterations,
-        warmup=warmup,
-        precision=precision,
-        channels_last=channels_last,
         compile=use_compile,
-        image_size=image_size,
-        device=device,
-        data=data,
-        workers=workers,
-        profiler=profiler,
-        profile_window=profile_window,
-        torch_schedule=torch_schedule,
-        record_shapes=record_shapes,
-        gpu_metrics=gpu_metrics,
         ncu_metrics=tuple(m for m in ncu_metrics.split(",") if m) if ncu_metrics else None,
-        nproc_per_node=nproc_per_node,
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rdzv_endpoint=rdzv_endpoint,
-        run_id=run_id,
-        sampler=sampler,
-        sample_interval_ms=sample_interval_ms,
         ingest=not no_ingest,
     )
     p = plan(cfg, dry_run=dry_run)

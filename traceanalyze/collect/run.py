@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..errors import CollectError
 from . import profilers as P
@@ -179,7 +179,10 @@ def dry_run_device(cfg: CollectConfig) -> str:
         return cfg.device
     if cfg.profiler in P.EXTERNAL:
         return "cuda"
-    require_torch()
+    try:
+        require_torch()
+    except CollectError as e:  # the device cannot be asked: say how to plan without torch
+        raise CollectError(f"{e.message}; a dry run without them needs --device") from None
     import torch
 
     # No GPU here (a login node): planned for the CPU, which a real run must be given.
@@ -373,17 +376,7 @@ def plan(
     if cfg.profiler in P.EXTERNAL and not dry_run:
         tool_path = P.require_tool(cfg.profiler)
     if cfg.profiler == "nvprof":
-        if caps:
-            P.check_nvprof_supported(caps)
-        elif dry_run:
-            notes.append(f"{UNKNOWN_CC}: the nvprof refusal on >= 8.0 was not checked")
-        else:
-            msg = (
-                f"{UNKNOWN_CC}: cannot check that nvprof supports these GPUs; nvprof cannot "
-                "profile compute capability >= 8.0 (A100, H100, …): use nsys or ncu there"
-            )
-            warnings.warn(msg, stacklevel=2)
-            notes.append(msg)
+        _plan_nvprof(caps, dry_run, notes)
     ncu_metrics: list[str] | None = None
     if cfg.profiler == "ncu":
         ncu_metrics = _plan_ncu_metrics(cfg, caps, tool_path, dry_run, notes)
@@ -393,18 +386,7 @@ def plan(
     for bs in cfg.batch_sizes:
         argv, env = step_argv(cfg, bs, run_dir, dev, run_id, ncu_metrics)
         steps.append(Step(bs, argv, env, run_dir / f"workload_bs{bs}.log"))
-    want_sampler = cfg.sampler == "on" or (cfg.sampler == "auto" and dev == "cuda")
-    sampler_argv = None
-    if want_sampler:
-        sampler_argv = [
-            cfg.python,
-            "-m",
-            SAMPLER_MODULE,
-            "--out",
-            str(run_dir / f"nvml_{socket.gethostname()}.csv"),
-            "--interval-ms",
-            f"{cfg.sample_interval_ms:g}",
-        ]
+    sampler_argv = _sampler_argv(cfg, dev, run_dir)
     return Plan(
         cfg,
         run_id,
@@ -417,6 +399,37 @@ def plan(
         caps,
         notes,
     )
+
+
+def _plan_nvprof(caps: list[tuple[int, int]], dry_run: bool, notes: list[str]) -> None:
+    """nvprof refuses compute capability >= 8.0: checked when the capabilities are known, noted
+    in a dry run, warned about (and noted) in a real run that cannot tell."""
+    if caps:
+        P.check_nvprof_supported(caps)
+    elif dry_run:
+        notes.append(f"{UNKNOWN_CC}: the nvprof refusal on >= 8.0 was not checked")
+    else:
+        msg = (
+            f"{UNKNOWN_CC}: cannot check that nvprof supports these GPUs; nvprof cannot "
+            "profile compute capability >= 8.0 (A100, H100, …): use nsys or ncu there"
+        )
+        warnings.warn(msg, stacklevel=3)
+        notes.append(msg)
+
+
+def _sampler_argv(cfg: CollectConfig, dev: str, run_dir: Path) -> list[str] | None:
+    """The NVML sampler's command line (`--sampler on`, or `auto` on a GPU), else None."""
+    if not (cfg.sampler == "on" or (cfg.sampler == "auto" and dev == "cuda")):
+        return None
+    return [
+        cfg.python,
+        "-m",
+        SAMPLER_MODULE,
+        "--out",
+        str(run_dir / f"nvml_{socket.gethostname()}.csv"),
+        "--interval-ms",
+        f"{cfg.sample_interval_ms:g}",
+    ]
 
 
 # --- running ---------------------------------------------------------------------------------
@@ -450,14 +463,7 @@ def collect(
     say = progress or (lambda _msg: None)
     pl = pl or plan(cfg)
     run_dir = pl.run_dir
-    # Several nodes share the directory of a multi-node run (one --run-id), each with its own
-    # manifest name; a single-node run never writes into a directory that holds anything.
-    taken = (run_dir / manifest_name(cfg)).exists() or (
-        cfg.nnodes == 1 and run_dir.exists() and any(run_dir.iterdir())
-    )
-    if taken:
-        raise CollectError(f"run directory {run_dir} already exists and is not empty")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    _claim_run_dir(cfg, run_dir)
     mpath = run_dir / manifest_name(cfg)
     manifest = _start_manifest(cfg, argv, pl)
     write_manifest(mpath, manifest)
@@ -492,11 +498,7 @@ def collect(
         write_manifest(mpath, manifest)
 
     if status != "completed":
-        last = last_line(pl.steps, run_dir)
-        raise CollectError(
-            f"{error}{'; last output: ' + last if last else ''}; "
-            f"manifest and partial outputs in {run_dir}"
-        )
+        _raise_failed(error, pl, run_dir)
     table, store_dir = _finish(cfg, pl, manifest, mpath, say)
     return CollectResult(
         run_dir=run_dir,
@@ -507,6 +509,26 @@ def collect(
         ingested=manifest["ingested"],
         not_ingested=manifest["not_ingested"],
         throughput=table,
+    )
+
+
+def _claim_run_dir(cfg: CollectConfig, run_dir: Path) -> None:
+    """Create the run directory; refuse one in use. Several nodes share the directory of a
+    multi-node run (one --run-id), each with its own manifest name; a single-node run never
+    writes into a directory that holds anything."""
+    taken = (run_dir / manifest_name(cfg)).exists() or (
+        cfg.nnodes == 1 and run_dir.exists() and any(run_dir.iterdir())
+    )
+    if taken:
+        raise CollectError(f"run directory {run_dir} already exists and is not empty")
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _raise_failed(error: str | None, pl: Plan, run_dir: Path) -> NoReturn:
+    last = last_line(pl.steps, run_dir)
+    raise CollectError(
+        f"{error}{'; last output: ' + last if last else ''}; "
+        f"manifest and partial outputs in {run_dir}"
     )
 
 

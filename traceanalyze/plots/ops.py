@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 from matplotlib.figure import Figure
 
-from ..render import abbreviate
+from ..analyses.naming import abbreviate
 
 
 def ops_figure(stats: pl.DataFrame, top: int = 15, title: str = "Operators") -> Figure:
