@@ -169,7 +169,9 @@ def busy(
     "-o", "--output", "output", type=click.Path(path_type=Path), help="Figure file (.png or .svg)."
 )
 @click.option(
-    "--perfetto", type=click.Path(path_type=Path), help="Chrome trace JSON for ui.perfetto.dev."
+    "--perfetto",
+    type=click.Path(path_type=Path),
+    help="Trace for ui.perfetto.dev: .pftrace = Perfetto protobuf (streamed), else Chrome JSON.",
 )
 @click.option(
     "--start",

@@ -1,0 +1,57 @@
+"""The few pieces of the protobuf wire format the Perfetto trace writer needs.
+
+Varints (wire type 0), 64-bit fixed values (type 1) and length-delimited fields (type 2), as
+https://protobuf.dev/programming-guides/encoding/ describes them; negative integers as their
+64-bit two's complement (`int64` fields). No dependency: the `protobuf` package is only used by
+the tests, to decode what this writes.
+"""
+
+from __future__ import annotations
+
+import struct
+from functools import lru_cache
+
+VARINT, I64, LEN = 0, 1, 2
+_Q = struct.Struct("<Q")
+_D = struct.Struct("<d")
+
+
+@lru_cache(maxsize=1 << 16)
+def varint(n: int) -> bytes:
+    """`n` as a base-128 varint (a negative `n` as its 64-bit two's complement, 10 bytes)."""
+    if n < 0:
+        n += 1 << 64
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def tag(field: int, wire: int) -> bytes:
+    return varint(field << 3 | wire)
+
+
+def uint(field: int, n: int) -> bytes:
+    """A varint field (`uint32`, `uint64`, `int32`, `int64`, `bool`, enums)."""
+    return tag(field, VARINT) + varint(n)
+
+
+def ld(field: int, payload: bytes) -> bytes:
+    """A length-delimited field: an embedded message or bytes."""
+    return tag(field, LEN) + varint(len(payload)) + payload
+
+
+def text(field: int, s: str) -> bytes:
+    return ld(field, s.encode())
+
+
+def fixed64(field: int, n: int) -> bytes:
+    return tag(field, I64) + _Q.pack(n)
+
+
+def double(field: int, x: float) -> bytes:
+    return tag(field, I64) + _D.pack(x)
