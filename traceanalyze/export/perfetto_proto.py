@@ -412,7 +412,8 @@ def _track_packets(
     meta = _metadata(ids, w.lanes, devices, sources)
     if meta.height == 0:
         return b""
-    meta = meta.select("name", "pid", "tid", pl.col("args").struct.field("name").alias("label"))
+    label = pl.col("args").struct.field("name").alias("label")
+    meta = meta.select("name", "pid", "tid", label).sort("name", "pid", "tid")  # processes first
     out: list[bytes] = []
     for kind, pid, tid, label in meta.rows():
         puuid = (pid + 1) * _LANE_BIT
