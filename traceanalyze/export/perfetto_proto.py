@@ -30,20 +30,24 @@ names (one descriptor each) and string argument values (`kind`, `domain`).
 Times: `TracePacket.timestamp` in integer ns from the same origin as the JSON (default clock).
 
 Memory: the packets are encoded and written one chunk of `chunk_rows` events at a time (a Python
-loop over the chunk's rows, never a list over the trace); what the whole trace needs is columnar
-(polars): the slices with their tracks, and a sort key per begin and end. The interned names grow
-with the trace's distinct names, not its events.
+loop over the chunk's rows, never a list over the trace): each chunk gathers the names, categories
+and arguments of its slices from the input frames. What the whole trace needs is columnar and
+narrow (polars): per slice its track, times and row (integers), per begin and end a sort key, the
+flows' ids. The interned names grow with the trace's distinct names, not its events. The
+placement of slices on sub-tracks is `export.perfetto`'s, shared with the JSON export.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import BinaryIO
 
 import polars as pl
 
 from ..errors import TraceanalyzeError
+from . import perfetto_packets as pk
 from . import protowire as pw
 from .perfetto import (
     _COPY_TID,
@@ -67,51 +71,76 @@ from .perfetto import (
 
 PROTO_SUFFIXES: tuple[str, ...] = (".pftrace", ".perfetto-trace", ".pb")
 CHUNK_ROWS = 50_000
-SEQ_ID = 1
-
-# field numbers, from perfetto_trace.proto (perfetto 0.59)
-_P_TS, _P_SEQ, _P_EVENT, _P_INTERNED, _P_FLAGS, _P_TRACK = 8, 10, 11, 12, 13, 60
-_E_CAT, _E_ANNOT, _E_TYPE, _E_NAME, _E_TRACK, _E_DOUBLE, _E_FLOW, _E_TFLOW = (
-    3,
-    4,
-    9,
-    10,
-    11,
-    44,
-    47,
-    48,
-)
-BEGIN, END, INSTANT, COUNTER = 1, 2, 3, 4
-_I_CATS, _I_NAMES, _I_ANNOT = 1, 2, 3
-_A_NAME, _A_INT, _A_STR, _A_ARRAY = 1, 4, 6, 12
-_T_UUID, _T_NAME, _T_PROCESS, _T_PARENT, _T_COUNTER = 1, 2, 3, 5, 8
-_PD_PID, _PD_NAME = 1, 6
-_SEQ_CLEARED, _SEQ_NEEDS = 1, 2
-
-# (annotation name, column of the slice frame, kind): the JSON export's `args`.
-ARGS: tuple[tuple[str, str, str], ...] = (
-    ("grid", "a_grid", "ints"),
-    ("block", "a_block", "ints"),
-    ("registers per thread", "a_regs", "int"),
-    ("static shared memory bytes", "a_ssm", "int"),
-    ("dynamic shared memory bytes", "a_dsm", "int"),
-    ("shared memory bytes", "a_smem", "int"),
-    ("correlation_id", "a_corr", "int"),
-    ("stream", "a_stream", "int"),
-    ("device", "a_device", "int"),
-    ("kernel_id", "a_kid", "int"),
-    ("kind", "a_kind", "str"),
-    ("size_bytes", "a_size", "int"),
-    ("callback_id", "a_cb", "int"),
-    ("return_code", "a_rc", "int"),
-    ("external_id", "a_ext", "int"),
-    ("domain", "a_domain", "str"),
-)
-_DTYPE = {"int": pl.Int64(), "str": pl.String(), "ints": pl.List(pl.Int64)}
-_KERNEL, _MEMCPY, _API, _OP, _RANGE = range(5)
 _LANE_BIT = 1 << 36  # a process track's uuid: (pid + 1) << 36; its tracks add tid + 1
 _COUNTER_BIT = 1 << 35
 _TID_MASK = _COUNTER_BIT - 1
+_KERNEL, _MEMCPY, _API, _OP, _RANGE = range(5)
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """One kind of slice: its track's base tid, its name, its category and its arguments (the
+    JSON export's `args`: annotation name, kind (int, str, ints), value)."""
+
+    tid: pl.Expr
+    name: pl.Expr
+    cat: pl.Expr
+    args: tuple[tuple[str, str, pl.Expr], ...]
+
+
+def _specs() -> tuple[_Spec, ...]:
+    """Kernels, copies, runtime/driver calls, operators, ranges (the order of `_tracks`)."""
+    corr = ("correlation_id", "int", pl.col("correlation_id"))
+    stream = ("stream", "int", pl.col("stream_id"))
+    kernel = (
+        ("grid", "ints", pl.concat_list("grid_x", "grid_y", "grid_z")),
+        ("block", "ints", pl.concat_list("block_x", "block_y", "block_z")),
+        ("registers per thread", "int", pl.col("registers_per_thread")),
+        ("static shared memory bytes", "int", pl.col("static_smem_bytes")),
+        ("dynamic shared memory bytes", "int", pl.col("dynamic_smem_bytes")),
+        ("shared memory bytes", "int", pl.col("total_smem_bytes")),
+        corr,
+        stream,
+        ("device", "int", pl.col("device_id")),
+        ("kernel_id", "int", pl.col("kernel_id")),
+    )
+    memcpy = (("kind", "str", pl.col("kind")), ("size_bytes", "int", pl.col("size_bytes")))
+    api = (corr, ("callback_id", "int", pl.col("callback_id")))
+    return (
+        _Spec(_STREAM_TID, pl.col("name").fill_null("kernel"), pl.lit("kernel"), kernel),
+        _Spec(
+            _COPY_TID,
+            pl.concat_str(pl.lit("Memcpy "), pl.col("kind").fill_null("?")),
+            pl.lit("memcpy"),
+            (*memcpy, corr, stream),
+        ),
+        _Spec(
+            _HOST_TID,
+            pl.col("name").fill_null("api"),
+            pl.concat_str(pl.lit("cuda_"), pl.col("api").fill_null("api")),
+            (*api, ("return_code", "int", pl.col("return_code"))),
+        ),
+        _Spec(
+            _HOST_TID,
+            pl.col("name").fill_null("op"),
+            pl.col("category").fill_null("op"),
+            (("external_id", "int", pl.col("external_id")),),
+        ),
+        _Spec(
+            _MARK_TID,
+            pl.col("name").fill_null(""),
+            pl.coalesce("category", pl.lit("marker")),
+            (("domain", "str", pl.col("domain")),),
+        ),
+    )
+
+
+def annotation_names() -> list[str]:
+    """Every debug-annotation name the export writes (interned in its first packet)."""
+    names: list[str] = []
+    for spec in _specs():
+        names += [n for n, _, _ in spec.args if n not in names]
+    return names
 
 
 def is_proto_path(path: str | os.PathLike[str]) -> bool:
@@ -129,282 +158,201 @@ def _tuuid(pid: pl.Expr, tid: pl.Expr) -> pl.Expr:
     return _puuid(pid) + ((tid + 1) & _TID_MASK).cast(pl.UInt64)
 
 
-def _opt(df: pl.DataFrame, col: str, dtype: pl.DataType) -> pl.Expr:
-    return pl.col(col).cast(dtype) if col in df.columns else pl.lit(None, dtype)
+@dataclass(frozen=True)
+class _Slices:
+    """The slices of the five kinds: `frames` (each kind's rows with `_pid`, `_tid` from
+    `_tracks`, or None), `offsets` (a kind's first slice id), `keys` (`sid, blk, pid, lane, tid,
+    s, e, uuid`: per slice its id, kind, track, base tid, times from the origin)."""
+
+    frames: list[pl.DataFrame | None]
+    offsets: list[int]
+    keys: pl.DataFrame
 
 
-def _block(
-    df: pl.DataFrame, blk: int, tid: pl.Expr, name: pl.Expr, cat: pl.Expr, args: dict[str, pl.Expr]
-) -> pl.DataFrame:
-    """One block's slices in the common shape (track, times, name, category, arguments)."""
-    return df.select(
-        pl.lit(blk, pl.Int8).alias("blk"),
-        pl.col("_pid").cast(pl.Int64).alias("pid"),
-        pl.col("_tid").cast(pl.Int64).alias("lane"),
-        tid.cast(pl.Int64).alias("tid"),
-        pl.col("start_ns").cast(pl.Int64).alias("s"),
-        pl.col("end_ns").cast(pl.Int64).alias("e"),
-        name.cast(pl.String).alias("name"),
-        cat.cast(pl.String).alias("cat"),
-        _opt(df, "source_id", pl.String()).alias("source_id"),
-        _opt(df, "process_id", pl.Int64()).alias("process_id"),
-        *[v.alias(k) for k, v in args.items()],
-    )
+def _slices(frames: list[pl.DataFrame | None], t0: int) -> _Slices:
+    specs, parts, offsets, at = _specs(), [], [], 0
+    for i, df in enumerate(frames):
+        offsets.append(at)
+        if df is None or df.height == 0:
+            continue
+        at += df.height
+        parts.append(
+            df.select(
+                pl.lit(i, pl.Int8).alias("blk"),
+                pl.col("_pid").cast(pl.Int64).alias("pid"),
+                pl.col("_tid").cast(pl.Int64).alias("lane"),
+                specs[i].tid.cast(pl.Int64).alias("tid"),
+                (pl.col("start_ns") - t0).cast(pl.Int64).alias("s"),
+                (pl.col("end_ns") - t0).cast(pl.Int64).alias("e"),
+            )
+        )
+    keys = pl.concat(parts) if parts else pl.DataFrame()
+    if keys.height:
+        keys = keys.with_row_index("sid").with_columns(
+            _tuuid(pl.col("pid"), pl.col("lane")).alias("uuid")
+        )
+    return _Slices(frames, offsets, keys)
 
 
-def _kernel_args() -> dict[str, pl.Expr]:
-    return {
-        "a_grid": pl.concat_list("grid_x", "grid_y", "grid_z"),
-        "a_block": pl.concat_list("block_x", "block_y", "block_z"),
-        "a_regs": pl.col("registers_per_thread"),
-        "a_ssm": pl.col("static_smem_bytes"),
-        "a_dsm": pl.col("dynamic_smem_bytes"),
-        "a_smem": pl.col("total_smem_bytes"),
-        "a_corr": pl.col("correlation_id"),
-        "a_stream": pl.col("stream_id"),
-        "a_device": pl.col("device_id"),
-        "a_kid": pl.col("kernel_id"),
-    }
-
-
-def _slice_frame(blocks: list[pl.DataFrame | None], t0: int) -> pl.DataFrame:
-    """Every complete slice of the five blocks (kernels, copies, calls, operators, ranges) on
-    its track, times from `t0`, with `sid` (its row) and `uuid` (its track)."""
-    k, m, a, o, r = blocks
-    parts: list[pl.DataFrame] = []
-    if k is not None:
-        name = pl.col("name").fill_null("kernel")
-        parts.append(_block(k, _KERNEL, _STREAM_TID, name, pl.lit("kernel"), _kernel_args()))
-    if m is not None:
-        name = pl.concat_str(pl.lit("Memcpy "), pl.col("kind").fill_null("?"))
-        margs = {"a_kind": pl.col("kind"), "a_size": pl.col("size_bytes")}
-        margs |= {"a_corr": pl.col("correlation_id"), "a_stream": pl.col("stream_id")}
-        parts.append(_block(m, _MEMCPY, _COPY_TID, name, pl.lit("memcpy"), margs))
-    if a is not None:
-        cat = pl.concat_str(pl.lit("cuda_"), pl.col("api").fill_null("api"))
-        aargs = {"a_corr": pl.col("correlation_id"), "a_cb": pl.col("callback_id")}
-        aargs["a_rc"] = pl.col("return_code")
-        parts.append(_block(a, _API, _HOST_TID, pl.col("name").fill_null("api"), cat, aargs))
-    if o is not None:
-        oargs = {"a_ext": pl.col("external_id")}
-        cat = pl.col("category").fill_null("op")
-        parts.append(_block(o, _OP, _HOST_TID, pl.col("name").fill_null("op"), cat, oargs))
-    if r is not None:
-        cat = pl.coalesce("category", pl.lit("marker"))
-        rargs = {"a_domain": pl.col("domain")}
-        parts.append(_block(r, _RANGE, _MARK_TID, pl.col("name").fill_null(""), cat, rargs))
-    sl = pl.concat(parts, how="diagonal_relaxed") if parts else None
-    if sl is None:
-        return pl.DataFrame()
-    missing = [pl.lit(None, _DTYPE[kind]).alias(c) for _, c, kind in ARGS if c not in sl.columns]
-    return sl.with_columns(
-        *missing,
-        pl.col("s") - t0,
-        pl.col("e") - t0,
-        _tuuid(pl.col("pid"), pl.col("lane")).alias("uuid"),
-    ).with_row_index("sid")
-
-
-def _launch_pairs(sl: pl.DataFrame) -> pl.DataFrame:
+def _launch_pairs(sl: _Slices) -> pl.DataFrame | None:
     """`id, out, in`: a flow from each launch call to each GPU event of its correlation id (same
     source, same process where both give one), ids 1.. in order of the GPU event's start."""
-    corr = pl.col("a_corr").is_not_null()
-    calls = sl.filter((pl.col("blk") == _API) & corr).select(
-        "source_id", "a_corr", pl.col("process_id").alias("_cpid"), pl.col("sid").alias("out")
+    a = sl.frames[_API]
+    if a is None or a.height == 0:
+        return None
+    corr = pl.col("correlation_id").is_not_null()
+    calls = (
+        a.with_row_index("out", offset=sl.offsets[_API])
+        .filter(corr)
+        .select("source_id", "correlation_id", pl.col("process_id").alias("_cpid"), "out")
     )
-    gpu = sl.filter(pl.col("blk").is_in([_KERNEL, _MEMCPY]) & corr).select(
-        "source_id", "a_corr", "process_id", pl.col("sid").alias("in"), "s", "pid", "lane"
-    )
-    j = gpu.join(calls, on=["source_id", "a_corr"], how="inner", nulls_equal=False)
+    gpu = [
+        df.with_row_index("in", offset=sl.offsets[i])
+        .filter(corr)
+        .select(
+            "source_id",
+            "correlation_id",
+            "process_id",
+            "in",
+            "start_ns",
+            pl.col("_pid").cast(pl.Int64),
+            pl.col("_tid").cast(pl.Int64),
+        )
+        for i in (_KERNEL, _MEMCPY)
+        if (df := sl.frames[i]) is not None and df.height
+    ]
+    if not gpu:
+        return None
+    j = pl.concat(gpu).join(calls, on=["source_id", "correlation_id"], how="inner")
     j = j.filter(
         pl.col("process_id").is_null()
         | pl.col("_cpid").is_null()
         | (pl.col("process_id") == pl.col("_cpid"))
     )
-    j = j.sort("s", "pid", "lane").with_row_index("id", offset=1)
+    j = j.sort("start_ns", "_pid", "_tid").with_row_index("id", offset=1)
     return j.select(pl.col("id").cast(pl.UInt64), "out", "in")
 
 
-def _path_pairs(sl: pl.DataFrame, cp: pl.DataFrame | None, t0: int) -> pl.DataFrame | None:
+def _path_pairs(keys: pl.DataFrame, cp: pl.DataFrame | None, t0: int) -> pl.DataFrame | None:
     """`id, out, in` of the critical path's flows (`perfetto_path`), each end bound to the
     first slice that starts at its time on its track."""
-    if cp is None or cp.height == 0 or sl.height == 0:
+    if cp is None or cp.height == 0 or keys.height == 0:
         return None
     from .perfetto_path import path_flows
 
     starts, ends = path_flows(cp, t0, HOST_PID_OFFSET, COPY_TID_OFFSET)
-    key = sl.group_by("pid", "tid", "s").agg(pl.col("sid").min())
+    at_key = keys.group_by("pid", "tid", "s").agg(pl.col("sid").min())
 
     def at(f: pl.DataFrame, side: str) -> pl.DataFrame:
         s = (pl.col("ts") * 1e3).round().cast(pl.Int64).alias("s")
         f = f.select(pl.col("id").cast(pl.UInt64), pl.col("pid"), pl.col("tid"), s)
-        return f.join(key, on=["pid", "tid", "s"], how="inner").select(
-            "id", pl.col("sid").alias(side)
-        )
+        f = f.join(at_key, on=["pid", "tid", "s"], how="inner")
+        return f.select("id", pl.col("sid").alias(side))
 
     return at(starts, "out").join(at(ends, "in"), on="id", how="inner")
 
 
-def _with_flows(sl: pl.DataFrame, pairs: list[pl.DataFrame | None]) -> pl.DataFrame:
-    live = [p for p in pairs if p is not None and p.height]
+def _flow_ids(pairs: list[pl.DataFrame | None]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """`sid, ids` of the slices where flows start, and of those where they end."""
+    live = [
+        p.select("id", pl.col("out").cast(pl.UInt32), pl.col("in").cast(pl.UInt32))
+        for p in pairs
+        if p is not None and p.height
+    ]
     if not live:
-        empty = pl.lit(None, pl.List(pl.UInt64))
-        return sl.with_columns(empty.alias("fo"), empty.alias("fi"))
+        empty = pl.DataFrame(schema={"sid": pl.UInt32, "ids": pl.List(pl.UInt64)})
+        return empty, empty
     p = pl.concat(live)
-    fo = p.group_by("out").agg(pl.col("id").sort().alias("fo")).rename({"out": "sid"})
-    fi = p.group_by("in").agg(pl.col("id").sort().alias("fi")).rename({"in": "sid"})
-    return sl.join(fo, on="sid", how="left").join(fi, on="sid", how="left").sort("sid")
+    starts = p.group_by("out").agg(pl.col("id").sort().alias("ids")).rename({"out": "sid"})
+    ends = p.group_by("in").agg(pl.col("id").sort().alias("ids")).rename({"in": "sid"})
+    return starts, ends
 
 
-def _events(sl: pl.DataFrame) -> pl.DataFrame:
-    """`sid, ts, typ`: a begin and an end per slice in the order that nests them: by time; at
-    one time ends first (innermost first), then begins (outermost first), an empty slice's end
-    right after its begin."""
+def _events(keys: pl.DataFrame) -> pl.DataFrame:
+    """`sid, blk, uuid, ts, typ`: a begin and an end per slice in the order that nests them: by
+    time; at one time ends first (innermost first), then begins (outermost first), an empty
+    slice's end right after its begin."""
     pos = pl.col("e") > pl.col("s")
-    begins = sl.select(
-        "sid",
+    sid = pl.col("sid").cast(pl.Int64)
+    common = [pl.col("sid"), pl.col("blk"), pl.col("uuid")]
+    begins = keys.select(
+        *common,
         pl.col("s").alias("ts"),
-        pl.lit(BEGIN, pl.Int8).alias("typ"),
+        pl.lit(pk.BEGIN, pl.Int8).alias("typ"),
         pl.lit(1, pl.Int8).alias("k1"),
         (-pl.col("e")).alias("k2"),
-        pl.col("sid").cast(pl.Int64).alias("k3"),
+        sid.alias("k3"),
     )
-    ends = sl.select(
-        "sid",
+    ends = keys.select(
+        *common,
         pl.col("e").alias("ts"),
-        pl.lit(END, pl.Int8).alias("typ"),
+        pl.lit(pk.END, pl.Int8).alias("typ"),
         pl.when(pos).then(0).otherwise(1).cast(pl.Int8).alias("k1"),
         (-pl.col("s")).alias("k2"),
-        pl.when(pos).then(-pl.col("sid").cast(pl.Int64)).otherwise(pl.col("sid")).alias("k3"),
+        pl.when(pos).then(-sid).otherwise(sid).alias("k3"),
     )
-    return pl.concat([begins, ends]).sort("ts", "k1", "k2", "k3", "typ").select("sid", "ts", "typ")
+    order = ["ts", "k1", "k2", "k3", "typ"]
+    return pl.concat([begins, ends]).sort(order).select("sid", "blk", "uuid", "ts", "typ")
 
 
-_SEQ = pw.uint(_P_SEQ, SEQ_ID)
-_NEEDS = _SEQ + pw.uint(_P_FLAGS, _SEQ_NEEDS)
-_END = pw.uint(_E_TYPE, END)
+def _chunk_fields(
+    enc: pk.Packets, sl: _Slices, flows: tuple[pl.DataFrame, pl.DataFrame], chunk: pl.DataFrame
+) -> tuple[list[str], list[str], list[bytes]]:
+    """Name, category and the rest of the `TrackEvent` (annotations, flows) of each begin of
+    `chunk`, gathered from the input frames (an end's are empty)."""
+    n = chunk.height
+    names, cats, more = [""] * n, [""] * n, [b""] * n
+    begins = chunk.with_row_index("i").filter(pl.col("typ") == pk.BEGIN)
+    for k, spec in enumerate(_specs()):
+        b = begins.filter(pl.col("blk") == k)
+        df = sl.frames[k]
+        if b.height == 0 or df is None:
+            continue
+        g = df[(b["sid"].cast(pl.Int64) - sl.offsets[k]).to_numpy()]
+        args = g.select(*[e.alias(f"a{j}") for j, (_, _, e) in enumerate(spec.args)])
+        ann = pk.annotations(enc, [(a, kind) for a, kind, _ in spec.args], args)
+        got = g.select(spec.name.cast(pl.String).alias("n"), spec.cat.cast(pl.String).alias("c"))
+        nms, cts = got["n"].to_list(), got["c"].to_list()
+        for i, nm, ct, a in zip(b["i"].to_list(), nms, cts, ann, strict=True):
+            names[i], cats[i], more[i] = nm, ct, a
+    ids = [
+        dict(begins.select("i", "sid").join(f, on="sid", how="inner").select("i", "ids").rows())
+        for f in flows
+    ]
+    for i in ids[0].keys() | ids[1].keys():
+        more[i] += pk.flows(ids[0].get(i), ids[1].get(i))
+    return names, cats, more
 
 
-class _Packets:
-    """The encoder's state: the interned names of the one packet sequence."""
-
-    def __init__(self) -> None:
-        self.names: dict[str, int] = {}
-        self.cats: dict[str, int] = {}
-        self.annot = {name: i for i, (name, _, _) in enumerate(ARGS, start=1)}
-
-    def first(self) -> bytes:
-        """The packet that opens the sequence, with the debug-annotation names."""
-        names = b"".join(
-            pw.ld(_I_ANNOT, pw.uint(1, i) + pw.text(2, n)) for n, i in self.annot.items()
-        )
-        body = _SEQ + pw.uint(_P_FLAGS, _SEQ_CLEARED) + pw.ld(_P_INTERNED, names)
-        return pw.ld(1, body)
-
-    def interned(self, name: str, cat: str) -> tuple[int, int, bytes]:
-        """The iids of `name` and `cat`, and the `InternedData` entries new ones need."""
-        new = b""
-        n = self.names.get(name)
-        if n is None:
-            n = self.names[name] = len(self.names) + 1
-            new += pw.ld(_I_NAMES, pw.uint(1, n) + pw.text(2, name))
-        c = self.cats.get(cat)
-        if c is None:
-            c = self.cats[cat] = len(self.cats) + 1
-            new += pw.ld(_I_CATS, pw.uint(1, c) + pw.text(2, cat))
-        return n, c, new
-
-    def event(self, ts: int, typ: int, uuid: int, name: str, cat: str, more: bytes) -> bytes:
-        n, c, new = self.interned(name, cat)
-        te = pw.uint(_E_TYPE, typ) + pw.uint(_E_TRACK, uuid) + pw.uint(_E_NAME, n)
-        te += pw.uint(_E_CAT, c) + more
-        body = pw.uint(_P_TS, ts) + _NEEDS + (pw.ld(_P_INTERNED, new) if new else b"")
-        return pw.ld(1, body + pw.ld(_P_EVENT, te))
-
-
-def _annotation(prefix: bytes, kind: str, v: object) -> bytes:
-    if kind == "int":
-        return pw.ld(_E_ANNOT, prefix + pw.uint(_A_INT, v))  # type: ignore[arg-type]
-    if kind == "str":
-        return pw.ld(_E_ANNOT, prefix + pw.text(_A_STR, v))  # type: ignore[arg-type]
-    items = v  # a list of integers (grid, block)
-    if any(x is None for x in items):  # type: ignore[attr-defined]
-        return b""
-    arr = b"".join(pw.ld(_A_ARRAY, pw.uint(_A_INT, x)) for x in items)  # type: ignore[attr-defined]
-    return pw.ld(_E_ANNOT, prefix + arr)
-
-
-def _slice_chunks(enc: _Packets, sl: pl.DataFrame, ev: pl.DataFrame, rows: int) -> Iterator[bytes]:
+def _slice_chunks(
+    enc: pk.Packets, sl: _Slices, flows: tuple[pl.DataFrame, pl.DataFrame], rows: int
+) -> Iterator[bytes]:
     """The begin and end packets of the slices, `rows` events at a time."""
-    for chunk in ev.iter_slices(rows):
-        g = sl[chunk["sid"]]
-        ts, typ, uuid = chunk["ts"].to_list(), chunk["typ"].to_list(), g["uuid"].to_list()
-        name, cat, fo, fi = (g[c].to_list() for c in ("name", "cat", "fo", "fi"))
-        args = [
-            (pw.uint(_A_NAME, enc.annot[a]), kind, g[c].to_list())
-            for a, c, kind in ARGS
-            if g[c].null_count() < g.height
-        ]
-        out: list[bytes] = []
-        for i in range(len(ts)):
-            if typ[i] == END:
-                te = pw.ld(_P_EVENT, _END + pw.uint(_E_TRACK, uuid[i]))
-                out.append(pw.ld(1, pw.uint(_P_TS, ts[i]) + _SEQ + te))
-                continue
-            more = b"".join(
-                _annotation(p, kind, vals[i]) for p, kind, vals in args if vals[i] is not None
-            )
-            if fo[i]:
-                more += b"".join(pw.fixed64(_E_FLOW, x) for x in fo[i])
-            if fi[i]:
-                more += b"".join(pw.fixed64(_E_TFLOW, x) for x in fi[i])
-            out.append(enc.event(ts[i], BEGIN, uuid[i], name[i], cat[i], more))
-        yield b"".join(out)
-
-
-def _mark_chunks(enc: _Packets, marks: pl.DataFrame, rows: int) -> Iterator[bytes]:
-    for chunk in marks.iter_slices(rows):
-        cols = (chunk[c].to_list() for c in ("ts", "uuid", "name", "cat"))
+    for chunk in _events(sl.keys).iter_slices(rows):
+        names, cats, more = _chunk_fields(enc, sl, flows, chunk)
+        ts = pw.varints(chunk["ts"].to_numpy())
+        typ, uuid = chunk["typ"].to_list(), chunk["uuid"].to_list()
         yield b"".join(
-            enc.event(ts, INSTANT, u, n, c, b"") for ts, u, n, c in zip(*cols, strict=True)
+            enc.end(ts[i], uuid[i])
+            if typ[i] == pk.END
+            else enc.event(ts[i], pk.BEGIN, uuid[i], names[i], cats[i], more[i])
+            for i in range(chunk.height)
         )
-
-
-def _counter_chunks(counters: pl.DataFrame, rows: int) -> Iterator[bytes]:
-    head = pw.uint(_E_TYPE, COUNTER)
-    for chunk in counters.iter_slices(rows):
-        cols = (chunk[c].to_list() for c in ("ts", "uuid", "value"))
-        yield b"".join(
-            pw.ld(
-                1,
-                pw.uint(_P_TS, ts)
-                + _SEQ
-                + pw.ld(_P_EVENT, head + pw.uint(_E_TRACK, u) + pw.double(_E_DOUBLE, v)),
-            )
-            for ts, u, v in zip(*cols, strict=True)
-        )
-
-
-def _track(uuid: int, name: str, parent: int | None = None, extra: bytes = b"") -> bytes:
-    td = pw.uint(_T_UUID, uuid) + pw.text(_T_NAME, name) + extra
-    if parent is not None:
-        td += pw.uint(_T_PARENT, parent)
-    return pw.ld(1, _SEQ + pw.ld(_P_TRACK, td))
 
 
 def _track_packets(
     w: _Writer,
-    sl: pl.DataFrame,
+    keys: pl.DataFrame,
     marks: pl.DataFrame,
     counters: pl.DataFrame,
     devices: pl.DataFrame | None,
     sources: pl.DataFrame | None,
 ) -> bytes:
-    """A descriptor per process and thread of the JSON export (named as it names them) and one
-    per counter track."""
+    """A descriptor per process and thread of the JSON export (named as it names them),
+    processes first, and one per counter track."""
     ids = [
         f.select(pl.col("pid").cast(pl.Int64), pl.col(t).cast(pl.Int64).alias("tid")).unique()
-        for f, t in ((sl, "lane"), (marks, "tid"))
+        for f, t in ((keys, "lane"), (marks, "tid"))
         if f.height
     ]
     if counters.height:
@@ -413,17 +361,16 @@ def _track_packets(
     if meta.height == 0:
         return b""
     label = pl.col("args").struct.field("name").alias("label")
-    meta = meta.select("name", "pid", "tid", label).sort("name", "pid", "tid")  # processes first
+    meta = meta.select("name", "pid", "tid", label).sort("name", "pid", "tid")
     out: list[bytes] = []
-    for kind, pid, tid, label in meta.rows():
+    for kind, pid, tid, name in meta.rows():
         puuid = (pid + 1) * _LANE_BIT
         if kind == "process_name":
-            proc = pw.ld(_T_PROCESS, pw.uint(_PD_PID, pid) + pw.text(_PD_NAME, label))
-            out.append(_track(puuid, label, extra=proc))
+            out.append(pk.process(puuid, pid, name))
         else:
-            out.append(_track(puuid + ((tid + 1) & _TID_MASK), label, parent=puuid))
+            out.append(pk.descriptor(puuid + ((tid + 1) & _TID_MASK), name, parent=puuid))
     for pid, metric, uuid in counters.select("pid", "metric", "uuid").unique().sort("uuid").rows():
-        out.append(_track(uuid, metric, parent=(pid + 1) * _LANE_BIT, extra=pw.ld(_T_COUNTER, b"")))
+        out.append(pk.counter_track(uuid, metric, (pid + 1) * _LANE_BIT))
     return b"".join(out)
 
 
@@ -483,30 +430,24 @@ def write_perfetto_proto(
         mk = mk.with_columns(pl.lit(None, pl.Int64).alias("stream_id"))
     frames = [(k, "start_ns"), (m, "start_ns"), (mk, "start_ns"), (s, "timestamp_ns")]
     w = _Writer(_origin([*frames, (a, "start_ns"), (o, "start_ns")], origin_ns))
-    blocks = _tracks(
-        w,
-        [
-            (k, _DEV, _STREAM_TID),
-            (m, _DEV, _COPY_TID),
-            (a, _HOST_PID, _HOST_TID),
-            (o, _HOST_PID, _HOST_TID),
-            (_timed(mk), _MARK_PID, _MARK_TID),
-        ],
-    )
-    sl = _slice_frame(blocks, w.t0)
-    if sl.height:
-        pairs = [_launch_pairs(sl), _path_pairs(sl, _c(critical_path), w.t0)]
-        sl = _with_flows(sl, pairs)
+    specs = _specs()
+    blocks = [k, m, a, o, _timed(mk)]
+    pids = [_DEV, _DEV, _HOST_PID, _HOST_PID, _MARK_PID]
+    placed = _tracks(w, [(df, p, sp.tid) for df, p, sp in zip(blocks, pids, specs, strict=True)])
+    sl = _slices(placed, w.t0)
+    del k, m, a, o, blocks, placed
+    flows = _flow_ids([_launch_pairs(sl), _path_pairs(sl.keys, _c(critical_path), w.t0)])
     marks, counters = _marks(mk, w.t0), _counters(s, w.t0)
-    tracks = _track_packets(w, sl, marks, counters, _c(devices), _c(sources))
-    enc = _Packets()
-    chunks: list[Iterator[bytes]] = [
-        _mark_chunks(enc, marks, chunk_rows) if marks.height else iter(()),
-        _counter_chunks(counters, chunk_rows) if counters.height else iter(()),
-    ]
-    if sl.height:
-        chunks.insert(0, _slice_chunks(enc, sl, _events(sl), chunk_rows))
-    _write(path, [enc.first(), tracks], chunks)
+    enc = pk.Packets(annotation_names())
+    head = [enc.first(), _track_packets(w, sl.keys, marks, counters, _c(devices), _c(sources))]
+    chunks: list[Iterator[bytes]] = []
+    if sl.keys.height:
+        chunks.append(_slice_chunks(enc, sl, flows, chunk_rows))
+    if marks.height:
+        chunks.append(pk.instant_chunks(enc, marks, chunk_rows))
+    if counters.height:
+        chunks.append(pk.counter_chunks(enc, counters, chunk_rows))
+    _write(path, head, chunks)
 
 
 def _write(path: str | os.PathLike[str], head: list[bytes], chunks: list[Iterator[bytes]]) -> None:

@@ -9,20 +9,23 @@ the tests, to decode what this writes.
 from __future__ import annotations
 
 import struct
-from functools import lru_cache
+
+import numpy as np
 
 VARINT, I64, LEN = 0, 1, 2
 _Q = struct.Struct("<Q")
 _D = struct.Struct("<d")
 
 
-@lru_cache(maxsize=1 << 16)
+_SMALL = [bytes((i,)) for i in range(0x80)]
+
+
 def varint(n: int) -> bytes:
     """`n` as a base-128 varint (a negative `n` as its 64-bit two's complement, 10 bytes)."""
+    if 0 <= n < 0x80:
+        return _SMALL[n]
     if n < 0:
         n += 1 << 64
-    if n < 0x80:
-        return bytes((n,))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -55,3 +58,22 @@ def fixed64(field: int, n: int) -> bytes:
 
 def double(field: int, x: float) -> bytes:
     return tag(field, I64) + _D.pack(x)
+
+
+def varints(values: np.ndarray) -> list[bytes]:
+    """Each of `values` (non-negative integers) as a varint: the bytes of all of them computed
+    with numpy, then cut per value."""
+    v = values.astype(np.uint64, copy=True)
+    n = v.shape[0]
+    out = np.zeros((n, 10), dtype=np.uint8)
+    lens = np.ones(n, dtype=np.int64)
+    for k in range(10):
+        out[:, k] = (v & np.uint64(0x7F)).astype(np.uint8)
+        v >>= np.uint64(7)
+        more = v > 0
+        if not more.any():
+            break
+        out[more, k] |= 0x80
+        lens += more
+    raw = out.tobytes()
+    return [raw[i * 10 : i * 10 + size] for i, size in enumerate(lens.tolist())]
