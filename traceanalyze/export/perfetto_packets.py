@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import polars as pl
 
 from . import protowire as pw
@@ -112,15 +113,18 @@ def annotations(enc: Packets, names: Sequence[tuple[str, str]], g: pl.DataFrame)
         if s.null_count() == s.len():
             continue
         prefix = enc.annot[name]
+        if kind == "int":
+            head = prefix + _INT
+            ints = pw.varints(s.fill_null(0).to_numpy())
+            for i in np.flatnonzero(s.is_not_null().to_numpy()).tolist():
+                body = head + ints[i]
+                out[i] += _ANNOT + pw.varint(len(body)) + body
+            continue
         for i, v in enumerate(s.to_list()):
-            if v is None:
+            if v is None or (kind == "ints" and None in v):
                 continue
-            if kind == "int":
-                body = prefix + _INT + pw.varint(v)
-            elif kind == "str":
+            if kind == "str":
                 body = prefix + pw.text(_A_STR, v)
-            elif None in v:
-                continue
             else:
                 body = prefix + b"".join(pw.ld(_A_ARRAY, _INT + pw.varint(x)) for x in v)
             out[i] += _ANNOT + pw.varint(len(body)) + body

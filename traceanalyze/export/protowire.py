@@ -24,6 +24,8 @@ def varint(n: int) -> bytes:
     """`n` as a base-128 varint (a negative `n` as its 64-bit two's complement, 10 bytes)."""
     if 0 <= n < 0x80:
         return _SMALL[n]
+    if 0 < n < 0x4000:
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     if n < 0:
         n += 1 << 64
     out = bytearray()
@@ -61,9 +63,9 @@ def double(field: int, x: float) -> bytes:
 
 
 def varints(values: np.ndarray) -> list[bytes]:
-    """Each of `values` (non-negative integers) as a varint: the bytes of all of them computed
-    with numpy, then cut per value."""
-    v = values.astype(np.uint64, copy=True)
+    """Each of `values` (integers; a negative one as its 64-bit two's complement, as `varint`)
+    as a varint: the bytes of all of them computed with numpy, then cut per value."""
+    v = values.astype(np.int64).view(np.uint64).copy()
     n = v.shape[0]
     out = np.zeros((n, 10), dtype=np.uint8)
     lens = np.ones(n, dtype=np.int64)
