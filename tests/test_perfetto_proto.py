@@ -26,6 +26,7 @@ from click.testing import CliRunner
 import traceanalyze as ta
 from traceanalyze import read, schema
 from traceanalyze.cli import main
+from traceanalyze.errors import UsageProblem
 from traceanalyze.export.perfetto import chrome_trace_json
 from traceanalyze.export.perfetto_proto import is_proto_path, write_perfetto_proto
 
@@ -352,3 +353,13 @@ def test_a_bad_output_path_is_one_error_line(tiny: Path, tmp_path: Path) -> None
         assert len(lines) == 1 and lines[0].startswith("traceanalyze: error: ")
         assert "cannot write the trace" in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.pftrace", tiny.name]
+
+
+def test_the_ranks_trace_refuses_a_protobuf_name(tmp_path: Path) -> None:
+    from traceanalyze.results import Stragglers
+
+    empty = pl.DataFrame()
+    res = Stragglers(empty, empty, "", (), (), "", "", (), empty, empty, empty)
+    with pytest.raises(UsageProblem, match="one source's timeline"):
+        res.to_perfetto(tmp_path / "ranks.pftrace")
+    assert list(tmp_path.iterdir()) == []

@@ -104,7 +104,9 @@ class Packets:
         return packet(head + pw.ld(_P_EVENT, te))
 
 
-def annotations(enc: Packets, names: Sequence[tuple[str, str]], g: pl.DataFrame) -> list[bytes]:
+def debug_annotations(
+    enc: Packets, names: Sequence[tuple[str, str]], g: pl.DataFrame
+) -> list[bytes]:
     """The `debug_annotations` of each row of `g` (a column per argument, `names`: its
     annotation name and kind: int, str, ints); a null is left out, and a list holding one."""
     out = [b""] * g.height

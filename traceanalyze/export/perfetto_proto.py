@@ -310,7 +310,7 @@ def _chunk_fields(
             continue
         g = df[(b["sid"].cast(pl.Int64) - sl.offsets[k]).to_numpy()]
         args = g.select(*[e.alias(f"a{j}") for j, (_, _, e) in enumerate(spec.args)])
-        ann = pk.annotations(enc, [(a, kind) for a, kind, _ in spec.args], args)
+        ann = pk.debug_annotations(enc, [(a, kind) for a, kind, _ in spec.args], args)
         got = g.select(spec.name.cast(pl.String).alias("n"), spec.cat.cast(pl.String).alias("c"))
         nms, cts = got["n"].to_list(), got["c"].to_list()
         for i, nm, ct, a in zip(b["i"].to_list(), nms, cts, ann, strict=True):
