@@ -216,6 +216,15 @@ def test_resnet_slices_tracks_and_args_equal_the_json_export(resnet) -> None:
     assert got_slices == want_slices
     assert {t for _, t in d.tracks.values()} - {p for p, _ in d.tracks.values()} == want_tracks
     assert "GPU 0 · Tesla V100-SXM2-32GB · rank 0" in {p for p, _ in d.tracks.values()}
+    ev = doc["traceEvents"]
+    pname = {e["pid"]: e["args"]["name"] for e in ev if e["name"] == "process_name"}
+    tname = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["name"] == "thread_name"}
+    marks = [
+        ((pname[e["pid"]], tname[(e["pid"], e["tid"])]), e["name"], round(e["ts"] * 1e3))
+        for e in ev
+        if e["ph"] == "i"
+    ]
+    assert sorted(d.instants) == sorted(marks) and len(marks) == 2
 
 
 def test_resnet_launch_flows_join_each_call_to_its_gpu_event(resnet) -> None:
@@ -235,8 +244,13 @@ def test_resnet_launch_flows_join_each_call_to_its_gpu_event(resnet) -> None:
 # --- nsys: two processes, overlapping kernels on a sub-track ------------------------------------
 
 
-def test_h100_equals_the_json_export_with_the_overlap_sub_track(tmp_path: Path) -> None:
-    t = read(shared(H100))
+@pytest.fixture(scope="module")
+def h100() -> Any:
+    return read(shared(H100))
+
+
+def test_h100_equals_the_json_export_with_the_overlap_sub_track(h100, tmp_path: Path) -> None:
+    t = h100
     d, doc = both(tmp_path, t.kernels, t.memcpy, t.markers, api_calls=t.api_calls, ops=t.ops)
     want_slices, want_flows, _ = json_view(doc)
     got_slices, got_flows = proto_view(d)
@@ -334,8 +348,8 @@ def test_extension_chooses_the_format(tiny: Path, tmp_path: Path) -> None:
     )  # no temporary left
 
 
-def test_chunks_do_not_change_the_bytes(tmp_path: Path) -> None:
-    t = read(shared(H100))
+def test_chunks_do_not_change_the_bytes(h100, tmp_path: Path) -> None:
+    t = h100
     kw = {"api_calls": t.api_calls, "ops": t.ops}
     write_perfetto_proto(tmp_path / "a.pftrace", t.kernels, t.memcpy, t.markers, **kw)
     write_perfetto_proto(
