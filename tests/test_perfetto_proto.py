@@ -377,3 +377,17 @@ def test_the_ranks_trace_refuses_a_protobuf_name(tmp_path: Path) -> None:
     with pytest.raises(UsageProblem, match="one source's timeline"):
         res.to_perfetto(tmp_path / "ranks.pftrace")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_sub_track_placement_in_chunks_of_runs(h100, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`export.perfetto._lane_of` places whole runs of overlapping slices a chunk at a time:
+    tiny chunks give the same trace (the overlap sub-track included)."""
+    import traceanalyze.export.perfetto as chrome
+
+    t = h100
+    args = (t.kernels, t.memcpy, t.markers)
+    kw = {"api_calls": t.api_calls, "ops": t.ops}
+    whole = chrome_trace_json(*args, **kw)
+    monkeypatch.setattr(chrome, "_LANE_CHUNK", 7)
+    assert chrome_trace_json(*args, **kw) == whole
+    assert "stream 7 · overlap 1" in whole
