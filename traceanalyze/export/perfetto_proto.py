@@ -252,20 +252,24 @@ def _path_pairs(keys: pl.DataFrame, cp: pl.DataFrame | None, t0: int) -> pl.Data
     return at(starts, "out").join(at(ends, "in"), on="id", how="inner")
 
 
-def _flow_ids(pairs: list[pl.DataFrame | None]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """`sid, ids` of the slices where flows start, and of those where they end."""
+def _flow_ids(keys: pl.DataFrame, pairs: list[pl.DataFrame | None]) -> pl.DataFrame:
+    """`out, in`: per slice (row = slice id) the ids of the flows that start at it and of those
+    that end at it (null where none)."""
     live = [
         p.select("id", pl.col("out").cast(pl.UInt32), pl.col("in").cast(pl.UInt32))
         for p in pairs
         if p is not None and p.height
     ]
-    if not live:
-        empty = pl.DataFrame(schema={"sid": pl.UInt32, "ids": pl.List(pl.UInt64)})
-        return empty, empty
+    if not live or keys.height == 0:
+        return pl.DataFrame(schema={"out": pl.List(pl.UInt64), "in": pl.List(pl.UInt64)})
     p = pl.concat(live)
-    starts = p.group_by("out").agg(pl.col("id").sort().alias("ids")).rename({"out": "sid"})
-    ends = p.group_by("in").agg(pl.col("id").sort().alias("ids")).rename({"in": "sid"})
-    return starts, ends
+    out = p.group_by("out").agg(pl.col("id").sort().alias("ids")).rename({"out": "sid"})
+    end = p.group_by("in").agg(pl.col("id").sort().alias("ids")).rename({"in": "sid"})
+    sid = keys.select("sid")
+    return sid.join(out, on="sid", how="left", maintain_order="left").select(
+        pl.col("ids").alias("out"),
+        sid.join(end, on="sid", how="left", maintain_order="left")["ids"].alias("in"),
+    )
 
 
 def _events(keys: pl.DataFrame) -> pl.DataFrame:
@@ -296,7 +300,7 @@ def _events(keys: pl.DataFrame) -> pl.DataFrame:
 
 
 def _chunk_fields(
-    enc: pk.Packets, sl: _Slices, flows: tuple[pl.DataFrame, pl.DataFrame], chunk: pl.DataFrame
+    enc: pk.Packets, sl: _Slices, flows: pl.DataFrame, chunk: pl.DataFrame
 ) -> tuple[list[str], list[str], list[bytes]]:
     """Name, category and the rest of the `TrackEvent` (annotations, flows) of each begin of
     `chunk`, gathered from the input frames (an end's are empty)."""
@@ -315,18 +319,18 @@ def _chunk_fields(
         nms, cts = got["n"].to_list(), got["c"].to_list()
         for i, nm, ct, a in zip(b["i"].to_list(), nms, cts, ann, strict=True):
             names[i], cats[i], more[i] = nm, ct, a
-    ids = [
-        dict(begins.select("i", "sid").join(f, on="sid", how="inner").select("i", "ids").rows())
-        for f in flows
-    ]
-    for i in ids[0].keys() | ids[1].keys():
-        more[i] += pk.flows(ids[0].get(i), ids[1].get(i))
+    if flows.height:
+        f = flows[begins["sid"].to_numpy()]
+        has = f.select(pl.col("out").is_not_null() | pl.col("in").is_not_null())[:, 0]
+        f = f.with_columns(begins["i"]).filter(has)
+        for i, out, end in zip(
+            f["i"].to_list(), f["out"].to_list(), f["in"].to_list(), strict=True
+        ):
+            more[i] += pk.flows(out, end)
     return names, cats, more
 
 
-def _slice_chunks(
-    enc: pk.Packets, sl: _Slices, flows: tuple[pl.DataFrame, pl.DataFrame], rows: int
-) -> Iterator[bytes]:
+def _slice_chunks(enc: pk.Packets, sl: _Slices, flows: pl.DataFrame, rows: int) -> Iterator[bytes]:
     """The begin and end packets of the slices, `rows` events at a time."""
     for chunk in _events(sl.keys).iter_slices(rows):
         names, cats, more = _chunk_fields(enc, sl, flows, chunk)
@@ -436,7 +440,8 @@ def write_perfetto_proto(
     placed = _tracks(w, [(df, p, sp.tid) for df, p, sp in zip(blocks, pids, specs, strict=True)])
     sl = _slices(placed, w.t0)
     del k, m, a, o, blocks, placed
-    flows = _flow_ids([_launch_pairs(sl), _path_pairs(sl.keys, _c(critical_path), w.t0)])
+    pairs = [_launch_pairs(sl), _path_pairs(sl.keys, _c(critical_path), w.t0)]
+    flows = _flow_ids(sl.keys, pairs)
     marks, counters = _marks(mk, w.t0), _counters(s, w.t0)
     enc = pk.Packets(annotation_names())
     head = [enc.first(), _track_packets(w, sl.keys, marks, counters, _c(devices), _c(sources))]
