@@ -62,6 +62,11 @@ FIGURES: dict[str, tuple[str, tuple[str, ...], str]] = {
         (),
         "critical-path over ~1 M events (the ResNet-50 trace x22): s per M events, peak RSS",
     ),
+    "perfetto-export": (
+        "bench_perfetto_export.py",
+        (),
+        "Perfetto export of ~1 M slices: streamed protobuf vs Chrome JSON, time and peak RSS",
+    ),
     "sampler-overhead": (
         "bench_sampler_overhead.py",
         (),

@@ -138,10 +138,14 @@ class Timeline:
         return replace(self, critical_path=mine)
 
     def to_perfetto(self, path: str | os.PathLike[str]) -> None:
-        """Chrome trace JSON of the window for ui.perfetto.dev (times from the window start)."""
+        """The window for ui.perfetto.dev (times from the window start): Perfetto's protobuf
+        trace, streamed, when `path` ends in .pftrace, .perfetto-trace or .pb; Chrome trace JSON
+        otherwise."""
         from .export.perfetto import write_chrome_trace
+        from .export.perfetto_proto import is_proto_path, write_perfetto_proto
 
-        write_chrome_trace(
+        write = write_perfetto_proto if is_proto_path(path) else write_chrome_trace
+        write(
             path,
             kernels=self.kernels,
             memcpy=self.memcpy,
@@ -255,8 +259,16 @@ class Stragglers:
     def to_perfetto(self, path: str | os.PathLike[str]) -> None:
         """Chrome trace JSON: one process per rank on the common time base, each collective
         instance linked across ranks (from the last arriver to the ranks that waited)."""
+        from .errors import UsageProblem
+        from .export.perfetto_proto import is_proto_path
         from .export.perfetto_ranks import write_chrome_trace_ranks
 
+        if is_proto_path(path):
+            raise UsageProblem(
+                "the protobuf trace is written for one source's timeline; name the ranks' "
+                "trace .json",
+                path=path,
+            )
         files = dict(self.ranks.select("rank", "file").iter_rows())
         write_chrome_trace_ranks(path, self.instances, self.kernels, files)
 

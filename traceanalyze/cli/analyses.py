@@ -200,7 +200,7 @@ def busy(
     "--perfetto",
     type=click.Path(path_type=Path),
     callback=output_path,
-    help="Chrome trace JSON for ui.perfetto.dev.",
+    help="Trace for ui.perfetto.dev: .pftrace = Perfetto protobuf, else Chrome trace JSON.",
 )
 @click.option(
     "--start",

@@ -44,6 +44,7 @@ Python loop per event.
 from __future__ import annotations
 
 import io
+import itertools
 import os
 
 import numpy as np
@@ -59,6 +60,7 @@ ANNOTATION_TID = 2_000_000
 LANE_TID_OFFSET = 10_000_000
 COUNTERS: tuple[str, ...] = ("sm_clock_mhz", "power_w", "temperature_c")
 FLOW_CAT = "launch"
+_LANE_CHUNK = 65_536
 
 
 def _c(df: Frame | None) -> pl.DataFrame | None:
@@ -160,9 +162,17 @@ def _lane_of(keys: pl.DataFrame) -> np.ndarray:
     run = keys.select((prev.is_null() | (pl.col("s") >= prev)).cum_sum().alias("c"))["c"]
     lane = np.zeros(keys.height, dtype=np.int64)
     idx = np.flatnonzero(run.is_duplicated().to_numpy())
-    if idx.size:
-        s, e = (keys[col].to_numpy()[idx].tolist() for col in ("s", "e"))
-        lane[idx] = _greedy(s, e, run.to_numpy()[idx].tolist())
+    if idx.size == 0:
+        return lane
+    s, e, g = keys["s"].to_numpy()[idx], keys["e"].to_numpy()[idx], run.to_numpy()[idx]
+    # whole runs at a time, about _LANE_CHUNK rows per call: Python lists of a chunk only
+    starts = np.flatnonzero(np.diff(g)) + 1  # where a run begins (after the first)
+    at = np.searchsorted(starts, np.arange(_LANE_CHUNK, g.size, _LANE_CHUNK))
+    cuts = np.unique(starts[at[at < starts.size]])
+    bounds = [0, *cuts.tolist(), g.size]
+    for lo, hi in itertools.pairwise(bounds):
+        part = slice(lo, hi)
+        lane[idx[part]] = _greedy(s[part].tolist(), e[part].tolist(), g[part].tolist())
     return lane
 
 
