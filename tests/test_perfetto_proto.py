@@ -365,7 +365,7 @@ def test_a_bad_output_path_is_one_error_line(tiny: Path, tmp_path: Path) -> None
         assert r.exit_code == 1, r.output
         lines = r.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("traceanalyze: error: ")
-        assert "cannot write" in lines[0] and str(bad) in lines[0]
+        assert str(bad) in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.pftrace", tiny.name]
 
 
