@@ -220,3 +220,15 @@ def test_no_import_cycle_anywhere() -> None:
     assert "traceanalyze.adapters.reports" in g["traceanalyze.dataset"]
     assert "traceanalyze.dataset" in g["traceanalyze"]  # `if TYPE_CHECKING:` in __init__
     assert cycles(g) == []
+
+
+def test_functions_stay_under_60_lines() -> None:
+    """No function (docstring included) over 60 lines: a longer one is split into named steps."""
+    long = []
+    for mod, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1 if node.end_lineno else 0
+                if n > 60:
+                    long.append(f"{mod}:{node.lineno} {node.name} ({n} lines)")
+    assert long == []

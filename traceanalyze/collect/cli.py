@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -182,17 +183,23 @@ def collect(
 
     if p.device == "cpu":  # chosen with --device cpu: what it costs, before it starts
         say(f"CPU run: {cpu_cost(cfg)}")
+    res = _run(cfg, p, say)
+    if not quiet:
+        _echo_result(res)
+
+
+def _run(cfg: CollectConfig, p: Plan, say: Callable[[str], None]) -> CollectResult:
+    """Run the plan; Ctrl-C and SIGTERM end the process with one line naming the manifest
+    (exit 130 and 143, as a shell reports them)."""
     argv = _given_argv(click.get_current_context())
     try:
-        res = do_collect(cfg, argv, progress=say, pl=p)
+        return do_collect(cfg, argv, progress=say, pl=p)
     except KeyboardInterrupt:
         click.echo(f"traceanalyze: interrupted; manifest in {p.run_dir}", err=True)
         sys.exit(130)
     except Terminated:
         click.echo(f"traceanalyze: terminated (SIGTERM); manifest in {p.run_dir}", err=True)
         sys.exit(143)
-    if not quiet:
-        _echo_result(res)
 
 
 def _echo_dry_run(p: Plan) -> None:

@@ -474,9 +474,8 @@ def collect(
     try:
         if pl.sampler_argv is not None:
             sampler = start_sampler(pl.sampler_argv, run_dir)
-        nsys = cfg.profiler == "nsys"
         status, error, exit_code = run_commands(
-            pl.steps, nsys, node_tag(cfg), run_dir, manifest, say
+            pl.steps, cfg.profiler == "nsys", node_tag(cfg), run_dir, manifest, say
         )
     except KeyboardInterrupt:
         status, error = "interrupted", "KeyboardInterrupt"

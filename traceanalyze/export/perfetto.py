@@ -421,30 +421,7 @@ def _metadata(
     if not ids:
         return pl.DataFrame()
     both = pl.concat([d.cast({"pid": pl.Int64, "tid": pl.Int64}) for d in ids]).unique()
-    dev_names: dict[int, str] = {}
-    if devices is not None and devices.height:
-        for d, n in devices.filter(pl.col("name").is_not_null()).select("device_id", "name").rows():
-            if d is not None:
-                dev_names.setdefault(int(d), str(n))
-    ranks = [] if sources is None else sources["rank"].drop_nulls().unique().to_list()
-    rank = f" · rank {ranks[0]}" if len(ranks) == 1 else ""
-    gpu_name = pl.concat_str(
-        pl.format("GPU {}", pl.col("pid")),
-        pl.col("pid")
-        .replace_strict(
-            {d: f" · {n}" for d, n in dev_names.items()}, default="", return_dtype=pl.String
-        )
-        .fill_null(""),
-        pl.lit(rank),
-    )
-    pname = (
-        # host rows without a process id (Kineto's instant markers) share pid 10⁶
-        pl.when(pl.col("pid") == HOST_PID_OFFSET)
-        .then(pl.format("host{}", pl.lit(rank)))
-        .when(pl.col("pid") >= HOST_PID_OFFSET)
-        .then(pl.format("host pid {}{}", pl.col("pid") - HOST_PID_OFFSET, pl.lit(rank)))
-        .otherwise(gpu_name)
-    )
+    pname = _process_name(devices, sources)
     procs = (
         both.select("pid")
         .unique()
@@ -461,17 +438,7 @@ def _metadata(
         schema={"pid": pl.Int64, "tid": pl.Int64, "_base": pl.Int64, "_n": pl.Int64},
         orient="row",
     )
-    base = pl.coalesce("_base", "tid")
-    tname = pl.concat_str(
-        pl.when(pl.col("pid") >= HOST_PID_OFFSET)
-        .then(pl.format("thread {}", base))
-        .when(base == ANNOTATION_TID)
-        .then(pl.lit("GPU annotations"))
-        .when(base >= COPY_TID_OFFSET)
-        .then(pl.format("copies stream {}", base - COPY_TID_OFFSET))
-        .otherwise(pl.format("stream {}", base)),
-        pl.format(" · overlap {}", pl.col("_n")).fill_null(""),
-    )
+    tname = _thread_name()
     threads = (
         both.drop_nulls("tid")
         .join(sub, on=["pid", "tid"], how="left")
@@ -484,6 +451,50 @@ def _metadata(
         )
     )
     return pl.concat([procs, threads]).sort("pid", "tid")
+
+
+def _process_name(devices: pl.DataFrame | None, sources: pl.DataFrame | None) -> pl.Expr:
+    """A process's name from its pid: "GPU 0 · <device name> · rank 1", "host pid 1102"."""
+    dev_names: dict[int, str] = {}
+    if devices is not None and devices.height:
+        for d, n in devices.filter(pl.col("name").is_not_null()).select("device_id", "name").rows():
+            if d is not None:
+                dev_names.setdefault(int(d), str(n))
+    ranks = [] if sources is None else sources["rank"].drop_nulls().unique().to_list()
+    rank = f" · rank {ranks[0]}" if len(ranks) == 1 else ""
+    gpu_name = pl.concat_str(
+        pl.format("GPU {}", pl.col("pid")),
+        pl.col("pid")
+        .replace_strict(
+            {d: f" · {n}" for d, n in dev_names.items()}, default="", return_dtype=pl.String
+        )
+        .fill_null(""),
+        pl.lit(rank),
+    )
+    return (
+        # host rows without a process id (Kineto's instant markers) share pid 10⁶
+        pl.when(pl.col("pid") == HOST_PID_OFFSET)
+        .then(pl.format("host{}", pl.lit(rank)))
+        .when(pl.col("pid") >= HOST_PID_OFFSET)
+        .then(pl.format("host pid {}{}", pl.col("pid") - HOST_PID_OFFSET, pl.lit(rank)))
+        .otherwise(gpu_name)
+    )
+
+
+def _thread_name() -> pl.Expr:
+    """A thread's name from its pid, tid and the sub-track placement (`_base`, `_n`): "stream 7",
+    "copies stream 7", "thread 1102", "GPU annotations", "stream 7 · overlap 1"."""
+    base = pl.coalesce("_base", "tid")
+    return pl.concat_str(
+        pl.when(pl.col("pid") >= HOST_PID_OFFSET)
+        .then(pl.format("thread {}", base))
+        .when(base == ANNOTATION_TID)
+        .then(pl.lit("GPU annotations"))
+        .when(base >= COPY_TID_OFFSET)
+        .then(pl.format("copies stream {}", base - COPY_TID_OFFSET))
+        .otherwise(pl.format("stream {}", base)),
+        pl.format(" · overlap {}", pl.col("_n")).fill_null(""),
+    )
 
 
 def write_chrome_trace(
