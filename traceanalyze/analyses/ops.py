@@ -257,20 +257,36 @@ def op_stats(
     Pass `markers` to let NVTX ranges stand in for sources without operators.
     `launching_processes_only` keeps the operators of the processes that launched `kernels`
     (when the kernels were filtered to some devices: one rank's operators, not every rank's)."""
-    host = host_ops(ops, markers)
-    kern = launches(api_calls, kernels)
+    host, kern = host_ops(ops, markers), launches(api_calls, kernels)
     if launching_processes_only:
         procs = kern.select("source_id", "process_id").drop_nulls().unique()
         host = host.join(procs, on=["source_id", "process_id"], how="semi")
-    if host.height == 0:
+    return _op_stats(host, kern, warn_none=True)[0]
+
+
+def op_stats_kernels(
+    ops: Frame, api_calls: Frame, kernels: Frame, markers: Frame | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """`op_stats` and `op_kernels` of the same inputs from one sweep (without op_stats' warning
+    that no source has operators: the caller says what that means for it)."""
+    host, kern = host_ops(ops, markers), launches(api_calls, kernels)
+    st, tree, owned = _op_stats(host, kern, warn_none=False)
+    return st, _kernel_ops(tree, owned, kern)
+
+
+def _op_stats(
+    host: pl.DataFrame, kern: pl.DataFrame, *, warn_none: bool
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """op_stats of `host_ops` and `launches` frames, and the sweep's (tree, owned)."""
+    if host.height == 0 and warn_none:
         warnings.warn(
             "no host operators (PyTorch profiler ops) or NVTX ranges: kernels cannot be "
             "attributed to operators",
-            stacklevel=2,
+            stacklevel=3,
         )
     no_ops = set(kern["source_id"].unique().to_list()) - set(host["source_id"].unique().to_list())
     for sid in sorted(no_ops):
-        warnings.warn(f"source {sid} has no host operators or NVTX ranges", stacklevel=2)
+        warnings.warn(f"source {sid} has no host operators or NVTX ranges", stacklevel=3)
     calls = kern.filter(pl.col("start_ns").is_not_null())
     tree, owned = op_tree(host, calls)
     rows = _name_rows(tree)
@@ -280,7 +296,7 @@ def op_stats(
     out = out.join(basis, on="source_id", how="left").with_columns(
         pl.coalesce("basis", "_b").alias("basis")
     )
-    return (
+    stats = (
         out.with_columns(pl.col(c).fill_null(0) for c in OPS_COLUMNS[3:])
         .select(OPS_COLUMNS)
         .cast(_OUT_SCHEMA)  # type: ignore[arg-type]
@@ -290,6 +306,7 @@ def op_stats(
             nulls_last=True,
         )
     )
+    return stats, tree, owned
 
 
 def _name_rows(tree: pl.DataFrame) -> pl.DataFrame:
@@ -376,6 +393,11 @@ def op_kernels(
     host = host_ops(ops, markers)
     kern = launches(api_calls, kernels)
     tree, owned = op_tree(host, kern.filter(pl.col("start_ns").is_not_null()))
+    return _kernel_ops(tree, owned, kern)
+
+
+def _kernel_ops(tree: pl.DataFrame, owned: pl.DataFrame, kern: pl.DataFrame) -> pl.DataFrame:
+    """op_kernels from the sweep's (tree, owned) and the `launches` frame."""
     op_of = tree.select(pl.col("_row").cast(pl.Int64).alias("owner"), pl.col("name").alias("op"))
     own = owned.select("source_id", "kernel_id", "owner").join(
         op_of, on="owner", how="left", maintain_order="left"
