@@ -1,12 +1,13 @@
 """Every analysis command over the store of a 1 GB PyTorch-profiler trace (issue 27, point 1).
 
     python benchmarks/bench_analyses_1gb.py [--repeat N] [--only CMD,...] [--timeout S]
-                                            [--data DIR] [--reuse-store]
+                                            [--data DIR] [--reuse-store] [--input FILE]
 
 The input is the 1 GB Kineto trace `benchmarks/bench_ingest_memory_kineto.py` builds from the real
 ResNet-50 one (../shared/traces/kineto_json/hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz,
 its events written again and again with shifted times and ids: about 4.7 M events), made by the
-same generator and cached as `bench-data/kineto-scale/resnet50_x_1GB.json` (git-ignored).
+same generator and cached as `bench-data/kineto-scale/resnet50_x_1GB.json` (git-ignored;
+`--input` names another copy, e.g. the one of another checkout).
 
 `traceanalyze ingest FILE --store S` runs once (measured like the others; `--reuse-store` keeps
 `bench-data/analyses-1gb/store` from an earlier run and skips it), then each analysis command runs
@@ -113,13 +114,14 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per command")
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--reuse-store", action="store_true", help="keep DATA/store if present")
+    ap.add_argument("--input", type=Path, default=INPUT, help="the built 1 GB trace")
     a = ap.parse_args()
-    if not INPUT.exists():
+    if not a.input.exists():
         if not kineto_scale.SOURCE.exists():
             raise SystemExit(f"{kineto_scale.SOURCE} is absent (../shared/traces not here)")
-        INPUT.parent.mkdir(parents=True, exist_ok=True)
-        print(f"building {INPUT} ...", file=sys.stderr, flush=True)
-        kineto_scale.build_input(INPUT, int(1e9))
+        a.input.parent.mkdir(parents=True, exist_ok=True)
+        print(f"building {a.input} ...", file=sys.stderr, flush=True)
+        kineto_scale.build_input(a.input, int(1e9))
     a.data.mkdir(parents=True, exist_ok=True)
     store, out = a.data / "store", a.data / "out"
     out.mkdir(exist_ok=True)
@@ -127,7 +129,7 @@ def main() -> None:
     rows: dict[str, list[tuple[float, float, str]]] = {}
     if not (a.reuse_store and store.exists()):
         shutil.rmtree(store, ignore_errors=True)
-        rows["ingest"] = [measure([*ta, "ingest", str(INPUT), "--store", str(store)], a.timeout)]
+        rows["ingest"] = [measure([*ta, "ingest", str(a.input), "--store", str(store)], a.timeout)]
         if rows["ingest"][0][2] != "ok":
             raise SystemExit(f"ingest failed: {rows['ingest'][0][2]}")
     source = next(store.glob("sources/source_id=*")).name.split("=", 1)[1]
@@ -142,8 +144,8 @@ def main() -> None:
             rows.setdefault(label, []).append(measure([*ta, *argv], a.timeout))
             print(f"  {label}: {rows[label][-1]}", file=sys.stderr, flush=True)
     how = "/usr/bin/time -v" if TIME.exists() else "ru_maxrss of the child (getrusage)"
-    size = INPUT.stat().st_size / 1e6
-    print(f"\ninput {INPUT.name}: {size:.0f} MB; {os.cpu_count()} CPUs; measured by {how}")
+    size = a.input.stat().st_size / 1e6
+    print(f"\ninput {a.input.name}: {size:.0f} MB; {os.cpu_count()} CPUs; measured by {how}")
     print(f"goal: <= {GOAL_S:g} s and <= {GOAL_MB:g} MB per command; runs: {a.repeat}\n")
     print("| command (`--store S`) | wall s | peak RSS MB | within goal | outcome |")
     print("|---|---|---|---|---|")
