@@ -21,6 +21,14 @@ past `--timeout` seconds (default 300) is killed and reported as such. With `--r
 command runs N times and the table gives the range (min-max).
 
 Goal (issue 27): every command within 1 GB peak RSS and 10 s on the project's 2-core machine.
+
+`--hta` (issue 27, point 3) also runs Holistic Trace Analysis 0.5.0 on the same file, in its venv
+(`bench-data/hta-venv`, made as `bench_kineto_json.py` makes it): one process that loads the
+trace (`TraceAnalysis(trace_dir=DIR)`, DIR holding a link to the file) and computes its kernel
+breakdown (`get_gpu_kernel_breakdown(visualize=False)`), against `traceanalyze ingest` plus
+`summary` (the sum of their wall times, the larger of their peaks): whole-process wall time and
+peak RSS, as ratios. HTA is stopped past `--hta-max-s` seconds (default 600) or `--hta-max-mb` MB
+of resident memory (default 12000, polled every 0.2 s) and the table says so.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import bench_ingest_memory_kineto as kineto_scale
 
@@ -102,6 +111,86 @@ def measure(argv: list[str], timeout: float) -> tuple[float, float, str]:
     return wall, kib / 1024, outcome
 
 
+HTA_CODE = (
+    "import logging, sys; logging.disable(logging.CRITICAL); "
+    "from hta.trace_analysis import TraceAnalysis; "
+    "TraceAnalysis(trace_dir=sys.argv[1]).get_gpu_kernel_breakdown(visualize=False)"
+)
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    m = re.search(r"VmRSS:\s+(\d+) kB", text)
+    return int(m.group(1)) / 1024 if m else 0.0
+
+
+def _watch(
+    proc: subprocess.Popen[bytes], t0: float, max_s: float, max_mb: float
+) -> tuple[int, Any, str]:
+    """Wait for `proc`, killing it past the bounds: its wait status, rusage and "" or why."""
+    outcome = ""
+    while True:  # wait4 without blocking: poll() would reap the child and lose its rusage
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() - t0 > max_s:
+            outcome = f"stopped past {max_s:g} s"
+        elif _rss_mb(proc.pid) > max_mb:
+            outcome = f"stopped past {max_mb:g} MB"
+        if outcome:
+            proc.kill()
+            _, status, usage = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.2)
+    proc.returncode = 0  # reaped here, not by Popen
+    return status, usage, outcome
+
+
+def run_hta(trace: Path, work: Path, max_s: float, max_mb: float) -> tuple[float, float, str]:
+    """Wall s, peak RSS MB and the outcome of HTA's load plus kernel breakdown of `trace`."""
+    import bench_kineto_json
+
+    py = bench_kineto_json._hta_python()
+    if py is None:
+        return float("nan"), float("nan"), "HTA could not be installed"
+    tdir = work / "hta-trace"
+    shutil.rmtree(tdir, ignore_errors=True)
+    tdir.mkdir(parents=True)
+    (tdir / trace.name).symlink_to(trace.resolve())
+    with tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([str(py), "-c", HTA_CODE, str(tdir)], stdout=err, stderr=err)
+        status, usage, outcome = _watch(proc, t0, max_s, max_mb)
+        wall = time.perf_counter() - t0
+        err.seek(0)
+        last = (err.read().decode(errors="replace").strip().splitlines() or [""])[-1]
+    if not outcome:
+        rc = os.waitstatus_to_exitcode(status)
+        outcome = "ok" if rc == 0 else f"exit {rc}: {last}"
+    return wall, usage.ru_maxrss / 1024, outcome
+
+
+def _hta_table(
+    rows: dict[str, list[tuple[float, float, str]]], hta: tuple[float, float, str]
+) -> None:
+    ours_s = min(r[0] for r in rows["ingest"]) + min(r[0] for r in rows["summary"])
+    ours_mb = max(min(r[1] for r in rows["ingest"]), min(r[1] for r in rows["summary"]))
+    h_s, h_mb, outcome = hta
+    print("\n| whole process | wall s | peak RSS MB | outcome |")
+    print("|---|---|---|---|")
+    print(f"| traceanalyze ingest + summary | {ours_s:.1f} | {ours_mb:.0f} | ok |")
+    print(f"| HTA 0.5.0 load + kernel breakdown | {h_s:.1f} | {h_mb:.0f} | {outcome} |")
+    if outcome == "ok":
+        print(
+            f"\nHTA / traceanalyze: {h_s / ours_s:.1f}x the time, {h_mb / ours_mb:.1f}x the memory"
+        )
+    else:
+        print(f"\nHTA not finished ({outcome}): at least {h_s / ours_s:.1f}x the time")
+
+
 def _range(xs: list[float], fmt: str) -> str:
     lo, hi = min(xs), max(xs)
     return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else f"{lo:{fmt}}–{hi:{fmt}}"
@@ -115,6 +204,9 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--reuse-store", action="store_true", help="keep DATA/store if present")
     ap.add_argument("--input", type=Path, default=INPUT, help="the built 1 GB trace")
+    ap.add_argument("--hta", action="store_true", help="also HTA 0.5.0, side by side")
+    ap.add_argument("--hta-max-s", type=float, default=600.0)
+    ap.add_argument("--hta-max-mb", type=float, default=12000.0)
     a = ap.parse_args()
     if not a.input.exists():
         if not kineto_scale.SOURCE.exists():
@@ -139,10 +231,13 @@ def main() -> None:
         if label not in cmds:
             raise SystemExit(f"unknown command {label!r}; known: {', '.join(cmds)}")
     todo = {k: v for k, v in cmds.items() if not only or k in only}
+    if a.hta and ("ingest" not in rows or "summary" not in todo):
+        raise SystemExit("--hta needs the ingest and summary rows (no --reuse-store, --only)")
     for _ in range(a.repeat):
         for label, argv in todo.items():
             rows.setdefault(label, []).append(measure([*ta, *argv], a.timeout))
             print(f"  {label}: {rows[label][-1]}", file=sys.stderr, flush=True)
+    hta = run_hta(a.input, a.data, a.hta_max_s, a.hta_max_mb) if a.hta else None
     how = "/usr/bin/time -v" if TIME.exists() else "ru_maxrss of the child (getrusage)"
     size = a.input.stat().st_size / 1e6
     print(f"\ninput {a.input.name}: {size:.0f} MB; {os.cpu_count()} CPUs; measured by {how}")
@@ -157,6 +252,8 @@ def main() -> None:
         rss_s = _range(rss, ".0f") if rss else "-"
         within = "yes" if ok else "no"
         print(f"| {label} | {_range(walls, '.1f')} | {rss_s} | {within} | {outcome} |")
+    if hta is not None:
+        _hta_table(rows, hta)
 
 
 if __name__ == "__main__":

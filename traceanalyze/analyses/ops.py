@@ -137,7 +137,19 @@ def launches(api_calls: Frame, kernels: Frame) -> pl.DataFrame:
         .filter(pl.col("correlation_id").is_not_null() & pl.col("start_ns").is_not_null())
         .select("source_id", "process_id", "thread_id", "correlation_id", "start_ns")
     )
-    j = k.join(a, on=["source_id", "correlation_id"], how="left")
+    # One source at a time, joined on the integer id alone: a hash join keyed by the source's
+    # name too takes several times the memory (hundreds of MB for a million calls).
+    parts = [
+        ks.join(
+            a.filter(pl.col("source_id") == sid).drop("source_id"), on="correlation_id", how="left"
+        )
+        for (sid,), ks in k.with_row_index("_kr").group_by("source_id", maintain_order=True)
+    ]
+    j = (
+        pl.concat(parts).sort("_kr", maintain_order=True).drop("_kr")
+        if parts
+        else k.join(a, on=["source_id", "correlation_id"], how="left")
+    )
     # nsys numbers correlation ids per process: where both sides name a process they must agree.
     ok = pl.col("k_pid").is_null() | pl.col("process_id").is_null()
     j = j.filter(ok | (pl.col("k_pid") == pl.col("process_id")))
