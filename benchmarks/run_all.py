@@ -47,6 +47,11 @@ FIGURES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "csv-readers": ("bench_csv_readers.py", (), "ncu/smi CSV readers vs bare pyarrow and polars"),
     "nvprof-csv": ("bench_nvprof_csv.py", (), "nvprof CSV reader vs bare pyarrow"),
     "analyses": ("bench_analyses.py", (), "summary and variability over a fleet-sized store"),
+    "analyses-1gb": (
+        "bench_analyses_1gb.py",
+        (),
+        "every analysis command over the store of a 1 GB Kineto trace: wall time, peak RSS",
+    ),
     "mlperf-noise": (
         "bench_mlperf_noise.py",
         (),

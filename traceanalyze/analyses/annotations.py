@@ -48,8 +48,11 @@ def innermost(ranges: pl.DataFrame, points: pl.DataFrame, lane: list[str]) -> pl
     whose end has passed is popped when it comes to the top. The top then is always the open
     range that started last. Returns `_row, path`.
     """
+    # Each distinct path once (a trace has few, and millions of events): per point its path's
+    # number, and the paths as a small frame joined back at the end.
     rows: list[int] = []
-    paths: list[tuple[str, ...] | None] = []
+    ids: list[int | None] = []
+    known: dict[tuple[str, ...], int] = {}
     desc = [*([False] * len(lane)), False, True]  # same start: the longer (outer) range first
     rg = ranges.sort([*lane, "start_ns", "end_ns"], descending=desc)
     by_lane = dict(iter(rg.group_by(lane, maintain_order=True)))
@@ -58,21 +61,27 @@ def innermost(ranges: pl.DataFrame, points: pl.DataFrame, lane: list[str]) -> pl
         starts = g["start_ns"].to_list() if g is not None else []
         ends = g["end_ns"].to_list() if g is not None else []
         names = g["name"].fill_null("?").to_list() if g is not None else []
-        stack: list[tuple[int, tuple[str, ...]]] = []  # (end, path)
+        stack: list[tuple[int, tuple[str, ...], int]] = []  # (end, path, its number)
         i = 0
-        for t, row in pts.select("t_ns", "_row").iter_rows():
+        for t, row in zip(pts["t_ns"].to_list(), pts["_row"].to_list(), strict=True):
             while i < len(starts) and starts[i] <= t:
                 while stack and stack[-1][0] <= starts[i]:
                     stack.pop()
-                stack.append((ends[i], (*stack[-1][1], names[i]) if stack else (names[i],)))
+                path = (*stack[-1][1], names[i]) if stack else (names[i],)
+                stack.append((ends[i], path, known.setdefault(path, len(known))))
                 i += 1
             while stack and stack[-1][0] <= t:
                 stack.pop()
             rows.append(row)
-            paths.append(stack[-1][1] if stack else None)
-    return pl.DataFrame(
-        {"_row": rows, "path": [list(p) if p is not None else None for p in paths]},
-        schema={"_row": pl.UInt32, "path": pl.List(pl.String)},
+            ids.append(stack[-1][2] if stack else None)
+    paths = pl.DataFrame(
+        {"_p": range(len(known)), "path": [list(p) for p in known]},
+        schema={"_p": pl.UInt32, "path": pl.List(pl.String)},
+    )
+    return (
+        pl.DataFrame({"_row": rows, "_p": ids}, schema={"_row": pl.UInt32, "_p": pl.UInt32})
+        .join(paths, on="_p", how="left", maintain_order="left")
+        .select("_row", "path")
     )
 
 

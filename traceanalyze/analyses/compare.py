@@ -232,25 +232,28 @@ def compare_ops(
     The row with a null `op` holds kernels launched outside every operator; it is no operator,
     so its status is `outside` on either side (never added, removed or matched).
     """
-    from .ops import op_kernels, op_stats
+    from .ops import op_stats_kernels
 
-    both = [a, b]
-
-    def pick(f: Frame | None) -> pl.LazyFrame | None:
-        return None if f is None else f.lazy().filter(pl.col("source_id").is_in(both))
-
-    args = (pick(ops), pick(api_calls), pick(kernels), pick(markers))
-    st = op_stats(*args)  # type: ignore[arg-type]
+    # One side at a time (half the memory of both at once), stats and kernels from one sweep.
+    stats, kernel_ops = [], []
+    for side in dict.fromkeys([a, b]):
+        frames = (ops, api_calls, kernels, markers)
+        args = [None if f is None else f.lazy().filter(pl.col("source_id") == side) for f in frames]
+        st_side, kn_side = op_stats_kernels(*args)  # type: ignore[arg-type]
+        stats.append(st_side)
+        kernel_ops.append(kn_side.group_by("source_id", "op").agg(pl.col("kernel").unique()))
+    st = pl.concat(stats)
     if st.filter(pl.col("op").is_not_null()).height == 0:
+        warnings.warn(
+            "no host operators (PyTorch profiler ops) or NVTX ranges: kernels cannot be "
+            "attributed to operators",
+            stacklevel=2,
+        )
         raise NotAnswerable(
             f"no host operators or NVTX ranges in {source_name(names, a)} "
             f"or {source_name(names, b)}"
         )
-    kn = (
-        op_kernels(*args)  # type: ignore[arg-type]
-        .group_by("source_id", "op")
-        .agg(pl.col("kernel").unique().alias("_k"))
-    )
+    kn = pl.concat(kernel_ops).rename({"kernel": "_k"})
     st = st.join(kn, on=["source_id", "op"], how="left", nulls_equal=True)
     return _ops_side_by_side(st, a, b, rel_tol)
 

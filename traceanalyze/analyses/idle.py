@@ -120,13 +120,20 @@ def idle_time(
     Columns: source_id, device_id, stream_id, window_ns, busy_ns, idle_ns, idle_pct, gap_count,
     host_wait_ns, launch_gap_ns, sync_ns, copy_ns, unknown_ns.
     """
-    k = launch_calls(_lazy(kernels).drop_nulls(["start_ns", "end_ns"]), api_calls)
-    cp = _lazy(memcpy).drop_nulls(["start_ns", "end_ns"]).collect()
+    # Only the columns used here are read (the kernels' names are most of a kernels table).
+    lane = ["source_id", "device_id", "stream_id", "start_ns", "end_ns"]
+    kern = _lazy(kernels).select(*lane, "process_id", "correlation_id")
+    k = launch_calls(kern.drop_nulls(["start_ns", "end_ns"]), api_calls)
+    cp = _lazy(memcpy).select(lane).drop_nulls(["start_ns", "end_ns"]).collect()
     if k.height == 0:
         raise NotAnswerable("no kernels with start and end times")
-    calls = _lazy(api_calls).drop_nulls(["start_ns", "end_ns"]).collect()
-    sync = calls.filter(SYNC_CALL.fill_null(False))
-    have = set(calls["source_id"].unique().to_list())
+    calls = _lazy(api_calls).drop_nulls(["start_ns", "end_ns"])
+    sync = (
+        calls.filter(SYNC_CALL.fill_null(False))
+        .select("source_id", "process_id", "start_ns", "end_ns")
+        .collect()
+    )
+    have = set(calls.select(pl.col("source_id").unique()).collect()["source_id"].to_list())
     rows: list[dict[str, Any]] = []
     for (sid,), ks in k.group_by(["source_id"], maintain_order=True):
         cs = cp.filter(pl.col("source_id") == sid)
