@@ -107,6 +107,31 @@ def _lane(
     return out
 
 
+def _device_rows(
+    sid: str,
+    dev: Any,
+    kd: pl.DataFrame,
+    cs: pl.DataFrame,
+    sync: pl.DataFrame,
+    span: tuple[int, int],
+    has_calls: bool,
+) -> list[dict[str, Any]]:
+    """One device's row (`stream_id` null) and a row per stream: the device's kernels `kd`, the
+    source's copies `cs`, the blocking calls of the processes that launched on it."""
+    lo, hi = span
+    procs = kd["process_id"].drop_nulls().unique().to_list()
+    sy = sync.filter(pl.col("source_id") == sid)
+    if procs:
+        sy = sy.filter(pl.col("process_id").is_in(procs))
+    cd = cs.filter(pl.col("device_id").eq_missing(dev))
+    base = {"source_id": sid, "device_id": dev, "window_ns": hi - lo}
+    rows = [{**base, "stream_id": None, **_lane(kd, cd, sy, lo, hi, has_calls)}]
+    for (st,), kst in kd.group_by(["stream_id"], maintain_order=True):
+        cst = cd.filter(pl.col("stream_id").eq_missing(st))
+        rows.append({**base, "stream_id": st, **_lane(kst, cst, sy, lo, hi, has_calls)})
+    return rows
+
+
 def idle_time(
     kernels: Frame,
     memcpy: Frame,
@@ -146,16 +171,7 @@ def idle_time(
                 stacklevel=2,
             )
         for (dev,), kd in ks.group_by(["device_id"], maintain_order=True):
-            procs = kd["process_id"].drop_nulls().unique().to_list()
-            sy = sync.filter(pl.col("source_id") == sid)
-            if procs:
-                sy = sy.filter(pl.col("process_id").is_in(procs))
-            cd = cs.filter(pl.col("device_id").eq_missing(dev))
-            base = {"source_id": sid, "device_id": dev, "window_ns": hi - lo}
-            rows.append({**base, "stream_id": None, **_lane(kd, cd, sy, lo, hi, sid in have)})
-            for (st,), kst in kd.group_by(["stream_id"], maintain_order=True):
-                cst = cd.filter(pl.col("stream_id").eq_missing(st))
-                rows.append({**base, "stream_id": st, **_lane(kst, cst, sy, lo, hi, sid in have)})
+            rows += _device_rows(sid, dev, kd, cs, sync, (lo, hi), sid in have)
     out = pl.DataFrame(rows, schema_overrides={"device_id": pl.Int64, "stream_id": pl.Int64})
     return out.select(
         "source_id",

@@ -341,16 +341,11 @@ def _name_rows(tree: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _kernel_rows(tree: pl.DataFrame, owned: pl.DataFrame, kern: pl.DataFrame) -> pl.DataFrame:
-    """Per (source, op name): kernels launched directly, their time, and time including
-    descendants' kernels (walk each kernel's ancestor chain; each name counted once per kernel)."""
-    by_kernel = owned.select("source_id", "kernel_id", "owner")
-    k = kern.join(by_kernel, on=["source_id", "kernel_id"], how="left").select(
-        "source_id", pl.col("owner").fill_null(-1), pl.col("kernel_ns").fill_null(0)
-    )
-    # Every (kernel, ancestor row) pair, one level of the ancestor chains at a time, in arrays.
+def _ancestor_chains(tree: pl.DataFrame, owner: np.ndarray[Any, Any]) -> tuple[pl.DataFrame, int]:
+    """Every (kernel `_k`, ancestor operator) pair as `_k, source_id, op`, one level of the
+    ancestor chains at a time, in arrays; and how many pairs the first level (each kernel's own
+    operator) gave: they come first."""
     parent = tree["parent"].to_numpy()
-    owner = k["owner"].to_numpy()
     ki = np.flatnonzero(owner >= 0)
     row = owner[ki]
     kis, rows = [], []
@@ -368,13 +363,24 @@ def _kernel_rows(tree: pl.DataFrame, owned: pl.DataFrame, kern: pl.DataFrame) ->
             "op": names.gather(at),
         }
     )
+    return chain, len(kis[0]) if kis else 0
+
+
+def _kernel_rows(tree: pl.DataFrame, owned: pl.DataFrame, kern: pl.DataFrame) -> pl.DataFrame:
+    """Per (source, op name): kernels launched directly, their time, and time including
+    descendants' kernels (walk each kernel's ancestor chain; each name counted once per kernel)."""
+    by_kernel = owned.select("source_id", "kernel_id", "owner")
+    k = kern.join(by_kernel, on=["source_id", "kernel_id"], how="left").select(
+        "source_id", pl.col("owner").fill_null(-1), pl.col("kernel_ns").fill_null(0)
+    )
+    chain, n_direct = _ancestor_chains(tree, k["owner"].to_numpy())
     ns = k["kernel_ns"]
 
     def with_ns(df: pl.DataFrame) -> pl.DataFrame:
         return df.with_columns(ns.gather(df["_k"]).alias("kernel_ns"))
 
     # the chain's first level is each kernel's own operator: its direct kernels
-    direct = with_ns(chain.head(len(kis[0]) if kis else 0))
+    direct = with_ns(chain.head(n_direct))
     incl = (
         with_ns(chain.unique(["_k", "op"]))
         .group_by("source_id", "op")
