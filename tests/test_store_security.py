@@ -125,8 +125,7 @@ def test_a_staging_that_is_a_link_stops_ingest_and_nothing_there_is_removed(setu
     ta.Store(store).vacuum()  # no staging left: make the attacker's link
     assert not (store / STAGING).exists()
     (store / STAGING).symlink_to(victim / "project")
-    line = one_error_line(cli("ingest", str(b), "--store", str(store)), ".staging", "symbolic link")
-    assert "project" not in line or "link" in line
+    one_error_line(cli("ingest", str(b), "--store", str(store)), ".staging", "symbolic link")
     assert digest(victim) == before
     # also when the link appears after a writer made its staging (the commit's clean-up)
     (store / STAGING).unlink()

@@ -33,7 +33,7 @@ FILE_MODE = 0o664
 OTHERS_WRITE = stat.S_IWOTH
 
 
-def _not_own(parent: int, name: str, root: Path, rel: str) -> StoreError:
+def not_own(parent: int, name: str, root: Path, rel: str) -> StoreError:
     """The error for `name` (in `parent`) that could not be opened as a directory of ours."""
     try:
         st = os.stat(name, dir_fd=parent, follow_symlinks=False)
@@ -61,12 +61,17 @@ def open_root(root: Path, *, create: bool = False) -> int | None:
         if e.errno not in (errno.ELOOP, errno.ENOTDIR):
             raise
     if root.is_symlink():
-        raise StoreError(
-            "the store's root is a symbolic link; name the directory itself "
-            f"({os.path.realpath(root)})",
-            path=root,
-        ) from None
+        raise root_is_link(root) from None
     raise StoreError("is not a directory", path=root) from None
+
+
+def root_is_link(root: Path) -> StoreError:
+    """The error for a store root that is a link (the path leading to it is the user's own)."""
+    return StoreError(
+        "the store's root is a symbolic link; name the directory itself "
+        f"({os.path.realpath(root)})",
+        path=root,
+    )
 
 
 def open_dir(parent: int, name: str, root: Path, rel: str, *, create: bool = False) -> int | None:
@@ -83,7 +88,7 @@ def open_dir(parent: int, name: str, root: Path, rel: str, *, create: bool = Fal
                 return None
         except OSError as e:
             if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise _not_own(parent, name, root, rel) from None
+                raise not_own(parent, name, root, rel) from None
             raise
     raise StoreError(f"{rel} keeps disappearing while it is being created", path=root)
 
@@ -195,7 +200,9 @@ __all__ = [
     "makedirs",
     "open_dir",
     "open_path",
+    "not_own",
     "open_root",
+    "root_is_link",
     "regular_file_at",
     "rmtree_at",
     "walk",

@@ -16,14 +16,13 @@ import math
 import os
 import re
 import signal
-import stat
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import schema
-from ._safefs import FILE_MODE, is_dir_at, open_dir, regular_file_at, rmtree_at, walk
+from ._safefs import FILE_MODE, is_dir_at, not_own, open_dir, regular_file_at, rmtree_at, walk
 from .errors import StoreError
 
 MARKER = "traceanalyze-store.json"
@@ -134,7 +133,7 @@ def partition_files(root: Path, table: str) -> list[str]:
                 continue
             rel = f"{table}/{part}"
             if not is_dir:
-                raise _not_own_entry(root, rel, tfd, part)
+                raise not_own(tfd, part, root, rel)
             pfd = open_dir(tfd, part, root, rel)
             if pfd is None:
                 continue
@@ -146,12 +145,6 @@ def partition_files(root: Path, table: str) -> list[str]:
                 f"{rel}/{n}" for n in names if n.startswith("part-") and n.endswith(".parquet")
             )
     return out
-
-
-def _not_own_entry(root: Path, rel: str, parent: int, name: str) -> StoreError:
-    st = os.stat(name, dir_fd=parent, follow_symlinks=False)
-    what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory"
-    return StoreError(f"{rel} is {what}; a store's directories must be its own", path=root)
 
 
 def _layout1_manifest(root: Path) -> Manifest:

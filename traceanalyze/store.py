@@ -40,7 +40,7 @@ from typing import Any
 import polars as pl
 
 from . import schema, store_files
-from ._safefs import open_path, regular_file_at, rmtree_at, walk
+from ._safefs import open_path, regular_file_at, rmtree_at, root_is_link, walk
 from .errors import StoreError, TraceanalyzeError, UnknownFormat, quote_path
 from .manifest import (
     DEFAULT_GRACE_S,
@@ -85,11 +85,7 @@ class Store:
         self.grace_s = grace_s
         self._pinned: Manifest | None = None
         if self.root.is_symlink():
-            raise StoreError(
-                "the store's root is a symbolic link; name the directory itself "
-                f"({os.path.realpath(self.root)})",
-                path=self.root,
-            )
+            raise root_is_link(self.root)
         if self.root.is_dir() and not (self.root / MARKER).exists():
             # A store being created by another writer has only its lock and staging so far.
             ours = {LOCK_NAME, STAGING}
