@@ -70,6 +70,7 @@ def per_rank(arr: pl.DataFrame, m: Matched) -> pl.DataFrame:
             "process_id",
             "file",
             "job",
+            "job_from",
         )
         .join(agg, on="rank")
         .join(caused, on="rank", how="left")
@@ -87,6 +88,7 @@ def per_rank(arr: pl.DataFrame, m: Matched) -> pl.DataFrame:
         "world_size",
         "rank_from",
         "job",
+        "job_from",
         "source_id",
         "process_id",
         "file",
@@ -144,9 +146,7 @@ def stragglers(
     host_lf = ranks.host_ranges(ops, markers)
     kern_lf = ranks.lazy(kernels)
     events = ranks.collectives(kern_lf, host_lf)  # collected: collectives only
-    split = rank_split.split_processes(
-        ranks.rank_table(src), events.filter(pl.col("stream_id") != ranks.CPU_STREAM)
-    )
+    split = _split(src, events, markers)
     events = rank_split.by_process(events, split)
     table = split.table
     one, notes = ranks.choose_job(table, events, job)
@@ -189,14 +189,21 @@ def identify(sources: Frame, kernels: Frame, ops: Frame, markers: Frame) -> pl.D
     world_size, rank_from, process_id (split sources: one row per process) and
     collective_count (what `stragglers` would match on)."""
     events = ranks.collectives(ranks.lazy(kernels), ranks.host_ranges(ops, markers))
-    split = rank_split.split_processes(
-        ranks.rank_table(_df(sources)), events.filter(pl.col("stream_id") != ranks.CPU_STREAM)
-    )
+    split = _split(_df(sources), events, markers)
     counts = rank_split.by_process(events, split).group_by("source_id").len("collective_count")
     out = split.table.join(counts, on="source_id", how="left").with_columns(
         pl.col("collective_count").fill_null(0).cast(pl.Int64), rank_split.real_source()
     )
     return out.sort("job", "rank", "file", nulls_last=True)
+
+
+def _split(src: pl.DataFrame, events: pl.DataFrame, markers: Frame) -> rank_split.Split:
+    """Who is which rank: the sources' own statement, else NVTX, else the file name, else one
+    rank per process or per file by GPU (`ranks`, `rank_split`)."""
+    named = ranks.named_ranks(markers)
+    table = ranks.with_named_ranks(ranks.rank_table(src), named)
+    gpu = events.filter(pl.col("stream_id") != ranks.CPU_STREAM)
+    return rank_split.split_processes(table, gpu, named)
 
 
 def _without_collectives(

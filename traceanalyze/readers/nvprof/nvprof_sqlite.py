@@ -91,9 +91,11 @@ from ..common.core import (
     table_columns,
     warn,
 )
+from ..common.ranks import rank_columns
 from ..common.sqlite import connect_readonly, q, query_frame, sqlite_tables
 from ..common.stream import stream_entry
 from .nvtx import gpu_samples, marker_chunks, markers, sample_chunks
+from .ranks import sqlite_rank_hints
 from .short_names import short_name as _short_name  # noqa: F401  (tests import it from here)
 from .sql import (
     _K,
@@ -251,7 +253,7 @@ def _sources(con: sqlite3.Connection, tables: set[str]) -> pl.DataFrame:
     return pl.DataFrame(
         {"tool": [TOOL], "tool_version": [version], "time_origin_epoch_ns": [0]},
         schema={"tool": pl.String, "tool_version": pl.String, "time_origin_epoch_ns": _I},
-    )
+    ).with_columns(**rank_columns(sqlite_rank_hints(con, tables)))
 
 
 def _kernels(
