@@ -113,6 +113,12 @@ RANK_TABLE = {
 }
 
 
+def in_job(job: str) -> pl.Expr:
+    """Rows of `job` or of a job that holds it (`<run-id>` holds `<run-id>/bs<B>`: a collect
+    run's host-wide sampler log serves each batch size's job)."""
+    return (pl.col("job") == job) | pl.lit(job).str.starts_with(pl.col("job") + "/")
+
+
 def named_ranks(markers: Frame) -> pl.DataFrame:
     """Per (source_id, process_id): the rank NVTX names (a range or mark whose whole text is
     `rank 3`, `Rank 3 of 8`, `MPI Rank 3`, `worker-3`; `readers.common.ranks`): rank,

@@ -138,6 +138,7 @@ def stragglers(
     gpu_samples: Frame,
     *,
     api_calls: Frame | None = None,
+    gpu_metrics: Frame | None = None,
     job: str | None = None,
     align: bool | None = None,
 ) -> Stragglers:
@@ -162,7 +163,7 @@ def stragglers(
     if api_calls is not None:  # launch calls tell launch gaps from time with nothing queued
         kern = launch_calls(kern, _job_rows(ranks.lazy(api_calls), one, split))
     gaps = causes.host_gaps(arr, m, kern, op)
-    samples = _job_samples(gpu_samples, table, m.job, split)
+    samples = _job_samples(gpu_samples, gpu_metrics, table, m.job, split)
     tel = causes.telemetry(arr, m, table, samples, origins)
     why = causes.cause_lines(chosen, gaps, tel)
     rows = rows.with_columns(
@@ -222,12 +223,20 @@ def _job_rows(lf: pl.LazyFrame, one: pl.DataFrame, split: rank_split.Split) -> p
 
 
 def _job_samples(
-    gpu_samples: Frame, table: pl.DataFrame, job: str, split: rank_split.Split
+    gpu_samples: Frame,
+    gpu_metrics: Frame | None,
+    table: pl.DataFrame,
+    job: str,
+    split: rank_split.Split,
 ) -> pl.DataFrame:
-    """The telemetry of the job's sources (ranks and sampler logs), split sources by GPU."""
-    in_job = table.filter(pl.col("job") == job).select(rank_split.real_source())
-    lf = ranks.lazy(gpu_samples).filter(pl.col("source_id").is_in(in_job["source_id"].implode()))
-    return rank_split.by_device(lf.collect(), split)
+    """The telemetry of the job's sources (ranks and sampler logs; nsys GPU metrics as
+    `causes.metric_samples`), split sources by GPU."""
+    ids = table.filter(ranks.in_job(job)).select(rank_split.real_source())["source_id"]
+    df = ranks.lazy(gpu_samples).filter(pl.col("source_id").is_in(ids.implode())).collect()
+    if gpu_metrics is not None:
+        nsys = ranks.lazy(gpu_metrics).filter(pl.col("source_id").is_in(ids.implode()))
+        df = pl.concat([df, causes.metric_samples(nsys.collect())], how="diagonal_relaxed")
+    return rank_split.by_device(df, split)
 
 
 def _on_base(kern: pl.DataFrame, m: Matched) -> pl.DataFrame:
