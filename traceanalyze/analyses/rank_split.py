@@ -6,7 +6,9 @@ of its own, collectives from more than one process) is split into one rank per p
 each process ran its collectives on exactly one GPU and no two on the same: the rank is the
 process's place in GPU order (torchrun's `LOCAL_RANK` picks `cuda:LOCAL_RANK`, so on one node
 the rank is the GPU ordinal's place), `rank_from = "process on GPU <d>"`, world size unknown,
-the job the file itself. The pieces get the key `<source_id>/pid<process_id>` in place of the
+the job the file itself (`job_from = "file"`) unless the file states one. Where NVTX names a
+different rank for every one of those processes (`ranks.named_ranks`), those are the ranks
+(`rank_from = "NVTX"`). The pieces get the key `<source_id>/pid<process_id>` in place of the
 source id for the analysis; their kernels and host ranges go by process id, their samples by
 GPU. A source that cannot be split this way is left whole, with a note.
 

@@ -1,18 +1,23 @@
 """Several ranks of one job: who is which rank, and their collectives matched across ranks.
 
-Rank identity (`rank_table`), always stated in `rank_from`:
+Rank identity (`rank_table`, `with_named_ranks`), always stated in `rank_from`:
 
-* `sources.rank` / `world_size` when the reader found them (PyTorch profiler `distributedInfo`:
-  `rank_from = "distributedInfo"`; other formats that state it: `"trace"`);
+* `sources.rank` / `world_size` when the reader found them, `rank_from` saying where
+  (`sources.rank_from`: "NVTX thread name", "thread name", "process name", "command line";
+  PyTorch profiler: "distributedInfo"; other formats that state it: "trace");
+* else NVTX ranges or marks whose whole text names one rank (`rank 3`, `Rank 3 of 8`;
+  `named_ranks`): `rank_from = "NVTX"` (a file whose processes name different ranks is split by
+  process, `rank_split`);
 * else `rank<N>` / `worker<N>` in the file name (nsys, nvprof and sampler logs written per rank;
   `rank_from = "file name"`), world size unknown;
 * else, for one file holding the collectives of several processes, one rank per process
   (`rank_split`);
 * else the source has no rank and takes no part (a note says so when it has collectives).
 
-Job key: `sources.job` where the source states one, else the file's directory (all ranks of a
-job are usually written to one directory). Ranks of one job must agree on the world size, and a
-rank number may appear only once per job.
+Job key, stated in `job_from`: `sources.job` where the source states one (`traceanalyze
+collect`'s run id, from the manifest beside the file: "collect manifest"), else the file's
+directory ("directory": all ranks of a job are usually written to one directory). Ranks of one
+job must agree on the world size, and a rank number may appear only once per job.
 
 Collectives (`collectives`): NCCL and RCCL kernels, `ncclKernel_<Op>_…` and `ncclDevKernel_<Op>_…`
 (`void ` prefix allowed; RCCL uses the same names, or `ncclDevKernel_Generic`), and, on sources
@@ -74,8 +79,8 @@ def rank_from_name(path: str | None) -> int | None:
 
 
 def rank_table(sources: Frame) -> pl.DataFrame:
-    """One row per source: source_id, file, job, rank, world_size, rank_from, process_id (null:
-    the whole source is the rank; `rank_split` fills it) (see module doc)."""
+    """One row per source: source_id, file, job, job_from, rank, world_size, rank_from,
+    process_id (null: the whole source is the rank; `rank_split` fills it) (module doc)."""
     rows = []
     for row in _df(sources).iter_rows(named=True):
         path = row.get("path") or row["source_id"]

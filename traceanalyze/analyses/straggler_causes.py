@@ -14,12 +14,16 @@ to its arrival at the next; the first instance has no gap and is skipped), media
 
 Telemetry, over the rank's matched collectives' span widened by `TELEMETRY_PAD_NS` on each side
 (samplers log every 100 ms to 1 s, often less often than a step): the medians of SM clock,
-power, power limit and temperature of the samples of the rank's own source, else of a source of
+power, power limit and temperature of the samples (`gpu_samples`: NVML sampler, nvidia-smi,
+dcgmi, nvprof `--system-profiling`; and nsys GPU metrics, `metric_samples`: GPC Clock Frequency
+as the SM clock, SMs Active as `sm_active_pct`) of the rank's own source, else of a source of
 the same job with the same rank (a sampler log named `…rank<N>…`), else of the job's one sampler
-log without a rank (host-wide), on the common time base (epoch origins); where those samples
-cover several devices, the device of the rank's collective kernels (none when unknown).
-Throttle reasons: the NVML clock-event bits set in most of those samples, idle (0x1)
-excepted.
+log without a rank (host-wide), else of the job's one source that samples the rank's GPU (nsys
+`--gpu-metrics-devices=all` from local rank 0 under `collect`), on the common time base (epoch
+origins); where those samples cover several devices, the device of the rank's collective
+kernels (none when unknown). Throttle reasons: the NVML clock-event bits set in most of those
+samples, idle (0x1) excepted. SM activity is reported, not a cause: it mixes a rank's own work
+with the collective kernels that wait for the others.
 
 Cause rules, each a score (the straggler against the median of the other ranks' values):
 

@@ -14,8 +14,10 @@ metric and API-trace layouts follow formats.md §0.3/§1.3/§1.4 (no real file o
 Envelope (§1.1): every line starting with `==` (`==PID== …`, `======== Warning: …`) is skipped
 wherever it appears; `======== Warning` lines become `warnings.warn` notes. The `==PID==` line
 before a table gives `process_id` for its rows (with `--profile-child-processes` into one file,
-each process has its own table). Lines before the first header (application output when nvprof
-wrote to stderr) are skipped with a warning. A UTF-8 BOM, CRLF line ends and gzip are accepted.
+each process has its own table); the `--local_rank` of the profiled commands in its first 64 KiB
+gives `sources.rank` (`nvprof.ranks`; only the number is kept). Lines before the first header
+(application output when nvprof wrote to stderr) are skipped with a warning. A UTF-8 BOM, CRLF
+line ends and gzip are accepted.
 
 Speed (benchmarks/bench_nvprof_csv.py, 1 M rows): rows are parsed by pyarrow's multithreaded CSV
 reader straight from the file's bytes (no copy, numbers typed while parsing, low-cardinality

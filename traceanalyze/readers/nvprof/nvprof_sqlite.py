@@ -42,6 +42,8 @@ Tables:
   is the 12-byte `CUpti_ActivityObjectKindId` union: for `objectKind` 2 (thread) it is
   little-endian `uint32 processId, uint32 threadId`; for 1 (process) only the pid is meaningful.
   Other object kinds give null ids. `domain` is a StringTable id (0 = default domain → null).
+* `sources`: `rank`, `rank_from` from an NVTX thread name (`CUPTI_ACTIVITY_KIND_NAME`) or the
+  command line's `--local_rank` (`nvprof.ranks`); only the number is kept.
 * `devices`: `CUPTI_ACTIVITY_KIND_DEVICE`; `uuid` (16-byte BLOB) → `GPU-8-4-4-4-12` hex.
 * `gpu_samples` (`--system-profiling on`): `CUPTI_ACTIVITY_KIND_ENVIRONMENT(deviceId, timestamp,
   environmentKind, data BLOB)`, `data` being the `CUpti_ActivityEnvironment.data` union as
