@@ -401,3 +401,99 @@ def test_metric_samples_pick_the_clock_and_sm_activity() -> None:
     )
     got = metric_samples(m).rows()
     assert got == [("s", 0, 10, 1755.0, 42.0), ("s", 1, 10, 1200.0, None)]
+
+
+# --- whose samples cover a rank: the collect layouts ------------------------------------------
+
+DLRM = SHARED.parent / "sets" / "multirank_param_dlrm_8xv100"
+
+
+def dlrm() -> ta.Tables:
+    if not DLRM.is_dir():
+        pytest.skip("../shared/sets/multirank_param_dlrm_8xv100 is absent")
+    return ta.Tables.concat([ta.read(f) for f in sorted(DLRM.glob("*.pt.trace.json.gz"))])
+
+
+def gpc_metrics(t: ta.Tables, sid: str, slow_gpu: int) -> pl.DataFrame:
+    """nsys-style GPC clock rows in source `sid` for GPUs 0-7 every 100 ms around the step
+    (the DLRM ranks ran on GPU = rank): 1,530 MHz, `slow_gpu` 1,180 MHz."""
+    lo = int(t.kernels["start_ns"].min()) - 2_000_000_000  # type: ignore[arg-type]
+    hi = int(t.kernels["end_ns"].max()) + 2_000_000_000  # type: ignore[arg-type]
+    return pl.DataFrame(
+        [
+            (sid, g, ts, "GPC Clock Frequency [MHz]", "MHz", 1180.0 if g == slow_gpu else 1530.0)
+            for g in range(8)
+            for ts in range(lo, hi, 100_000_000)
+        ],
+        schema=["source_id", "device_id", "timestamp_ns", "metric_name", "unit", "value"],
+        orient="row",
+    )
+
+
+def test_one_rank_sampling_every_gpu_serves_the_others() -> None:
+    """`collect --profiler nsys --gpu-metrics`: local rank 0 samples every GPU of the node."""
+    t = dlrm()
+    rank0 = str(t.sources.filter(pl.col("rank") == 0)["source_id"][0])
+    res = ta.Dataset.from_tables(
+        ta.Tables.concat([t, ta.Tables.build(gpu_metrics=gpc_metrics(t, rank0, 7))])
+    ).stragglers()
+    assert res.stragglers == (7,)
+    assert res.causes[0].startswith("rank 7: SM clock 1,180 vs 1,530 MHz median of the others")
+    files = t.sources.filter(pl.col("rank") == 0)["path"][0]
+    assert set(res.telemetry["samples_from"]) == {files}
+    # Two sources sampling every GPU (two nodes' local rank 0): whose GPU 7 is it? Neither.
+    rank1 = str(t.sources.filter(pl.col("rank") == 1)["source_id"][0])
+    both = ta.Tables.build(
+        gpu_metrics=pl.concat([gpc_metrics(t, rank0, 7), gpc_metrics(t, rank1, 7)])
+    )
+    res = ta.Dataset.from_tables(ta.Tables.concat([t, both])).stragglers()
+    tel = dict(res.telemetry.select("rank", "sample_count").iter_rows())
+    assert tel[0] > 0 and tel[1] > 0 and tel[7] == 0
+    assert "SM clock" not in res.causes[0]
+
+
+def test_a_run_wide_sampler_log_serves_each_batch_size_job() -> None:
+    """`collect`: ranks' job `<run-id>/bs<B>`, the host-wide NVML log's job `<run-id>`."""
+    t = dlrm()
+    lo = int(t.kernels["start_ns"].min()) - 2_000_000_000  # type: ignore[arg-type]
+    hi = int(t.kernels["end_ns"].max()) + 2_000_000_000  # type: ignore[arg-type]
+    samples = pl.DataFrame(
+        [
+            ("nvmlhost0000000", g, ts, 1180.0 if g == 7 else 1530.0)
+            for g in range(8)
+            for ts in range(lo, hi, 100_000_000)
+        ],
+        schema=["source_id", "device_id", "timestamp_ns", "sm_clock_mhz"],
+        orient="row",
+    )
+    log = {"source_id": "nvmlhost0000000", "path": str(DLRM / "nvml_host.csv"), "job": "R1"}
+    log |= {"time_origin_epoch_ns": 0}
+    src = pl.concat(
+        [t.sources.with_columns(pl.lit("R1/bs64").alias("job")), pl.DataFrame([log])],
+        how="diagonal_relaxed",
+    )
+    res = ta.Dataset.from_tables(
+        ta.Tables.build(**{**dict(t.items()), "sources": src, "gpu_samples": samples})
+    ).stragglers()
+    assert res.job == "R1/bs64"
+    assert res.causes[0].startswith("rank 7: SM clock 1,180 vs 1,530 MHz median of the others")
+    assert set(res.telemetry["samples_from"]) == {str(DLRM / "nvml_host.csv")}
+
+
+def test_ranks_stated_in_the_file_survive_the_store(tmp_path: Path) -> None:
+    """`ingest` streams: the nsys and nvprof CSV readers' sources carry the rank there too."""
+    csv = tmp_path / "resnet_4711.csv"
+    csv.write_text(
+        "==4711== NVPROF is profiling process 4711, command: python -u train.py --local_rank=1\n"
+        '"Start","Duration","Grid X","Grid Y","Grid Z","Block X","Block Y","Block Z",'
+        '"Registers Per Thread","Static SMem","Dynamic SMem","Size","Throughput","Device",'
+        '"Context","Stream","Name"\n'
+        "ms,ms,,,,,,,,KB,B,KB,MB/s,,,,\n"
+        '1.0,0.5,1,1,1,64,1,1,16,0,0,,,"Tesla V100 (0)","1","7","ncclKernel_AllReduce_x"\n'
+    )
+    ta.ingest([need(PIPIT), csv], tmp_path / "store")
+    got = ta.open(store=tmp_path / "store").scan("sources").collect()
+    assert sorted(got.select("rank", "rank_from").rows()) == [
+        (0, "NVTX thread name"),
+        (1, "command line"),
+    ]
