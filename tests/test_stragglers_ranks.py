@@ -497,3 +497,13 @@ def test_ranks_stated_in_the_file_survive_the_store(tmp_path: Path) -> None:
         (0, "NVTX thread name"),
         (1, "command line"),
     ]
+
+
+def test_an_oversized_or_broken_manifest_states_no_job_and_says_so(tmp_path: Path) -> None:
+    f = kineto(tmp_path / "torch_bs8_rank0.pt.trace.json.gz", 0, [1000])
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.warns(UserWarning, match="manifest.json unreadable"):
+        assert ta.read(f).sources["job"].to_list() == [None]
+    (tmp_path / "manifest.json").write_bytes(b" " * ((4 << 20) + 1))
+    with pytest.warns(UserWarning, match="over 4194304 bytes"):
+        assert ta.read(f).sources["job"].to_list() == [None]

@@ -30,9 +30,11 @@ def collect_job(path: PathLike) -> str | None:
     if p.name == MANIFEST or not m.is_file():
         return None
     try:
-        if m.stat().st_size > MANIFEST_MAX_BYTES:
+        with open(m, "rb") as f:  # bounded: never more than the cap, whatever the file is
+            raw = f.read(MANIFEST_MAX_BYTES + 1)
+        if len(raw) > MANIFEST_MAX_BYTES:
             raise ValueError(f"over {MANIFEST_MAX_BYTES} bytes")
-        data = json.loads(m.read_bytes())
+        data = json.loads(raw)
     except (OSError, ValueError) as e:
         warn(f"{path}: {m} unreadable ({e}); its run id is not the job")
         return None
