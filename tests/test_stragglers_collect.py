@@ -47,6 +47,9 @@ def test_two_rank_cpu_job_collected_then_matched(tmp_path: Path) -> None:
     assert sum(x["arrived_last"] for x in rows) == n
     assert {x["rank_from"] for x in rows} == {"distributedInfo"}
     assert {x["world_size"] for x in rows} == {2}
+    # the job is the run id from the run's manifest, per batch size
+    run_id = json.loads((run / "manifest.json").read_text())["run_id"]
+    assert {(x["job"], x["job_from"]) for x in rows} == {(f"{run_id}/bs2", "collect manifest")}
     r = CliRunner().invoke(main, ["stragglers", *map(str, traces)])
     assert r.exit_code == 0, r.output
     assert "straggler" in r.output  # a verdict line, either way

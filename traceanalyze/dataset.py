@@ -383,6 +383,7 @@ class Dataset:
             self.scan("markers"),
             self.scan_all("gpu_samples"),
             api_calls=self.scan("api_calls"),
+            gpu_metrics=self.scan_all("gpu_metrics"),
             job=job,
             align=align,
         )

@@ -136,11 +136,19 @@ TABLES: dict[str, Table] = {
                 _c("rank", _INT, "Distributed rank of the process that wrote the file, if known."),
                 _c("world_size", _INT, "Distributed world size, if known."),
                 _c(
+                    "rank_from",
+                    _S,
+                    "Where the file states `rank` (NVTX thread name, thread name, process name, "
+                    "command line; docs/stragglers.md); null when `rank` is null or the format "
+                    "has one place for it (PyTorch profiler: distributedInfo).",
+                ),
+                _c(
                     "job",
                     _S,
                     "Job the source belongs to, when the file or the caller states one; null "
                     "otherwise (analyses across ranks then take the file's directory).",
                 ),
+                _c("job_from", _S, "Where `job` comes from (collect manifest); null without job."),
                 _c("schema_version", _INT, "traceanalyze schema version of the rows."),
             ),
         ),

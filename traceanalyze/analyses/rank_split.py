@@ -6,7 +6,9 @@ of its own, collectives from more than one process) is split into one rank per p
 each process ran its collectives on exactly one GPU and no two on the same: the rank is the
 process's place in GPU order (torchrun's `LOCAL_RANK` picks `cuda:LOCAL_RANK`, so on one node
 the rank is the GPU ordinal's place), `rank_from = "process on GPU <d>"`, world size unknown,
-the job the file itself. The pieces get the key `<source_id>/pid<process_id>` in place of the
+the job the file itself (`job_from = "file"`) unless the file states one. Where NVTX names a
+different rank for every one of those processes (`ranks.named_ranks`), those are the ranks
+(`rank_from = "NVTX"`). The pieces get the key `<source_id>/pid<process_id>` in place of the
 source id for the analysis; their kernels and host ranges go by process id, their samples by
 GPU. A source that cannot be split this way is left whole, with a note.
 
@@ -33,8 +35,12 @@ class Split:
     notes: tuple[str, ...]
 
 
-def split_processes(table: pl.DataFrame, collective_kernels: pl.DataFrame) -> Split:
-    """Find the sources to split (module doc) and their per-process rank rows."""
+def split_processes(
+    table: pl.DataFrame, collective_kernels: pl.DataFrame, named: pl.DataFrame | None = None
+) -> Split:
+    """Find the sources to split (module doc) and their per-process rank rows; `named`
+    (`ranks.named_ranks`): the ranks NVTX names per process, which replace the GPU order when
+    every process of a source names a different one."""
     table = table.with_columns(pl.lit(None, dtype=pl.Int64).alias("process_id"))
     per_all = collective_kernels.group_by("source_id", "process_id").agg(
         pl.col("device_id").unique().alias("devs")
@@ -58,14 +64,23 @@ def split_processes(table: pl.DataFrame, collective_kernels: pl.DataFrame) -> Sp
             continue
         by_dev = sorted(zip([d[0] for d in devs], procs["process_id"].to_list(), strict=True))
         pieces[sid] = {int(p): int(d) for d, p in by_dev}
+        nv = _nvtx_ranks(named, sid, [p for _, p in by_dev])
+        stated = pl.col("job_from") != "directory"
         for r, (d, p) in enumerate(by_dev):
+            rank, world, how = nv[p] if nv else (r, None, f"process on GPU {d}")
             rows.append(
                 row.with_columns(
                     pl.lit(f"{sid}{SEP}{p}").alias("source_id"),
-                    pl.lit(r, dtype=pl.Int64).alias("rank"),
-                    pl.lit(f"process on GPU {d}").alias("rank_from"),
+                    pl.lit(rank, dtype=pl.Int64).alias("rank"),
+                    pl.lit(world, dtype=pl.Int64).alias("world_size"),
+                    pl.lit(how).alias("rank_from"),
                     pl.lit(p, dtype=pl.Int64).alias("process_id"),
-                    pl.col("file").alias("job"),  # all of this job's ranks are in this file
+                    # all of this job's ranks are in this file, unless the file names its job
+                    pl.when(stated).then(pl.col("job")).otherwise(pl.col("file")).alias("job"),
+                    pl.when(stated)
+                    .then(pl.col("job_from"))
+                    .otherwise(pl.lit("file"))
+                    .alias("job_from"),
                 )
             )
     if pieces:
@@ -73,6 +88,20 @@ def split_processes(table: pl.DataFrame, collective_kernels: pl.DataFrame) -> Sp
         table = pl.concat([whole, *rows])
     table = _rank_by_gpu(table, per_all.filter(~pl.col("source_id").is_in(list(pieces))), notes)
     return Split(table, pieces, tuple(notes))
+
+
+def _nvtx_ranks(
+    named: pl.DataFrame | None, sid: str, procs: list[int]
+) -> dict[int, tuple[int, int | None, str]]:
+    """process -> (rank, world size, "NVTX") when NVTX names a different rank for every one of
+    `procs`, else {}."""
+    if named is None:
+        return {}
+    got = named.filter(pl.col("source_id") == sid)
+    by = {int(p): (int(r), w) for p, r, w in got.select("process_id", "rank", "world_size").rows()}
+    if any(p not in by for p in procs) or len({by[p][0] for p in procs}) < len(procs):
+        return {}
+    return {p: (by[p][0], by[p][1], "NVTX") for p in procs}
 
 
 def _rank_by_gpu(table: pl.DataFrame, per: pl.DataFrame, notes: list[str]) -> pl.DataFrame:

@@ -1,18 +1,23 @@
 """Several ranks of one job: who is which rank, and their collectives matched across ranks.
 
-Rank identity (`rank_table`), always stated in `rank_from`:
+Rank identity (`rank_table`, `with_named_ranks`), always stated in `rank_from`:
 
-* `sources.rank` / `world_size` when the reader found them (PyTorch profiler `distributedInfo`:
-  `rank_from = "distributedInfo"`; other formats that state it: `"trace"`);
+* `sources.rank` / `world_size` when the reader found them, `rank_from` saying where
+  (`sources.rank_from`: "NVTX thread name", "thread name", "process name", "command line";
+  PyTorch profiler: "distributedInfo"; other formats that state it: "trace");
+* else NVTX ranges or marks whose whole text names one rank (`rank 3`, `Rank 3 of 8`;
+  `named_ranks`): `rank_from = "NVTX"` (a file whose processes name different ranks is split by
+  process, `rank_split`);
 * else `rank<N>` / `worker<N>` in the file name (nsys, nvprof and sampler logs written per rank;
   `rank_from = "file name"`), world size unknown;
 * else, for one file holding the collectives of several processes, one rank per process
   (`rank_split`);
 * else the source has no rank and takes no part (a note says so when it has collectives).
 
-Job key: `sources.job` where the source states one, else the file's directory (all ranks of a
-job are usually written to one directory). Ranks of one job must agree on the world size, and a
-rank number may appear only once per job.
+Job key, stated in `job_from`: `sources.job` where the source states one (`traceanalyze
+collect`'s run id, from the manifest beside the file: "collect manifest"), else the file's
+directory ("directory": all ranks of a job are usually written to one directory). Ranks of one
+job must agree on the world size, and a rank number may appear only once per job.
 
 Collectives (`collectives`): NCCL and RCCL kernels, `ncclKernel_<Op>_…` and `ncclDevKernel_<Op>_…`
 (`void ` prefix allowed; RCCL uses the same names, or `ncclDevKernel_Generic`), and, on sources
@@ -41,6 +46,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from ..errors import NotAnswerable, UsageProblem
+from ..readers.common.ranks import NAMED_RANK
 
 Frame = pl.DataFrame | pl.LazyFrame
 
@@ -73,40 +79,103 @@ def rank_from_name(path: str | None) -> int | None:
 
 
 def rank_table(sources: Frame) -> pl.DataFrame:
-    """One row per source: source_id, file, job, rank, world_size, rank_from, process_id (null:
-    the whole source is the rank; `rank_split` fills it) (see module doc)."""
-    src = _df(sources)
-    job_col = src["job"] if "job" in src.columns else pl.Series([None] * src.height)
+    """One row per source: source_id, file, job, job_from, rank, world_size, rank_from,
+    process_id (null: the whole source is the rank; `rank_split` fills it) (module doc)."""
     rows = []
-    for row, job in zip(src.iter_rows(named=True), job_col.to_list(), strict=True):
+    for row in _df(sources).iter_rows(named=True):
         path = row.get("path") or row["source_id"]
-        rank, world, how = row.get("rank"), row.get("world_size"), None
+        rank, world, how = row.get("rank"), row.get("world_size"), row.get("rank_from")
         if rank is not None:
-            how = "distributedInfo" if row.get("format") == "kineto_json" else "trace"
+            how = how or ("distributedInfo" if row.get("format") == "kineto_json" else "trace")
         else:
             rank = rank_from_name(path)
             how = "file name" if rank is not None else None
+        job = row.get("job")
         rows.append(
             {
                 "source_id": row["source_id"],
                 "file": path,
                 "job": job if job is not None else (os.path.dirname(path) or "."),
+                "job_from": (row.get("job_from") or "trace") if job is not None else "directory",
                 "rank": rank,
                 "world_size": world,
                 "rank_from": how,
                 "process_id": None,
             }
         )
-    schema = {
-        "source_id": pl.String,
-        "file": pl.String,
-        "job": pl.String,
-        "rank": pl.Int64,
-        "world_size": pl.Int64,
-        "rank_from": pl.String,
-        "process_id": pl.Int64,
-    }
-    return pl.DataFrame(rows, schema=schema, orient="row")
+    return pl.DataFrame(rows, schema=RANK_TABLE, orient="row")
+
+
+RANK_TABLE = {
+    "source_id": pl.String,
+    "file": pl.String,
+    "job": pl.String,
+    "job_from": pl.String,
+    "rank": pl.Int64,
+    "world_size": pl.Int64,
+    "rank_from": pl.String,
+    "process_id": pl.Int64,
+}
+
+
+def in_job(job: str) -> pl.Expr:
+    """Rows of `job` or of a job that holds it (`<run-id>` holds `<run-id>/bs<B>`: a collect
+    run's host-wide sampler log serves each batch size's job)."""
+    return (pl.col("job") == job) | pl.lit(job).str.starts_with(pl.col("job") + "/")
+
+
+def named_ranks(markers: Frame) -> pl.DataFrame:
+    """Per (source_id, process_id): the rank NVTX names (a range or mark whose whole text is
+    `rank 3`, `Rank 3 of 8`, `MPI Rank 3`, `worker-3`; `readers.common.ranks`): rank,
+    world_size. A process whose NVTX names several ranks names none."""
+    m = (
+        lazy(markers)
+        .filter(pl.col("category") == "nvtx")
+        .select(
+            "source_id",
+            "process_id",
+            pl.col("name").str.extract(NAMED_RANK, 1).cast(pl.Int64).alias("rank"),
+            pl.col("name").str.extract(NAMED_RANK, 2).cast(pl.Int64).alias("world_size"),
+        )
+        .filter(pl.col("rank").is_not_null())
+        .unique()
+        .collect()
+    )
+    per = m.group_by("source_id", "process_id").agg(
+        pl.col("rank").unique().alias("_r"), pl.col("world_size").drop_nulls().unique().alias("_w")
+    )
+    return per.filter(pl.col("_r").list.len() == 1).select(
+        "source_id",
+        "process_id",
+        pl.col("_r").list.first().alias("rank"),
+        pl.when(pl.col("_w").list.len() == 1).then(pl.col("_w").list.first()).alias("world_size"),
+    )
+
+
+def with_named_ranks(table: pl.DataFrame, named: pl.DataFrame) -> pl.DataFrame:
+    """`table` with the rank NVTX names for sources whose content states none (file-name ranks
+    give way): where all its naming processes name one rank, `rank_from = "NVTX"`. Sources
+    whose processes name several ranks are left to `rank_split`."""
+    one = (
+        named.group_by("source_id")
+        .agg(pl.col("rank").unique().alias("_r"), pl.col("world_size").drop_nulls().unique())
+        .filter(pl.col("_r").list.len() == 1)
+        .select(
+            "source_id",
+            pl.col("_r").list.first().alias("_rank"),
+            pl.when(pl.col("world_size").list.len() == 1)
+            .then(pl.col("world_size").list.first())
+            .alias("_world"),
+        )
+    )
+    open_ = pl.col("rank").is_null() | (pl.col("rank_from") == "file name")
+    hit = open_ & pl.col("_rank").is_not_null()
+    out = table.join(one, on="source_id", how="left").with_columns(
+        pl.when(hit).then(pl.col("_rank")).otherwise(pl.col("rank")).alias("rank"),
+        pl.when(hit).then(pl.col("_world")).otherwise(pl.col("world_size")).alias("world_size"),
+        pl.when(hit).then(pl.lit("NVTX")).otherwise(pl.col("rank_from")).alias("rank_from"),
+    )
+    return out.select(table.columns)
 
 
 def host_ranges(ops: Frame, markers: Frame) -> pl.LazyFrame:

@@ -14,12 +14,16 @@ to its arrival at the next; the first instance has no gap and is skipped), media
 
 Telemetry, over the rank's matched collectives' span widened by `TELEMETRY_PAD_NS` on each side
 (samplers log every 100 ms to 1 s, often less often than a step): the medians of SM clock,
-power, power limit and temperature of the samples of the rank's own source, else of a source of
+power, power limit and temperature of the samples (`gpu_samples`: NVML sampler, nvidia-smi,
+dcgmi, nvprof `--system-profiling`; and nsys GPU metrics, `metric_samples`: GPC Clock Frequency
+as the SM clock, SMs Active as `sm_active_pct`) of the rank's own source, else of a source of
 the same job with the same rank (a sampler log named `…rank<N>…`), else of the job's one sampler
-log without a rank (host-wide), on the common time base (epoch origins); where those samples
-cover several devices, the device of the rank's collective kernels (none when unknown).
-Throttle reasons: the NVML clock-event bits set in most of those samples, idle (0x1)
-excepted.
+log without a rank (host-wide), else of the job's one source that samples the rank's GPU (nsys
+`--gpu-metrics-devices=all` from local rank 0 under `collect`), on the common time base (epoch
+origins); where those samples cover several devices, the device of the rank's collective
+kernels (none when unknown). Throttle reasons: the NVML clock-event bits set in most of those
+samples, idle (0x1) excepted. SM activity is reported, not a cause: it mixes a rank's own work
+with the collective kernels that wait for the others.
 
 Cause rules, each a score (the straggler against the median of the other ranks' values):
 
@@ -46,7 +50,7 @@ import numpy.typing as npt
 import polars as pl
 
 from . import _intervals as iv
-from .ranks import NCCL_KERNEL, Matched
+from .ranks import NCCL_KERNEL, Matched, in_job
 
 MIN_SCORE = 0.02
 CLOCK_FIRST = 0.05
@@ -135,11 +139,13 @@ def host_gaps(
 
 
 def _sample_sources(
-    rank: int, sid: str, same_job: pl.DataFrame, samples: pl.DataFrame
+    rank: int, sid: str, same_job: pl.DataFrame, samples: pl.DataFrame, dev: int | None
 ) -> list[str]:
     """Where a rank's telemetry comes from: its own source; else the job's sources with the
     same rank (`nvml_rank3.csv`); else the job's one sampler log without a rank (a host-wide
-    log such as `collect`'s `nvml_<host>.csv`, taken by the rank's GPU)."""
+    log such as `collect`'s `nvml_<host>.csv`, taken by the rank's GPU); else the job's one
+    source that samples the rank's GPU `dev` (nsys GPU metrics: under `collect`, local rank 0
+    samples every GPU of its node)."""
     with_samples = set(samples["source_id"].unique().to_list())
     if sid in with_samples:
         return [sid]
@@ -150,7 +156,40 @@ def _sample_sources(
     rankless = [
         s for s in same_job.filter(pl.col("rank").is_null())["source_id"] if s in with_samples
     ]
-    return rankless if len(rankless) == 1 else []
+    if rankless or dev is None:
+        return rankless if len(rankless) == 1 else []
+    on_dev = samples.filter(pl.col("device_id") == dev)["source_id"].unique().to_list()
+    others = [s for s in same_job["source_id"].to_list() if s in on_dev and s != sid]
+    return others if len(others) == 1 else []
+
+
+# nsys GPU metrics (`gpu_metrics`, GPU_METRICS joined to TARGET_INFO_GPU_METRICS) that are
+# telemetry: the GPC clock is the graphics/SM clock domain; SM activity is kept for the reader.
+GPC_CLOCK = r"(?i)^GPC Clock Frequency\b"
+SM_ACTIVE = r"(?i)^SMs? Active\b"
+# A clock of at least 1 MHz x 1e6 is not MHz: some nsys versions write the GPC clock in Hz
+# under the name "GPC Clock Frequency [MHz]" (public reports show 1.42e9 for a 1,420 MHz GPU).
+HZ_AS_MHZ = 1e6
+
+
+def metric_samples(gpu_metrics: pl.DataFrame) -> pl.DataFrame:
+    """nsys GPU metrics as telemetry samples: source_id, device_id, timestamp_ns,
+    sm_clock_mhz (GPC Clock Frequency; a value >= 1e6 is Hz and is divided by 1e6),
+    sm_active_pct (SMs Active); one row per sample time with either."""
+    name = pl.col("metric_name")
+    clock = pl.col("value").filter(name.str.contains(GPC_CLOCK)).median()
+    df = gpu_metrics.filter(
+        name.str.contains(GPC_CLOCK) | name.str.contains(SM_ACTIVE),
+        pl.col("value").is_not_null(),
+    )
+    return (
+        df.group_by("source_id", "device_id", "timestamp_ns")
+        .agg(
+            pl.when(clock >= HZ_AS_MHZ).then(clock / 1e6).otherwise(clock).alias("sm_clock_mhz"),
+            pl.col("value").filter(name.str.contains(SM_ACTIVE)).median().alias("sm_active_pct"),
+        )
+        .sort("source_id", "device_id", "timestamp_ns")
+    )
 
 
 def telemetry(
@@ -163,13 +202,15 @@ def telemetry(
     """Per rank: sm_clock_mhz, power_w, power_limit_w, temperature_c medians, throttle bits,
     the number of samples and `samples_from` (the file; module doc)."""
     rows = []
-    same_job = rank_table.filter(pl.col("job") == m.job)
+    same_job = rank_table.filter(in_job(m.job))
     files = dict(rank_table.select("source_id", "file").iter_rows())
     for rank, sid in m.ranks.select("rank", "source_id").rows():
         mine = arr.filter(pl.col("rank") == rank)
         lo = int(mine["arrival_ns"].min()) - TELEMETRY_PAD_NS  # type: ignore[arg-type]
         hi = int(mine["end_ns"].max()) + TELEMETRY_PAD_NS  # type: ignore[arg-type]
-        srcs = _sample_sources(int(rank), sid, same_job, samples)
+        devs = mine["device_id"].drop_nulls().unique()
+        dev = int(devs[0]) if devs.len() == 1 else None
+        srcs = _sample_sources(int(rank), sid, same_job, samples, dev)
         own = samples.filter(pl.col("source_id").is_in(srcs))
         if srcs and srcs != [sid]:
             # another file: through both files' epoch origins, or not at all
@@ -181,9 +222,8 @@ def telemetry(
                     + pl.col("source_id").replace_strict(origins, return_dtype=pl.Int64)
                     - origins[sid]
                 )
-        devs = mine["device_id"].drop_nulls().unique()
         if own["device_id"].n_unique() > 1:  # several GPUs: the rank's, or none
-            own = own.filter(pl.col("device_id") == devs[0]) if devs.len() == 1 else own.clear()
+            own = own.filter(pl.col("device_id") == dev) if dev is not None else own.clear()
         t = pl.col("timestamp_ns") + m.shifts[int(rank)]
         row = _telemetry_row(rank, own.filter(t.is_between(lo, hi)))
         row["samples_from"] = ", ".join(files.get(s, s) for s in srcs) or None
@@ -193,8 +233,8 @@ def telemetry(
 
 def _telemetry_row(rank: int, s: pl.DataFrame) -> dict[str, Any]:
     out: dict[str, Any] = {"rank": rank, "sample_count": s.height}
-    for c in ("sm_clock_mhz", "power_w", "power_limit_w", "temperature_c"):
-        out[c] = s[c].median() if s.height else None
+    for c in ("sm_clock_mhz", "power_w", "power_limit_w", "temperature_c", "sm_active_pct"):
+        out[c] = s[c].median() if s.height and c in s.columns else None
     reasons = s["clock_event_reasons"].drop_nulls() if s.height else pl.Series([], dtype=pl.Int64)
     bits = [b for b in THROTTLE_BITS if reasons.len() and ((reasons & b) > 0).mean() > 0.5]  # type: ignore[operator]
     out["throttle"] = ", ".join(THROTTLE_BITS[b] for b in bits) or None

@@ -70,6 +70,7 @@ def per_rank(arr: pl.DataFrame, m: Matched) -> pl.DataFrame:
             "process_id",
             "file",
             "job",
+            "job_from",
         )
         .join(agg, on="rank")
         .join(caused, on="rank", how="left")
@@ -87,6 +88,7 @@ def per_rank(arr: pl.DataFrame, m: Matched) -> pl.DataFrame:
         "world_size",
         "rank_from",
         "job",
+        "job_from",
         "source_id",
         "process_id",
         "file",
@@ -136,6 +138,7 @@ def stragglers(
     gpu_samples: Frame,
     *,
     api_calls: Frame | None = None,
+    gpu_metrics: Frame | None = None,
     job: str | None = None,
     align: bool | None = None,
 ) -> Stragglers:
@@ -144,9 +147,7 @@ def stragglers(
     host_lf = ranks.host_ranges(ops, markers)
     kern_lf = ranks.lazy(kernels)
     events = ranks.collectives(kern_lf, host_lf)  # collected: collectives only
-    split = rank_split.split_processes(
-        ranks.rank_table(src), events.filter(pl.col("stream_id") != ranks.CPU_STREAM)
-    )
+    split = _split(src, events, markers)
     events = rank_split.by_process(events, split)
     table = split.table
     one, notes = ranks.choose_job(table, events, job)
@@ -162,7 +163,7 @@ def stragglers(
     if api_calls is not None:  # launch calls tell launch gaps from time with nothing queued
         kern = launch_calls(kern, _job_rows(ranks.lazy(api_calls), one, split))
     gaps = causes.host_gaps(arr, m, kern, op)
-    samples = _job_samples(gpu_samples, table, m.job, split)
+    samples = _job_samples(gpu_samples, gpu_metrics, table, m.job, split)
     tel = causes.telemetry(arr, m, table, samples, origins)
     why = causes.cause_lines(chosen, gaps, tel)
     rows = rows.with_columns(
@@ -189,14 +190,21 @@ def identify(sources: Frame, kernels: Frame, ops: Frame, markers: Frame) -> pl.D
     world_size, rank_from, process_id (split sources: one row per process) and
     collective_count (what `stragglers` would match on)."""
     events = ranks.collectives(ranks.lazy(kernels), ranks.host_ranges(ops, markers))
-    split = rank_split.split_processes(
-        ranks.rank_table(_df(sources)), events.filter(pl.col("stream_id") != ranks.CPU_STREAM)
-    )
+    split = _split(_df(sources), events, markers)
     counts = rank_split.by_process(events, split).group_by("source_id").len("collective_count")
     out = split.table.join(counts, on="source_id", how="left").with_columns(
         pl.col("collective_count").fill_null(0).cast(pl.Int64), rank_split.real_source()
     )
     return out.sort("job", "rank", "file", nulls_last=True)
+
+
+def _split(src: pl.DataFrame, events: pl.DataFrame, markers: Frame) -> rank_split.Split:
+    """Who is which rank: the sources' own statement, else NVTX, else the file name, else one
+    rank per process or per file by GPU (`ranks`, `rank_split`)."""
+    named = ranks.named_ranks(markers)
+    table = ranks.with_named_ranks(ranks.rank_table(src), named)
+    gpu = events.filter(pl.col("stream_id") != ranks.CPU_STREAM)
+    return rank_split.split_processes(table, gpu, named)
 
 
 def _without_collectives(
@@ -215,12 +223,20 @@ def _job_rows(lf: pl.LazyFrame, one: pl.DataFrame, split: rank_split.Split) -> p
 
 
 def _job_samples(
-    gpu_samples: Frame, table: pl.DataFrame, job: str, split: rank_split.Split
+    gpu_samples: Frame,
+    gpu_metrics: Frame | None,
+    table: pl.DataFrame,
+    job: str,
+    split: rank_split.Split,
 ) -> pl.DataFrame:
-    """The telemetry of the job's sources (ranks and sampler logs), split sources by GPU."""
-    in_job = table.filter(pl.col("job") == job).select(rank_split.real_source())
-    lf = ranks.lazy(gpu_samples).filter(pl.col("source_id").is_in(in_job["source_id"].implode()))
-    return rank_split.by_device(lf.collect(), split)
+    """The telemetry of the job's sources (ranks and sampler logs; nsys GPU metrics as
+    `causes.metric_samples`), split sources by GPU."""
+    ids = table.filter(ranks.in_job(job)).select(rank_split.real_source())["source_id"]
+    df = ranks.lazy(gpu_samples).filter(pl.col("source_id").is_in(ids.implode())).collect()
+    if gpu_metrics is not None:
+        nsys = ranks.lazy(gpu_metrics).filter(pl.col("source_id").is_in(ids.implode()))
+        df = pl.concat([df, causes.metric_samples(nsys.collect())], how="diagonal_relaxed")
+    return rank_split.by_device(df, split)
 
 
 def _on_base(kern: pl.DataFrame, m: Matched) -> pl.DataFrame:

@@ -83,7 +83,8 @@ def stragglers(
         return
     world = res.ranks["world_size"].drop_nulls()
     size = f"world size {world[0]}" if world.len() else "world size unknown"
-    click.echo(f"job: {res.job} ({size})")
+    how = res.ranks["job_from"].drop_nulls()
+    click.echo(f"job: {res.job} ({'from the ' + how[0] + '; ' if how.len() else ''}{size})")
     click.echo(f"time base: {res.time_base}")
     shown = res.ranks.select(_SHOWN)
     # The file's stem (`worker7_step_12…`), not a path cut from the left.

@@ -38,6 +38,7 @@ from .. import schema
 from ..errors import MalformedInput, TraceanalyzeError, UnknownFormat, UnsupportedOption
 from ..tables import Tables
 from .common.core import PathLike, naming_errors
+from .common.job import collect_job
 from .common.limits import gzip_damage
 
 # Slug -> (its module under traceanalyze.readers, one-line description). Order is the order
@@ -345,6 +346,13 @@ def finalize(tables: Tables, *, path: Path, format: str, sha256: str) -> Tables:
     if src.height > 1:
         raise ValueError(f"reader {format} returned {src.height} sources rows; expected 0 or 1")
     base = src if src.height == 1 else schema.empty("sources").clear(n=1)
+    if "job" not in base.columns or base["job"][0] is None:
+        job = collect_job(path)  # the run id of `traceanalyze collect`'s manifest beside it
+        if job is not None:
+            base = base.with_columns(
+                pl.lit(job, dtype=pl.String).alias("job"),
+                pl.lit("collect manifest", dtype=pl.String).alias("job_from"),
+            )
     row = base.with_columns(
         pl.lit(str(path)).alias("path"),
         pl.lit(format).alias("format"),

@@ -58,7 +58,9 @@ Tables:
   in the name, else null. Rows with negative timestamps are kept.
 * `sources`: tool `nsys`, `tool_version` = `EXPORT_PRODUCT_VERSION`,
   `time_origin_epoch_ns` = `TARGET_INFO_SESSION_START_TIME.utcEpochNs` (all times stay ns relative
-  to the session start, as in the file).
+  to the session start, as in the file); `rank`, `world_size`, `rank_from` where an NVTX thread
+  name, thread name or process name names one rank (`nsys.ranks`; `MPI Rank 0` in the 2022.2
+  MPI sample), only the number kept.
 
 Privacy: nsys exports embed the profiled process's whole environment (`META_DATA_CAPTURE`
 `…ENVIRONMENT_VARIABLE` rows), host/user names (`META_DATA_EXPORT`), `TARGET_INFO_SYSTEM_ENV`, and

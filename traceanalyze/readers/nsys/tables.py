@@ -13,6 +13,7 @@ import polars as pl
 
 from ..common import sqlite as _sqlite
 from ..common.core import check_times, table_columns, warn
+from ..common.ranks import rank_columns
 from ..common.sqlite import Fast
 from .enums import (
     COPY_KIND_2X,
@@ -23,6 +24,7 @@ from .enums import (
     _enum,
     _mem_label,
 )
+from .ranks import rank_hints
 from .rows import (
     API_COLS,
     KERNEL_COLS,
@@ -431,4 +433,4 @@ def _sources(con: sqlite3.Connection, names: set[str]) -> pl.DataFrame:
             "time_origin_epoch_ns": [origin],
         },
         schema={"tool": _S, "tool_version": _S, "time_origin_epoch_ns": _I},
-    )
+    ).with_columns(**rank_columns(rank_hints(con, names)))

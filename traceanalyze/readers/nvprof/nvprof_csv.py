@@ -14,8 +14,10 @@ metric and API-trace layouts follow formats.md §0.3/§1.3/§1.4 (no real file o
 Envelope (§1.1): every line starting with `==` (`==PID== …`, `======== Warning: …`) is skipped
 wherever it appears; `======== Warning` lines become `warnings.warn` notes. The `==PID==` line
 before a table gives `process_id` for its rows (with `--profile-child-processes` into one file,
-each process has its own table). Lines before the first header (application output when nvprof
-wrote to stderr) are skipped with a warning. A UTF-8 BOM, CRLF line ends and gzip are accepted.
+each process has its own table); the `--local_rank` of the profiled commands in its first 64 KiB
+gives `sources.rank` (`nvprof.ranks`; only the number is kept). Lines before the first header
+(application output when nvprof wrote to stderr) are skipped with a warning. A UTF-8 BOM, CRLF
+line ends and gzip are accepted.
 
 Speed (benchmarks/bench_nvprof_csv.py, 1 M rows): rows are parsed by pyarrow's multithreaded CSV
 reader straight from the file's bytes (no copy, numbers typed while parsing, low-cardinality
@@ -103,10 +105,12 @@ from ...errors import MalformedInput
 from ...tables import Tables
 from ..common.core import GZIP_MAGIC, PathLike, check_telemetry, head_bytes, reader_entry, warn
 from ..common.limits import check_line_lengths, read_content
+from ..common.ranks import rank_columns
 from ..common.stream import stream_entry
 from . import content_lines
 from .csv_stream import stream_nvprof
 from .metrics import _instance_metrics, _metrics, _summary
+from .ranks import csv_rank_hints
 from .rows import _devices_frame, _Out
 from .split import (
     _NON_SPACE,
@@ -135,11 +139,11 @@ def sniff(path: PathLike) -> bool:
 # --- entry points ---------------------------------------------------------------------------------
 
 
-def _sources() -> pl.DataFrame:
+def _sources(path: PathLike) -> pl.DataFrame:
     return pl.DataFrame(
         {"tool": ["nvprof"], "tool_version": [None], "time_origin_epoch_ns": [None]},
         schema={"tool": pl.String, "tool_version": pl.String, "time_origin_epoch_ns": pl.Int64},
-    )
+    ).with_columns(**rank_columns(csv_rank_hints(path)))
 
 
 def _open(path: PathLike) -> _Raw:
@@ -189,7 +193,7 @@ def read_nvprof_csv(path: PathLike) -> Tables:
     for note in notes:
         warn(note)
 
-    frames: dict[str, pl.DataFrame] = {"sources": _sources()}
+    frames: dict[str, pl.DataFrame] = {"sources": _sources(path)}
     if out.devices:
         frames["devices"] = _devices_frame(out.devices)
     for name in ("kernels", "memcpy", "api_calls", "gpu_samples", "kernel_metrics"):
@@ -220,4 +224,4 @@ def stream_nvprof_csv(path: PathLike, *, workdir: Path) -> Iterator[tuple[str, p
     if b"\x00" in head[:65536]:
         raise MalformedInput("binary data, not nvprof CSV text", path=path)
     yield from stream_nvprof(path, head, workdir)
-    yield "sources", _sources()
+    yield "sources", _sources(path)

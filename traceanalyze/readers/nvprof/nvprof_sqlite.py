@@ -42,6 +42,8 @@ Tables:
   is the 12-byte `CUpti_ActivityObjectKindId` union: for `objectKind` 2 (thread) it is
   little-endian `uint32 processId, uint32 threadId`; for 1 (process) only the pid is meaningful.
   Other object kinds give null ids. `domain` is a StringTable id (0 = default domain → null).
+* `sources`: `rank`, `rank_from` from an NVTX thread name (`CUPTI_ACTIVITY_KIND_NAME`) or the
+  command line's `--local_rank` (`nvprof.ranks`); only the number is kept.
 * `devices`: `CUPTI_ACTIVITY_KIND_DEVICE`; `uuid` (16-byte BLOB) → `GPU-8-4-4-4-12` hex.
 * `gpu_samples` (`--system-profiling on`): `CUPTI_ACTIVITY_KIND_ENVIRONMENT(deviceId, timestamp,
   environmentKind, data BLOB)`, `data` being the `CUpti_ActivityEnvironment.data` union as
@@ -91,9 +93,11 @@ from ..common.core import (
     table_columns,
     warn,
 )
+from ..common.ranks import rank_columns
 from ..common.sqlite import connect_readonly, q, query_frame, sqlite_tables
 from ..common.stream import stream_entry
 from .nvtx import gpu_samples, marker_chunks, markers, sample_chunks
+from .ranks import sqlite_rank_hints
 from .short_names import short_name as _short_name  # noqa: F401  (tests import it from here)
 from .sql import (
     _K,
@@ -251,7 +255,7 @@ def _sources(con: sqlite3.Connection, tables: set[str]) -> pl.DataFrame:
     return pl.DataFrame(
         {"tool": [TOOL], "tool_version": [version], "time_origin_epoch_ns": [0]},
         schema={"tool": pl.String, "tool_version": pl.String, "time_origin_epoch_ns": _I},
-    )
+    ).with_columns(**rank_columns(sqlite_rank_hints(con, tables)))
 
 
 def _kernels(
