@@ -142,7 +142,8 @@ def timeline(
         start_ns=t0,
         end_ns=t1,
         first_ns=first[0],
-        title=f"{where}: {(t1 - t0) / 1e6:,.3f} ms from {(t0 - first[0]) / 1e6:,.3f} ms",
+        title=f"{where}: {(t1 - t0) / 1e6:,.3f} ms from {(t0 - first[0]) / 1e6:,.3f} ms "
+        "after its first event",
         lanes=lanes,
         iterations=tl.iteration_spans(it, mk),
         samples=_label_samples(tl.window_samples(samples_all, t0, t1), sid, names),

@@ -255,10 +255,12 @@ def timeline(
     (--whole-trace: markers and iterations too); the title says where it starts, in ms after
     the trace's first event. An interval belongs to a window when it overlaps it. Lanes
     with more intervals than --max-bars are drawn as busy-fraction density, and the figure says
-    so. Markers and iterations are labelled where they are wide enough; a legend names the
-    kernels with the most time. Telemetry: the source's own samples, or --samples-from, or else
-    the samples of another source of the same run (epoch origins, overlapping in time, matching
-    devices).
+    so. Annotations (record_function, NVTX ranges) come first: up to 400 per thread, one row
+    per nesting depth (a step, then its phases), a colour per name and a legend naming each with
+    its time; more are one lane. Markers and iterations are labelled where they are wide enough;
+    a legend names the kernels with the most time. Telemetry: the source's own samples, or
+    --samples-from, or else the samples of another source of the same run (epoch origins,
+    overlapping in time, matching devices).
     """
     from .. import plot as plots
 
