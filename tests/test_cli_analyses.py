@@ -502,10 +502,17 @@ def test_compare_source_and_device_filters(store: str, tmp_path: Path) -> None:
     r = run("compare", store, other, "--source", "bbbbbbbbbbbbbbbb", "--json")
     ov = {x["metric"]: x for x in json.loads(r.stdout)["overview"]}
     assert ov["kernel_time_ms"]["a"] == ov["kernel_time_ms"]["b"] == 70.0
-    # Without --source each side is both sources: 30 + 70 ms.
-    r = run("compare", store, other, "--json")
-    ov = {x["metric"]: x for x in json.loads(r.stdout)["overview"]}
+    # Without --source each side holds two GPU-runs: refused as misuse, naming them (issue
+    # 21) ...
+    r = CliRunner().invoke(main, ["compare", store, other])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith(f"traceanalyze: error: {store}: side A holds 2 GPU-runs: aaaa")
+    # ... pooled with --pool (30 + 70 ms), each side saying so.
+    r = run("compare", store, other, "--json", "--pool")
+    doc = json.loads(r.stdout)
+    ov = {x["metric"]: x for x in doc["overview"]}
     assert ov["kernel_time_ms"]["a"] == 100.0
+    assert doc["a"] == f"A = {store} (pooled: 2 GPU-runs)"
     r = CliRunner().invoke(main, ["compare", store, other, "--source", "cccc"])
     assert r.exit_code == 1
     assert r.stderr == f"traceanalyze: error: {store}: none of the sources cccc is in A\n"

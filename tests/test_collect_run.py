@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 from click.testing import CliRunner
 
@@ -333,6 +334,7 @@ def test_end_to_end_cpu_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     doc = json.loads(gzip.decompress(trace.read_bytes()))
     steps = {e["name"] for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")}
     assert steps == {"ProfilerStep#2", "ProfilerStep#3"}
+    check_phase_annotations(doc["traceEvents"], trace)
 
     # The store holds the iteration rows exactly.
     m = read_manifest(run / "manifest.json")
@@ -390,6 +392,38 @@ def test_end_to_end_cpu_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     # The CLI says where things are.
     assert f"store:         {run / 'store'}" in r.output
     assert f"manifest:      {run / 'manifest.json'}" in r.output
+
+
+PHASES = ["data", "forward", "backward", "optimizer"]  # the workload's record_function names
+
+
+def check_phase_annotations(events: list[dict[str, Any]], trace: Path) -> None:
+    """Each profiled step holds its phases once, in order, as user annotations (read from the
+    JSON here), and the timeline draws them: an annotation lane per depth above the operators,
+    the steps and the widest phase named in their bars, every phase named in the legend."""
+    import traceanalyze as ta
+
+    ann = [e for e in events if e.get("cat") == "user_annotation"]
+    for step in (e for e in ann if e["name"].startswith("ProfilerStep#")):
+        a, b = step["ts"], step["ts"] + step["dur"]
+        inside = sorted((e["ts"], e["name"]) for e in ann if a < e["ts"] < b)
+        assert [n for _, n in inside if n in PHASES] == PHASES, step["name"]
+
+    res = ta.open(trace).timeline(whole=True)
+    depth1 = res.lanes.filter(pl.col("lane").str.ends_with("annotations, depth 1"))
+    counts = depth1.group_by("name").len()
+    assert {n: c for n, c in counts.iter_rows() if n in PHASES} == dict.fromkeys(PHASES, 2)
+    fig = ta.plot.timeline(res)
+    lanes_ax = fig.axes[0]
+    ticks = [t.get_text() for t in lanes_ax.get_yticklabels()]
+    assert ticks[0].startswith("CPU thread ") and " annotations (2)" in ticks[0]  # the 2 steps
+    assert ticks[1].endswith("annotations, depth 1 (10)")  # 4 phases and zero_grad, per step
+    assert [i for i, t in enumerate(ticks) if " ops (" in t] == [len(ticks) - 1]
+    texts = {t.get_text() for t in lanes_ax.texts}
+    assert {"ProfilerStep#2", "ProfilerStep#3", "backward"} <= texts
+    [legend] = [leg for leg in fig.legends if leg.get_title().get_text().startswith("annotations")]
+    named = [t.get_text().split(" (")[0] for t in legend.get_texts()]
+    assert [n for n in named if n in PHASES] == PHASES and named[0] == "ProfilerStep"
 
 
 def test_throughput_table_sums_ranks(tmp_path: Path) -> None:

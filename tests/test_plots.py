@@ -278,3 +278,57 @@ def test_every_cli_figure_is_drawn_by_ta_plot_from_a_dataset_result(tmp_path: Pa
     assert points.height == 1 and peak == 67e12
     ta.plot.roofline(res, tmp_path / "roofline.svg", bandwidth_gbps=3350)
     assert (tmp_path / "roofline.svg").read_text().startswith("<?xml")
+
+
+def test_timeline_names_each_phase_of_each_step_above_the_operators() -> None:
+    """Two 100 ms steps, each `data` 2 ms, `forward` 30, `backward` 50, `optimizer` 18 (ms), on
+    host thread 4, over a binned operator lane: the steps and phases get their own rows above
+    the operators, one coloured bar each, named inside where the name fits, and every phase is
+    in the legend with its time (data: 2 × 2 ms, too narrow for its label)."""
+    ms = 1_000_000
+    phases = [("data", 2), ("forward", 30), ("backward", 50), ("optimizer", 18)]
+    rows: list[tuple[str, int, int]] = []
+    for step in (0, 1):
+        t = step * 100 * ms
+        rows.append((f"ProfilerStep#{step + 1}", t, t + 100 * ms))
+        for name, dur in phases:
+            rows.append((name, t, t + dur * ms))
+            t += dur * ms
+    mk = pl.DataFrame(rows, schema=["name", "start_ns", "end_ns"], orient="row")
+    mk = mk.with_columns(thread_id=pl.lit(4, dtype=pl.Int64))
+    ops = pl.DataFrame({"start_ns": range(0, 200 * ms, 40_000)}).with_columns(
+        end_ns=pl.col("start_ns") + 30_000, thread_id=pl.lit(4, dtype=pl.Int64), name=pl.lit("op")
+    )
+    ln = lanes(Tables.build().kernels, None, ops=ops, markers=mk)
+    fig = timeline_figure(ln, t0_ns=0, t1_ns=200 * ms, title="two steps")
+    ticks = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert ticks == [
+        "CPU thread 4 annotations (2)",
+        "CPU thread 4 annotations, depth 1 (8)",
+        "CPU thread 4 ops (5,000, binned)",
+    ]
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert sorted(texts) == sorted(
+        ["ProfilerStep#1", "ProfilerStep#2"] + ["forward", "backward", "optimizer"] * 2
+    )
+    [legend] = fig.legends
+    assert legend.get_title().get_text() == "annotations by name (total time in the window)"
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "ProfilerStep (200 ms)",
+        "data (4.0 ms)",
+        "forward (60.0 ms)",
+        "backward (100 ms)",
+        "optimizer (36.0 ms)",
+    ]
+    # One colour per name, the same in both steps.
+    bars = fig.axes[0].collections[1]  # the depth-1 row
+    colours = [tuple(c) for c in bars.get_facecolors()]
+    assert len(set(colours)) == 4 and colours[:4] == colours[4:]
+    assert png(fig).startswith(b"\x89PNG")
+    # Nothing cut by the figure's edge: title, lane names, axis label, legend.
+    r = FigureCanvasAgg(fig).get_renderer()
+    ax = fig.axes[0]
+    for a in [ax.title, ax.xaxis.label, *ax.get_yticklabels(), legend]:
+        box = a.get_window_extent(r)
+        assert box.x0 >= 0 and box.y0 >= 0, a
+        assert box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height, a

@@ -15,7 +15,6 @@ add it, so the README can change and stay checked.
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import re
 import shlex
@@ -219,10 +218,11 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     d = tmp_path_factory.mktemp("readme")
     kineto = FIXTURES / "kineto_json-resnet50-cpu" / "torch_bs2_rank0.pt.trace.json.gz"
     iterlog = FIXTURES / "iterlog-resnet50-cpu" / "iterations_bs2_rank0.csv"
-    plain = d / "same_trace.pt.trace.json"  # other bytes, same events: another source id
-    plain.write_bytes(gzip.decompress(kineto.read_bytes()))
     ta.ingest([kineto, iterlog], d / "store")
-    ta.ingest([kineto, plain], d / "store_b")
+    # compare's sides: one GPU-run each (a store of several is refused without --pool), both
+    # holding the trace that `--source ID` names
+    ta.ingest([kineto], d / "store_a")
+    ta.ingest([kineto], d / "store_b")
     sources = ta.Store(d / "store").table("sources")
     ids = dict(zip(sources["format"], sources["source_id"], strict=True))
     its = ta.Store(d / "store").table("iterations").filter(source_id=ids["kineto_json"])
@@ -230,8 +230,8 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         "dir": d,
         "kineto": str(kineto),
         "iterlog": str(iterlog),
-        "plain": str(plain),
         "store": str(d / "store"),
+        "store_a": str(d / "store_a"),
         "store_b": str(d / "store_b"),
         "kid": ids["kineto_json"],
         "iid": ids["iterlog"],
@@ -244,7 +244,7 @@ PLACEHOLDERS: dict[str, list[str]] = {
     "FILE...": ["kineto"],
     "TRACE...": ["kineto"],
     "TRACE": ["kineto"],
-    "A": ["store"],
+    "A": ["store_a"],
     "B": ["store_b"],
     "STORE": ["store"],
     "DIR": ["store"],

@@ -7,9 +7,11 @@ import pytest
 
 from traceanalyze import schema
 from traceanalyze.analyses.timeline import (
+    ANNOTATION_ROWS_MAX,
     extent,
     iteration_spans,
     lanes,
+    nesting_depth,
     overlapping,
     window_samples,
 )
@@ -154,10 +156,69 @@ def test_marker_lanes_with_instants() -> None:
         pl.DataFrame({"device_id": [0], "stream_id": [7], "start_ns": [40], "end_ns": [50]}),
     )
     ln = lanes(k, None, markers=mk)
-    got = ln.select("lane", "start_ns", "end_ns", "interval_count").sort("lane", "start_ns").rows()
+    got = ln.select("lane", "start_ns", "end_ns", "interval_count").rows()
+    # Annotations first, one row per nesting depth (the range inside the other one level down),
+    # then the GPU's lanes.
     assert got == [
-        ("CPU thread 5 markers", 0, 30, 2),
-        ("CPU thread 5 markers", 10, 20, 2),
+        ("CPU thread 5 annotations", 0, 30, 1),
+        ("CPU thread 5 annotations, depth 1", 10, 20, 1),
+        ("annotations (no thread)", 0, 0, 1),  # the instant at the window start is kept
         ("GPU 0 s7 kernels", 40, 50, 1),
-        ("markers (no thread)", 0, 0, 1),  # the instant at the window start is kept
     ]
+
+
+def test_nesting_depth_of_ranges_nested_overlapping_and_instant() -> None:
+    # step [0, 100) holds forward [0, 40) (holding conv [5, 10)) and backward [40, 90); an
+    # instant at 40 (forward has ended, backward has begun: inside backward); a range [95, 120)
+    # that outlives the step; one after everything [130, 140).
+    starts = [0, 0, 5, 40, 40, 95, 130]
+    ends = [100, 40, 10, 90, 40, 120, 140]
+    assert nesting_depth(starts, ends) == [0, 1, 2, 1, 2, 1, 0]
+
+
+def test_annotation_lanes_order_gpu_side_and_too_many_to_label() -> None:
+    # Host annotations on thread 3, a GPU-side annotation on device 0 stream 7 (no thread), a
+    # host operator on thread 3 and a kernel: annotations, operators, GPU annotations, kernels.
+    mk = schema.conform(
+        "markers",
+        pl.DataFrame(
+            {
+                "thread_id": [3, 3, None],
+                "device_id": [None, None, 0],
+                "stream_id": [None, None, 7],
+                "name": ["ProfilerStep#1", "forward", "forward"],
+                "start_ns": [0, 1, 2],
+                "end_ns": [10, 5, 6],
+            }
+        ),
+    )
+    ops = pl.DataFrame({"thread_id": [3], "name": ["aten::mm"], "start_ns": [1], "end_ns": [4]})
+    ops = schema.conform("ops", ops)
+    k = schema.conform(
+        "kernels",
+        pl.DataFrame({"device_id": [0], "stream_id": [7], "start_ns": [2], "end_ns": [6]}),
+    )
+    ln = lanes(k, None, ops=ops, markers=mk)
+    assert ln.select("lane", "name").rows() == [
+        ("CPU thread 3 annotations", "ProfilerStep#1"),
+        ("CPU thread 3 annotations, depth 1", "forward"),
+        ("CPU thread 3 ops", "aten::mm"),
+        ("GPU 0 s7 annotations", "forward"),
+        ("GPU 0 s7 kernels", None),
+    ]
+    # Past ANNOTATION_ROWS_MAX a thread's annotations are one lane (names cannot be read);
+    # past max_bars that lane is binned.
+    n = ANNOTATION_ROWS_MAX + 1
+    many = schema.conform(
+        "markers",
+        pl.DataFrame({"thread_id": [3] * n, "start_ns": list(range(0, 2 * n, 2))}).with_columns(
+            end_ns=pl.col("start_ns") + 1, name=pl.lit("x")
+        ),
+    )
+    one = lanes(k, None, markers=many)
+    assert one.filter(pl.col("activity") == "markers")["lane"].unique().to_list() == [
+        "CPU thread 3 annotations"
+    ]
+    binned = lanes(k, None, markers=many, max_bars=100)
+    row = binned.filter(pl.col("activity") == "markers")
+    assert row["binned"].all() and row["interval_count"].unique().to_list() == [n]

@@ -277,14 +277,15 @@ class Dataset:
 
         return report.variability(self, warmup, top)
 
-    def compare(self, other: Dataset, *, ops: bool = False) -> Comparison:
+    def compare(self, other: Dataset, *, ops: bool = False, pool: bool = False) -> Comparison:
         """This dataset (A) against `other` (B): overview and kernels matched by name and
         launch geometry; deltas B − A, ratios B / A. `ops=True`: host operators matched by
-        name with their kernels (added, removed, changed; coverage), like HTA's ops_diff."""
+        name with their kernels, like HTA's ops_diff. A side of several GPU-runs is refused (a
+        `UsageProblem` naming them) unless `pool=True`; its description then says how many."""
         from .adapters import views as report_views
 
         a, b = f"A = {self.origin}", f"B = {other.origin}"
-        return report_views.compare(self, other, a, b, ops=ops)
+        return report_views.compare(self, other, a, b, ops=ops, pool=pool)
 
     def compare_sources(self, a: str, b: str, *, ops: bool = False) -> Comparison:
         """Two source ids of this dataset, A and B (the same id may be both)."""

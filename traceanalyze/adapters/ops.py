@@ -127,6 +127,16 @@ def one_per_gpu_run(ds: DatasetView) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     return merge_gpu_runs(its, ds.scan("kernels"), stand_for)
 
 
+def gpu_runs(ds: DatasetView) -> dict[str, list[str]]:
+    """The GPU-runs of the selected sources (`analyses.gpu_runs.group_runs`): representative
+    source -> its sources, over the sources with kernels, copies, operators or iterations."""
+    from ..analyses.gpu_runs import group_runs
+
+    tables = ("kernels", "memcpy", "ops", "iterations")
+    work = pl.concat([ds.scan(t).select("source_id").unique() for t in tables]).collect()
+    return group_runs((str(s) for s in work["source_id"].to_list()), gpu_run_map(ds))
+
+
 def gpu_run_map(ds: DatasetView) -> dict[str, str]:
     """source_id -> the source standing for its collect GPU-run (`analyses.runs`); empty when
     no source comes from a collect run."""

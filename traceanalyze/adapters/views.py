@@ -142,7 +142,8 @@ def timeline(
         start_ns=t0,
         end_ns=t1,
         first_ns=first[0],
-        title=f"{where}: {(t1 - t0) / 1e6:,.3f} ms from {(t0 - first[0]) / 1e6:,.3f} ms",
+        title=f"{where}: {(t1 - t0) / 1e6:,.3f} ms from {(t0 - first[0]) / 1e6:,.3f} ms "
+        "after its first event",
         lanes=lanes,
         iterations=tl.iteration_spans(it, mk),
         samples=_label_samples(tl.window_samples(samples_all, t0, t1), sid, names),
@@ -163,13 +164,48 @@ def timeline(
 # --- compare ---------------------------------------------------------------------------------
 
 
+def one_gpu_run(ds: DatasetView, label: str, desc: str, pool: bool) -> str:
+    """`desc` when the side `ds` is at most one GPU-run (`ops.gpu_runs`: a collect run's files
+    are one); with several, a `UsageProblem` naming them and how to choose, or with `pool`,
+    `desc` saying how many it pools (issue 21: a store's every source was pooled silently)."""
+    from .ops import gpu_runs
+
+    runs = gpu_runs(ds)
+    if len(runs) <= 1:
+        return desc
+    if pool:
+        return f"{desc} (pooled: {len(runs)} GPU-runs)"
+    names = ds.names()
+
+    def file(sid: str) -> str:
+        return names.get(sid, sid).replace("\\", "/").rsplit("/", 1)[-1]
+
+    listed = "; ".join(
+        " + ".join(f"{sid} ({file(sid)})" for sid in members) for members in runs.values()
+    )
+    raise UsageProblem(
+        f"side {label} holds {len(runs)} GPU-runs: {listed}; choose one with --source ID (each "
+        "side keeps the ids it holds; every file of a run), or pool them with --pool",
+        path=ds.origin,
+    )
+
+
 def compare(
-    a: DatasetView, b: DatasetView, desc_a: str, desc_b: str, ops: bool = False
+    a: DatasetView,
+    b: DatasetView,
+    desc_a: str,
+    desc_b: str,
+    ops: bool = False,
+    *,
+    pool: bool = False,
 ) -> Comparison:
     """`a` against `b`, every table of each side relabelled `A` / `B` (the same source may be
     both sides). `desc_*` say what each side is, in messages and in the result. `ops`: match
-    host operators (with their kernels) instead of kernels, like HTA's ops_diff."""
+    host operators (with their kernels) instead of kernels, like HTA's ops_diff. A side of
+    several GPU-runs is refused unless `pool` (`one_gpu_run`)."""
     from ..analyses.compare import compare_kernels, compare_ops, compare_overview, ops_diff_overview
+
+    desc_a, desc_b = one_gpu_run(a, "A", desc_a, pool), one_gpu_run(b, "B", desc_b, pool)
 
     def both(table: str) -> pl.LazyFrame:
         lab = pl.lit("A", dtype=pl.String).alias("source_id")

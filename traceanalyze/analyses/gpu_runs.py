@@ -1,11 +1,12 @@
 """One collect run is one GPU-run: the iteration log and the profiler trace that a `collect` run
 writes for one rank and batch size describe the same GPU, so analyses that count GPUs
-(`variability`) take them as one. Which sources belong together is decided outside (the run's
-manifest, `runinfo.gpu_run_keys`); here the frames are merged, purely."""
+(`variability`) take them as one, and `compare` takes each side as one. Which sources belong
+together is decided outside (the run's manifest, `runinfo.gpu_run_keys`); here the frames are
+merged and the runs listed, purely."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import polars as pl
 
@@ -39,4 +40,15 @@ def merge_gpu_runs(
     return its, ks
 
 
-__all__ = ["merge_gpu_runs", "representatives"]
+def group_runs(with_work: Iterable[str], stand_for: Mapping[str, str]) -> dict[str, list[str]]:
+    """The GPU-runs among the sources that have work (kernels, copies, operators, iterations):
+    representative source -> its sources, sorted, representatives in order. A source stands for
+    itself unless `stand_for` (`representatives`) says otherwise. Telemetry-only sources are no
+    GPU-run: their samples go with the work they pair with (`telemetry.pair_samples`)."""
+    runs: dict[str, list[str]] = {}
+    for sid in sorted(set(with_work)):
+        runs.setdefault(stand_for.get(sid, sid), []).append(sid)
+    return dict(sorted(runs.items()))
+
+
+__all__ = ["group_runs", "merge_gpu_runs", "representatives"]

@@ -4,7 +4,11 @@
 has more intervals than `max_bars` (about the pixels across the plot), per-bin busy fractions
 (`binned = True`): drawing 100 000 bars into 1 500 pixels would hide most of them, so the
 density is shown instead and the plot says so. No row is ever dropped silently: `interval_count`
-is the number of intervals behind each lane.
+is the number of intervals behind each lane. Lanes come in this order: host annotations (markers),
+host operators, then per GPU its annotations, copies and kernels. A thread's annotations, when it
+has at most `ANNOTATION_ROWS_MAX` in the window (a training loop's steps and phases), are one lane
+per nesting depth (`nesting_depth`), so that each can be drawn and named without overlap; more are
+one lane, binned like any other past `max_bars`.
 
 `iteration_window` finds an iteration's `[start, end]` from the `iterations` table, or from
 `ProfilerStep#N` markers when the table has no times; `iteration_spans` lists them all.
@@ -110,13 +114,25 @@ def _intervals(
             ).with_columns(pl.lit("copies").alias("activity"))
         )
     # Host rows: no device, the thread as the lane; an instant marker ends where it starts.
+    # A GPU-side annotation (Kineto's gpu_user_annotation: a device and a stream, no thread)
+    # keeps its device and stream, so that it gets its own lane beside that GPU's.
     for host, label in ((ops, "cpu ops"), (markers, "markers")):
         if host is not None:
+            cols = host.lazy().collect_schema().names()
+            gpu_side = label == "markers" and {"device_id", "stream_id"} <= set(cols)
+            on_gpu = pl.col("thread_id").is_null() & pl.col("device_id").is_not_null()
             frames.append(
                 _c(
                     host.lazy().select(
-                        pl.lit(None, dtype=pl.Int64).alias("device_id"),
-                        pl.col("thread_id").alias("stream_id"),
+                        pl.when(on_gpu).then(pl.col("device_id")).alias("device_id")
+                        if gpu_side
+                        else pl.lit(None, dtype=pl.Int64).alias("device_id"),
+                        pl.when(on_gpu)
+                        .then(pl.col("stream_id"))
+                        .otherwise(pl.col("thread_id"))
+                        .alias("stream_id")
+                        if gpu_side
+                        else pl.col("thread_id").alias("stream_id"),
                         "start_ns",
                         pl.coalesce("end_ns", "start_ns").alias("end_ns"),
                         _name(host),
@@ -164,11 +180,48 @@ def lanes(
     if rows.height == 0:
         raise NotAnswerable("no kernels, copies, CPU ops or markers in the window")
     keys = ["device_id", "stream_id", "activity"]
+    # Annotations on top (what the program says it is doing), then host operators, then the
+    # GPU's annotations, copies and kernels: a step's phases sit above the work they contain.
+    # GPU-side annotations sit just above their GPU's lanes.
+    act, on_gpu = pl.col("activity"), pl.col("device_id").is_not_null()
+    rank = (
+        pl.when((act == "markers") & ~on_gpu)
+        .then(0)
+        .when(act == "cpu ops")
+        .then(1)
+        .when(act == "markers")
+        .then(2)
+        .otherwise(3)
+    )
+    rows = rows.with_columns(rank.alias("_rank")).sort(["_rank", *keys], nulls_last=True)
     out = [
-        _lane(sub, key, t0, t1, max_bars)
-        for key, sub in rows.sort(keys, nulls_last=True).group_by(keys, maintain_order=True)
+        _lane(sub.drop("_rank"), key, t0, t1, max_bars)
+        for key, sub in rows.group_by(keys, maintain_order=True)
     ]
     return pl.concat(out)
+
+
+# A thread's annotations are drawn one row per nesting depth, each bar named, when there are at
+# most this many in the window (a training loop's steps and phases); more are one lane (binned
+# past `max_bars`), as names could not be read anyway.
+ANNOTATION_ROWS_MAX = 400
+ANNOTATION_DEPTHS = 4  # rows per thread; deeper ranges share the last row
+
+
+def nesting_depth(start_ns: list[int], end_ns: list[int]) -> list[int]:
+    """Each interval's nesting depth among `start_ns`/`end_ns` (0: enclosed by none), as a
+    stack of open ranges: how many ranges enclose it. Intervals at one depth never overlap, even
+    when ranges overlap without nesting (NVTX start/end ranges may): a range still open keeps
+    its depth taken until it and those above it have ended."""
+    order = sorted(range(len(start_ns)), key=lambda i: (start_ns[i], -end_ns[i]))
+    depth = [0] * len(start_ns)
+    stack: list[int] = []  # the end of each open interval, outermost first
+    for i in order:
+        while stack and stack[-1] <= start_ns[i]:
+            stack.pop()
+        depth[i] = len(stack)
+        stack.append(end_ns[i])
+    return depth
 
 
 def _lane(
@@ -178,24 +231,17 @@ def _lane(
     dev, stream, act = key
     if act == "cpu ops":
         lane = f"CPU thread {stream} ops"
+    elif act == "markers" and dev is not None:
+        lane = f"GPU {dev} s{stream} annotations"
     elif act == "markers":
-        lane = "markers (no thread)" if stream is None else f"CPU thread {stream} markers"
+        lane = "annotations (no thread)" if stream is None else f"CPU thread {stream} annotations"
     else:
         lane = f"GPU {dev} s{stream} {act}"
     n = sub.height
+    if act == "markers" and n <= min(max_bars, ANNOTATION_ROWS_MAX):
+        return _depth_rows(sub, lane)
     if n <= max_bars:
-        return sub.select(
-            "device_id",
-            "stream_id",
-            "activity",
-            pl.lit(lane).alias("lane"),
-            "start_ns",
-            "end_ns",
-            pl.lit(1.0).alias("busy_ratio"),
-            pl.lit(False).alias("binned"),
-            pl.lit(n, dtype=pl.Int64).alias("interval_count"),
-            "name",
-        )
+        return _raw_rows(sub, pl.lit(lane))
     frac = binned_busy(sub["start_ns"].to_numpy(), sub["end_ns"].to_numpy(), t0, t1, max_bars)
     edges = np.linspace(t0, t1, max_bars + 1).astype(np.int64)
     return pl.DataFrame(
@@ -212,6 +258,31 @@ def _lane(
             "name": pl.Series([None] * max_bars, dtype=pl.String),
         }
     )
+
+
+def _raw_rows(sub: pl.DataFrame, lane: pl.Expr) -> pl.DataFrame:
+    """The intervals as drawn one by one, each lane's count per lane."""
+    return sub.select(
+        "device_id",
+        "stream_id",
+        "activity",
+        lane.alias("lane"),
+        "start_ns",
+        "end_ns",
+        pl.lit(1.0).alias("busy_ratio"),
+        pl.lit(False).alias("binned"),
+        pl.len().over(lane).cast(pl.Int64).alias("interval_count"),
+        "name",
+    ).sort("lane", "start_ns", maintain_order=True)
+
+
+def _depth_rows(sub: pl.DataFrame, lane: str) -> pl.DataFrame:
+    """A thread's annotations, one lane per nesting depth (`lane`, then `lane, depth d`)."""
+    depth = nesting_depth(sub["start_ns"].to_list(), sub["end_ns"].to_list())
+    d = pl.Series("_depth", depth, dtype=pl.Int64).clip(upper_bound=ANNOTATION_DEPTHS - 1)
+    deeper = pl.lit(f"{lane}, depth ") + pl.col("_depth").cast(pl.String)
+    name = pl.when(pl.col("_depth") == 0).then(pl.lit(lane)).otherwise(deeper)
+    return _raw_rows(sub.with_columns(d).sort("_depth", maintain_order=True), name)
 
 
 def _bounds(df: Frame, start: pl.Expr, end: pl.Expr) -> pl.LazyFrame:

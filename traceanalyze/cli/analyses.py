@@ -255,10 +255,12 @@ def timeline(
     (--whole-trace: markers and iterations too); the title says where it starts, in ms after
     the trace's first event. An interval belongs to a window when it overlaps it. Lanes
     with more intervals than --max-bars are drawn as busy-fraction density, and the figure says
-    so. Markers and iterations are labelled where they are wide enough; a legend names the
-    kernels with the most time. Telemetry: the source's own samples, or --samples-from, or else
-    the samples of another source of the same run (epoch origins, overlapping in time, matching
-    devices).
+    so. Annotations (record_function, NVTX ranges) come first: up to 400 per thread, one row
+    per nesting depth (a step, then its phases), a colour per name and a legend naming each with
+    its time; more are one lane. Markers and iterations are labelled where they are wide enough;
+    a legend names the kernels with the most time. Telemetry: the source's own samples, or
+    --samples-from, or else the samples of another source of the same run (epoch origins,
+    overlapping in time, matching devices).
     """
     from .. import plot as plots
 
@@ -379,6 +381,11 @@ def variability(
     help="Match host operators by name with their kernels (added, removed, changed; coverage "
     "= share of self and kernel time on operators of both sides); see `traceanalyze ops`.",
 )
+@click.option(
+    "--pool",
+    is_flag=True,
+    help="Pool a store's GPU-runs into its side (refused otherwise); the side says how many.",
+)
 @output_options
 @verbose_option
 @misuse_is_usage
@@ -391,6 +398,7 @@ def compare(
     devices: tuple[int, ...],
     top: int,
     by_ops: bool,
+    pool: bool,
     out_json: bool,
     out_csv: bool,
 ) -> None:
@@ -399,6 +407,9 @@ def compare(
     Kernels are matched by name, grid and block; match coverage is the share of each side's
     kernel time that matched. Deltas are B - A, ratios B / A. A and B may be the same. With
     files or stores, --source keeps only those sources on each side; --device filters both.
+    Each side is one GPU-run: the files of one `collect` run (iteration log, trace) are one,
+    and telemetry goes with the run whose work it overlaps on the same device. A store of
+    several GPU-runs is refused with their list (choose with --source), unless --pool.
     --csv prints two CSV tables: the overview, an empty line, then every kernel row.
     """
     if store_dir is not None:
@@ -411,7 +422,7 @@ def compare(
         dev = devices or None
         side_a = open_side(a, "A", format=fmt, sources=sources).where(device=dev)
         side_b = open_side(b, "B", format=fmt, sources=sources).where(device=dev)
-        res = side_a.compare(side_b, ops=by_ops)
+        res = side_a.compare(side_b, ops=by_ops, pool=pool)
     if res.ops is not None:
         from .ops import print_ops_diff
 

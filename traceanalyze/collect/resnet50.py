@@ -20,6 +20,12 @@ Every iteration is written to `iterations_bs<B>_rank<R>.csv` (the `iterlog` form
 iterations included; the first `--warmup` are excluded from the throughput statistics by the
 collector, which records the count in the run manifest.
 
+Each step's phases are `torch.profiler.record_function` ranges: `data` (the next batch, on the
+device), `forward` (with the loss), `backward`, `optimizer` (step and scaler update); under the
+PyTorch profiler they are `user_annotation` events inside `ProfilerStep#N` (and
+`gpu_user_annotation` on CUDA), the names the timeline's annotation lane shows. Outside a profiler
+they cost a few microseconds each.
+
 On CUDA each iteration is an NVTX range `iteration N`, and `torch.cuda.profiler.start()/stop()`
 (cudaProfilerStart/Stop) bracket `--profile-window START:END` (iterations START..END-1) so that
 nsys (`--capture-range=cudaProfilerApi`) and ncu (`--profile-from-start off`) record only that.
@@ -200,6 +206,7 @@ def _torch_profiler(args: argparse.Namespace, rank: int, cuda: bool) -> Any:
 def train(args: argparse.Namespace) -> Path:
     """Run the workload; returns the iteration log path."""
     import torch
+    from torch.profiler import record_function
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -233,8 +240,9 @@ def train(args: argparse.Namespace) -> Path:
         log.write(ITERLOG_MAGIC + "\n" + ",".join(ITERLOG_COLUMNS) + "\n")
         log.flush()
         for i in range(args.iterations):
-            x, y = next(data)
-            x = x.contiguous(memory_format=mem_fmt)
+            with record_function("data"):
+                x, y = next(data)
+                x = x.contiguous(memory_format=mem_fmt)
             start_ns, dur_ns = _timed(step, x, y, i, window, tcuda if cuda else None)
             ips = args.batch_size / (dur_ns / 1e9) if dur_ns > 0 else ""
             dev_cell = "" if device_id is None else device_id
@@ -254,13 +262,19 @@ def train(args: argparse.Namespace) -> Path:
 def _train_step(
     model: Any, opt: Any, loss_fn: Any, scaler: Any, autocast: Callable[[], Any], x: Any, y: Any
 ) -> None:
-    """One optimizer step on the batch (x, y): forward under `autocast()`, backward, update."""
+    """One optimizer step on the batch (x, y): forward under `autocast()`, backward, update,
+    each phase a `record_function` range (`forward`, `backward`, `optimizer`; `data` is the
+    caller's) that the profiler records as a user annotation and the timeline draws by name."""
+    from torch.profiler import record_function
+
     opt.zero_grad(set_to_none=True)
-    with autocast():
+    with record_function("forward"), autocast():
         loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    scaler.step(opt)
-    scaler.update()
+    with record_function("backward"):
+        scaler.scale(loss).backward()
+    with record_function("optimizer"):
+        scaler.step(opt)
+        scaler.update()
 
 
 def _timed(

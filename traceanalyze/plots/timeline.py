@@ -8,7 +8,10 @@ that none vanishes; iteration starts and ends as dashed lines, the iteration num
 its span is wide enough for it. Markers wide enough for their name are labelled inside (nested
 ones when the label clears the ones already placed), and so are host operators drawn one by one.
 The kernels with the most time in the window (`top_kernels`) get a colour each and a legend
-naming them; other kernels are grey.
+naming them; other kernels are grey. Annotations (a step's phases, one row per nesting depth) get
+a colour per name when they have at most ten names (`ProfilerStep#2` and `#3` are one), and a
+legend above the kernels' naming each with its time in the window, so that a phase too narrow for
+its label is still named.
 Below, on the same time axis (ms from the window start): SM clock, power and temperature as step
 functions (sample-and-hold, like the attribution), clipped at the window's edges.
 """
@@ -42,6 +45,21 @@ KERNEL_COLORS = (
     "gold",
 )
 OTHER_KERNELS = "silver"
+# One colour per annotation name (a step's phases), when the drawn annotations have this few
+# names; numbered names (`ProfilerStep#3`, NVTX `iteration 3`) count as one.
+ANNOTATION_COLORS = (
+    "#b8a9d9",  # light purple: the outermost range (ProfilerStep) usually comes first
+    "#8dd3c7",
+    "#fdb462",
+    "#fb8072",
+    "#80b1d3",
+    "#b3de69",
+    "#fccde5",
+    "#bc80bd",
+    "#ffed6f",
+    "#d9d9d9",
+)
+_NUMBERED = re.compile(r"[#\s]*\d+$")
 LABEL_PT = 6.5  # font size of marker and iteration labels
 LEGEND_NAME = 60  # characters of a kernel name in the legend
 
@@ -110,14 +128,14 @@ def timeline_figure(
     lane_names = lanes["lane"].unique(maintain_order=True).to_list()
     h_top = max(2.0, 0.35 * len(lane_names) + 1.0)
     kcolor = _kernel_colors(top_kernels)
-    # The kernel legend goes below everything, across the figure: it never narrows the lanes.
-    h_legend = 0.35 + 0.16 * -(-(len(kcolor) + 1) // 2) if kcolor else 0.0
-    fig = Figure(figsize=(width_in, h_top + 1.6 * len(tracks) + h_legend))
+    acolor = annotation_colors(lanes)
+    h_plots = h_top + 1.6 * len(tracks)
+    fig = Figure(figsize=(width_in, h_plots))
     ratios = [h_top] + [1.6] * len(tracks)
     axes = fig.subplots(1 + len(tracks), 1, sharex=True, height_ratios=ratios, squeeze=False)[:, 0]
     span_ms = (t1_ns - t0_ns) / 1e6
     win = _Window(t0_ns, t1_ns, span_ms / (width_in * 100), width_in * 0.72 / span_ms)
-    any_binned = _draw_lanes(axes[0], lanes, lane_names, win, kcolor)
+    any_binned = _draw_lanes(axes[0], lanes, lane_names, win, _Colors(kcolor, acolor))
     if critical_path is not None and critical_path.height:
         from .timeline_path import draw_path
 
@@ -133,7 +151,7 @@ def timeline_figure(
     # its start, an iteration's end) is not hidden under the axis frame.
     pad = span_ms * 0.004
     axes[-1].set_xlim(-pad, span_ms + pad)
-    _layout(fig, lanes, top_kernels, kcolor, h_legend)
+    _layout(fig, lanes, top_kernels, _Colors(kcolor, acolor), h_plots)
     return fig
 
 
@@ -155,16 +173,31 @@ def _layout(
     fig: Figure,
     lanes: pl.DataFrame,
     top_kernels: pl.DataFrame | None,
-    kcolor: dict[str, str],
-    h_legend: float,
+    colors: _Colors,
+    h_plots: float,
 ) -> None:
-    """Tight layout, leaving `h_legend` inches at the bottom for the kernel legend if any."""
-    if kcolor:
+    """The legends below everything, across the figure (they never narrow the lanes): the
+    kernels' at the bottom, the annotations' above it, stacked by their measured heights; the
+    figure grows by that much and the panels keep `h_plots` inches."""
+    legends = []
+    if colors.kernels:
         raw = lanes.filter((pl.col("activity") == "kernels") & ~pl.col("binned")).height > 0
-        _kernel_legend(fig, top_kernels, kcolor, raw)
-        fig.tight_layout(rect=(0.0, h_legend / fig.get_figheight(), 1.0, 1.0))
-    else:
+        legends.append(_kernel_legend(fig, top_kernels, colors.kernels, raw))
+    if colors.annotations:
+        legends.append(_annotation_legend(fig, lanes, colors.annotations))
+    if not legends:
         fig.tight_layout()
+        return
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()  # type: ignore[no-untyped-call]
+    heights = [leg.get_window_extent(renderer).height / fig.dpi + 0.05 for leg in legends]
+    fig.set_figheight(h_plots + sum(heights))
+    y = 0.0
+    for leg, h in zip(legends, heights, strict=True):
+        leg.set_bbox_to_anchor((0.5, y / fig.get_figheight()), transform=fig.transFigure)
+        y += h
+    fig.tight_layout(rect=(0.0, y / fig.get_figheight(), 1.0, 1.0))
 
 
 @dataclass(frozen=True)
@@ -180,12 +213,57 @@ class _Window:
         return (np.asarray(v, dtype=np.float64) - self.t0_ns) / 1e6
 
 
+@dataclass(frozen=True)
+class _Colors:
+    kernels: dict[str, str]  # kernel name -> colour
+    annotations: dict[str, str]  # annotation name, numbers dropped -> colour
+
+
+def annotation_key(name: object) -> str:
+    """An annotation's name as coloured and listed: `ProfilerStep#3` -> `ProfilerStep`."""
+    return _NUMBERED.sub("", str(name)) or str(name)
+
+
+def annotation_colors(lanes: pl.DataFrame) -> dict[str, str]:
+    """A colour per name of the annotations drawn one by one, in order of appearance, when
+    they have at most `len(ANNOTATION_COLORS)` names; else none (all purple, as before)."""
+    drawn = lanes.filter((pl.col("activity") == "markers") & ~pl.col("binned"))
+    keys = dict.fromkeys(annotation_key(n) for n in drawn["name"].drop_nulls().to_list())
+    if not keys or len(keys) > len(ANNOTATION_COLORS):
+        return {}
+    return dict(zip(keys, ANNOTATION_COLORS, strict=False))
+
+
+def _draw_markers(ax: Any, i: int, sub: pl.DataFrame, win: _Window, acolor: dict[str, str]) -> None:
+    """A row of annotations: one bar each, coloured by name when `acolor` names them, labelled
+    where the name fits; translucent when ranges nest in the row, so depth shows."""
+    x = win.ms(sub["start_ns"])
+    w = win.ms(sub["end_ns"]) - x
+    names = sub["name"].to_list()
+    inst = w == 0
+    wide = np.maximum(w, win.min_w)
+    order = np.argsort(x, kind="stable")
+    nested = bool(np.any(x[order][1:] < (x + w)[order][:-1]))
+    colors: str | list[str] = COLORS["markers"]
+    if acolor:
+        colors = [acolor.get(annotation_key(n), COLORS["markers"]) for n in names]
+        colors = [c for c, keep in zip(colors, ~inst, strict=True) if keep]
+    bars = list(zip(x[~inst], wide[~inst], strict=True))
+    alpha = 0.35 if nested or not acolor else 0.9
+    ax.broken_barh(bars, (i - 0.4, 0.8), facecolors=colors, alpha=alpha, edgecolor="white", lw=0.5)
+    if inst.any():  # instant markers: a tick, a zero-width bar would be invisible
+        color = COLORS["markers"]
+        ax.plot(x[inst], np.full(int(inst.sum()), i), "|", color=color, ms=12, mew=1.5)
+    _label_markers(ax, i, x, w, names, win.in_per_ms)
+
+
 def _draw_lanes(
-    ax: Any, lanes: pl.DataFrame, lane_names: list[str], win: _Window, kcolor: dict[str, str]
+    ax: Any, lanes: pl.DataFrame, lane_names: list[str], win: _Window, palette: _Colors
 ) -> bool:
     """One row per lane; returns whether any lane is binned."""
     any_binned = False
     labels = []
+    kcolor = palette.kernels
     for i, name in enumerate(lane_names):
         sub = lanes.filter(pl.col("lane") == name)
         binned = bool(sub["binned"][0])
@@ -195,14 +273,7 @@ def _draw_lanes(
         x = win.ms(sub["start_ns"])
         w = win.ms(sub["end_ns"]) - x
         if act == "markers" and not binned:
-            # Ranges nest (a step contains forward and backward): translucent, so depth shows.
-            inst = w == 0
-            wide = np.maximum(w, win.min_w)
-            bars = list(zip(x[~inst], wide[~inst], strict=True))
-            ax.broken_barh(bars, (i - 0.4, 0.8), facecolors=color, alpha=0.35)
-            if inst.any():  # instant markers: a tick, a zero-width bar would be invisible
-                ax.plot(x[inst], np.full(int(inst.sum()), i), "|", color=color, ms=12, mew=1.5)
-            _label_markers(ax, i, x, w, sub["name"].to_list(), win.in_per_ms)
+            _draw_markers(ax, i, sub, win, palette.annotations)
         elif binned:
             rgba = np.array([to_rgba(color)] * sub.height)
             rgba[:, 3] = sub["busy_ratio"].to_numpy()
@@ -266,9 +337,39 @@ def _kernel_colors(top: pl.DataFrame | None) -> dict[str, str]:
     return dict(zip(names, KERNEL_COLORS, strict=False))
 
 
+def _annotation_legend(fig: Figure, lanes: pl.DataFrame, acolor: dict[str, str]) -> Any:
+    """The annotations' names and time in the window: every phase is named here, even where
+    its bar is too narrow for its label."""
+    from matplotlib.patches import Patch
+
+    drawn = lanes.filter((pl.col("activity") == "markers") & ~pl.col("binned")).drop_nulls("name")
+    ms: dict[str, float] = {}
+    for n, a, b in drawn.select("name", "start_ns", "end_ns").iter_rows():
+        key = annotation_key(n)
+        ms[key] = ms.get(key, 0.0) + (b - a) / 1e6
+    handles = [Patch(color=c, label=f"{k} ({_ms(ms.get(k, 0.0))})") for k, c in acolor.items()]
+    # One row when the names fit across the figure (read left to right, in order of appearance).
+    longest = _text_in(max(len(str(h.get_label())) for h in handles) + 4, 6.5)
+    ncols = max(1, min(len(handles), int(fig.get_figwidth() * 0.95 / longest)))
+    return fig.legend(
+        handles=handles,
+        title="annotations by name (total time in the window)",
+        title_fontsize=7,
+        fontsize=6.5,
+        loc="lower center",
+        ncols=ncols,
+        frameon=False,
+    )
+
+
+def _ms(v: float) -> str:
+    """A duration in ms with the digits that matter: `6,682 ms`, `351.5 ms`, `0.031 ms`."""
+    return f"{v:,.0f} ms" if v >= 100 else f"{v:.1f} ms" if v >= 1 else f"{v:.3f} ms"
+
+
 def _kernel_legend(
     fig: Figure, top: pl.DataFrame | None, kcolor: dict[str, str], coloured: bool
-) -> None:
+) -> Any:
     from matplotlib.patches import Patch
 
     assert top is not None
@@ -282,7 +383,7 @@ def _kernel_legend(
     if coloured:
         handles.append(Patch(color=OTHER_KERNELS, label="other kernels"))
     title = "kernels with the most time in the window"
-    fig.legend(
+    return fig.legend(
         handles=handles,
         title=title if coloured else f"{title} (kernel lanes binned: zoom in for colours)",
         title_fontsize=7,

@@ -36,7 +36,11 @@ def draw_path(
 ) -> int:
     """Draw the marks; returns how many events were marked."""
     row = {name: i for i, name in enumerate(lane_names)}
-    keys = lanes.select("device_id", "stream_id", "activity", "lane").unique()
+    # A thread's annotations may take several lanes (one per nesting depth): the path marks
+    # its first, so that an event is marked once.
+    keys = lanes.select("device_id", "stream_id", "activity", "lane").unique(
+        ["device_id", "stream_id", "activity"], keep="first", maintain_order=True
+    )
     gpu = pl.col("kind").is_in(["kernel", "memcpy"])
     ev = events.filter(pl.col("kind").is_not_null()).select(
         pl.when(gpu).then(pl.col("device_id")).alias("device_id"),
