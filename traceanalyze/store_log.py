@@ -207,6 +207,7 @@ def replay(root: Path, m: Manifest, versions: list[int]) -> Manifest:
 def load(root: Path, cached: Manifest | None = None) -> Manifest | None:
     """The latest committed state: `cached` (a state read before) brought up to date from the
     log when it can be, else the manifest and the entries after it. None: no store."""
+    gap_at: int | None = None
     for _ in range(_READ_ATTEMPTS):
         try:
             if cached is not None and cached.layout == 3:
@@ -219,6 +220,10 @@ def load(root: Path, cached: Manifest | None = None) -> Manifest | None:
             later = _later(root, m, log_files(root)[0])
             if later is not None:
                 return replay(root, m, later)
+            if gap_at == m.version:  # the same checkpoint twice: not a race, a hole
+                missing = f"{LOG_DIR}/{entry_name(m.version + 1)}"
+                raise StoreError(f"{missing} is missing from the log", path=root)
+            gap_at = m.version
         except FileNotFoundError:
             pass  # a checkpoint removed an entry between our listing and our read
         cached = None
@@ -307,9 +312,7 @@ def staged_files(root: Path, sfd: int, txn: str) -> list[tuple[str, str]]:
             finally:
                 os.close(pfd)
             out.extend(
-                (t, p.split("=", 1)[1])
-                for p in parts
-                if re.fullmatch(r"source_id=[0-9a-f]{16}", p)
+                (t, p.split("=", 1)[1]) for p in parts if re.fullmatch(r"source_id=[0-9a-f]{16}", p)
             )
     finally:
         os.close(tfd)
