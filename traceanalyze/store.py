@@ -88,6 +88,7 @@ class Store:
         self.grace_s = grace_s
         self._pinned: Manifest | None = None
         self._cache: Manifest | None = None  # the last state read: later reads replay the log
+        self._frames: dict[str, pl.DataFrame] = {}  # a snapshot's tables of many small files
         if self.root.is_symlink():
             raise root_is_link(self.root)
         if self.root.is_dir() and not (self.root / MARKER).exists():
@@ -113,6 +114,7 @@ class Store:
         `_leases/`, store_lease; where the store cannot be written, the grace period only)."""
         pinned = Store.__new__(Store)
         pinned.root, pinned.grace_s, pinned._cache = self.root, self.grace_s, None
+        pinned._frames = {}
         lease = store_lease.take(self.root)  # before the read: it pins whatever we read next
         if lease is not None:
             weakref.finalize(pinned, lease.release)
@@ -142,7 +144,10 @@ class Store:
 
     def _scan(self, table: str, m: Manifest) -> pl.LazyFrame:
         t = schema_table(table, self.root)
-        files = store_files.checked(self.root, m.files(table))
+        kept = self._frames.get(table) if self._pinned is not None else None
+        if kept is not None:
+            return kept.lazy()
+        files, size = store_files.checked_sized(self.root, m.files(table))
         if not files:
             return schema.empty(table).lazy()
         file_schema = pl.Schema({c.name: c.dtype for c in t.columns if c.name != "source_id"})
@@ -153,8 +158,13 @@ class Store:
             hive_schema=pl.Schema({"source_id": pl.String()}),
             # Files written before a column was added to the schema read it as nulls.
             missing_columns="insert",
-        )
-        return lf.select(t.names)
+        ).select(t.names)
+        if self._pinned is not None and _many_small(len(files), size):
+            # A pinned version never changes: a table of thousands of small files (a store of
+            # many small runs) is read once, not opened again by every scan of a command.
+            self._frames[table] = lf.collect()
+            return self._frames[table].lazy()
+        return lf
 
     def table(self, table: str) -> pl.DataFrame:
         """One table over every source, collected."""
@@ -391,6 +401,19 @@ class Store:
                 return
             e = Entry(m.version + 1, time.time(), remove=[source_id])
             self._cache = store_files.finish(self.root, root_fd, m, e)
+
+
+# A pinned table is kept in memory when it has at least this many files and they are small
+# (per-file opening dominates its reads): the tables of a store of thousands of small runs.
+KEEP_MIN_FILES = 256
+KEEP_MAX_BYTES = 256 << 20
+KEEP_MAX_AVERAGE_BYTES = 64 << 10
+
+
+def _many_small(n_files: int, size: int) -> bool:
+    return n_files >= KEEP_MIN_FILES and size <= min(
+        KEEP_MAX_BYTES, n_files * KEEP_MAX_AVERAGE_BYTES
+    )
 
 
 def schema_table(table: str, root: Path) -> schema.Table:

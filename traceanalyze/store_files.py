@@ -42,28 +42,39 @@ def checked(root: Path, rels: list[str]) -> list[str]:
     """The paths of committed files to hand to polars, DuckDB or Dask, each checked to be a
     regular file inside the store's own directories: a link anywhere on the way (table or
     partition directory, the file) is a StoreError, never followed out of the store."""
+    return checked_sized(root, rels)[0]
+
+
+def checked_sized(root: Path, rels: list[str]) -> tuple[list[str], int]:
+    """`checked`, and the files' total size in bytes (from the same `lstat`s)."""
     out: list[str] = []
-    seen: dict[str, None] = {}
+    total = 0
+    base = os.fspath(root)
+    seen: set[str] = set()
     for rel in rels:
         parts = rel.split("/")
-        for i in range(1, len(parts) + 1):
+        for i in range(1, len(parts)):
             sub = "/".join(parts[:i])
-            if sub in seen:
-                continue
-            check_entry(root, sub, last=i == len(parts))
-            seen[sub] = None
-        out.append(str(root / rel))
-    return out
+            if sub not in seen:
+                check_entry(root, sub, last=False)
+                seen.add(sub)
+        path = f"{base}/{rel}"
+        total += check_entry(root, rel, last=True, path=path)
+        out.append(path)
+    return out, total
 
 
-def check_entry(root: Path, rel: str, *, last: bool) -> None:
+def check_entry(root: Path, rel: str, *, last: bool, path: str | None = None) -> int:
+    """lstat one entry of the store: a directory (not `last`) or a regular file, never a link;
+    its size."""
     try:
-        mode = os.lstat(root / rel).st_mode
+        st = os.lstat(path or f"{os.fspath(root)}/{rel}")
     except FileNotFoundError:
         raise StoreError(
             f"{rel} is listed in the manifest but missing (removed after the grace period?)",
             path=root,
         ) from None
+    mode = st.st_mode
     if stat.S_ISLNK(mode):
         raise StoreError(
             f"{rel} is a symbolic link; a store's files must be its own, so it is not read",
@@ -73,6 +84,7 @@ def check_entry(root: Path, rel: str, *, last: bool) -> None:
         raise StoreError(f"{rel} is not a regular file", path=root)
     if not last and not stat.S_ISDIR(mode):
         raise StoreError(f"{rel} is not a directory", path=root)
+    return st.st_size
 
 
 @contextlib.contextmanager
