@@ -11,12 +11,14 @@ iterations each), the project's iteration-log fixture, and the NVML sampler log 
 
 * **commit**: the `Store.commit` time of one source as the store grows: the median and the
   slowest of the 50 commits before 100, 1,000 and 10,000 sources, by a long-lived writer (one
-  `Store`, as `ingest` of many files or a service does), and by a fresh process (one
-  `traceanalyze ingest`: the commit alone, and the whole process with its first read of the
-  store). "before": the same commit by the code of `--before-rev` (the whole-manifest store)
-  on a layout-2 copy of the store at that size, 5 commits each, in its own interpreter.
+  `Store`, as `ingest` of many files or a service does; the slowest is the one that writes a
+  checkpoint), and by a fresh process (as one `traceanalyze ingest FILE`: its first read of the
+  store, the commit after it, and the whole process). "before": the same commit by the code of
+  `--before-rev` (the whole-manifest store) on a layout-2 copy of the store at that size, 5
+  commits each, in its own interpreter.
 * **read**: `traceanalyze summary`, `variability` and `runs --csv` over the whole store, each
-  in a fresh process under `/usr/bin/time`: wall time and peak RSS.
+  in a fresh process under `/usr/bin/time`: wall time and peak RSS; "before": the code of
+  `--before-rev` on a layout-2 copy of the same store.
 
 Timings are from a shared, loaded machine: quote them as ranges over runs.
 """
@@ -52,6 +54,9 @@ from traceanalyze.store import Store
 sys.path.insert(0, sys.argv[5])
 from bench_store_10k import source_tables
 st = Store(sys.argv[1])
+r0 = time.perf_counter()
+st.source_ids()  # the first read of the store, as `ingest` does before staging
+read = time.perf_counter() - r0
 times = []
 for k in range(int(sys.argv[3])):
     staged = st.stage(source_tables(int(sys.argv[2]) + k))
@@ -59,7 +64,7 @@ for k in range(int(sys.argv[3])):
     st.commit(staged)
     times.append(time.perf_counter() - c0)
     st.discard(staged)
-print(json.dumps({"commits_s": times, "process_s": time.perf_counter() - t0}))
+print(json.dumps({"commits_s": times, "read_s": read, "process_s": time.perf_counter() - t0}))
 """
 
 
@@ -151,33 +156,41 @@ def fresh_commit(store: Path, index: int, tree: Path) -> dict:
     got = _child(store, index, 1, tree)
     sid = source_tables(index).sources["source_id"][0]
     Store(store).remove(sid)
-    return {"fresh_commit_s": got["commits_s"][0], "fresh_process_s": got["process_s"]}
+    return {
+        "fresh_read_s": got["read_s"],
+        "fresh_commit_s": got["commits_s"][0],
+        "fresh_process_s": got["process_s"],
+    }
 
 
 def before_commits(store: Path, tree: Path, index: int) -> dict:
     """5 commits by the old code on a layout-2 copy of the store (its manifest lists every
     file; no log)."""
-    from traceanalyze.store import Store
-
-    Store(store).checkpoint()
     with tempfile.TemporaryDirectory(dir=store.parent) as tmp:
-        copy = Path(tmp) / "st"
-        shutil.copytree(
-            store, copy, symlinks=True, ignore=shutil.ignore_patterns("_log", "_leases")
-        )
-        doc = json.loads((copy / "traceanalyze-store.json").read_text())
-        old = {
-            "layout": 2,
-            "schema_version": doc["schema_version"],
-            "sources": doc["sources"],
-            "garbage": [{"path": g["path"], "since": g["since"]} for g in doc["garbage"]],
-        }
-        (copy / "traceanalyze-store.json").write_text(json.dumps(old, indent=1, sort_keys=True))
+        copy = layout2_copy(store, Path(tmp) / "st")
         got = _child(copy, index, 5, tree)
     return {
         "before_median_s": statistics.median(got["commits_s"]),
         "before_max_s": max(got["commits_s"]),
     }
+
+
+def layout2_copy(store: Path, copy: Path) -> Path:
+    """The store as the whole-manifest code wrote it: every file listed in the manifest, no
+    `version`, no log, no leases."""
+    from traceanalyze.store import Store
+
+    Store(store).checkpoint()
+    shutil.copytree(store, copy, symlinks=True, ignore=shutil.ignore_patterns("_log", "_leases"))
+    doc = json.loads((copy / "traceanalyze-store.json").read_text())
+    old = {
+        "layout": 2,
+        "schema_version": doc["schema_version"],
+        "sources": doc["sources"],
+        "garbage": [{"path": g["path"], "since": g["since"]} for g in doc["garbage"]],
+    }
+    (copy / "traceanalyze-store.json").write_text(json.dumps(old, indent=1, sort_keys=True))
+    return copy
 
 
 def old_tree(rev: str, dest: Path) -> Path:
@@ -190,11 +203,15 @@ def old_tree(rev: str, dest: Path) -> Path:
     return dest
 
 
-def read_commands(store: Path) -> list[dict]:
-    """Each reading command in a fresh process under /usr/bin/time: wall and peak RSS."""
+READS = (["summary"], ["variability"], ["runs", "--csv"])
+
+
+def read_commands(store: Path, tree: Path) -> list[dict]:
+    """Each reading command in a fresh process under /usr/bin/time (traceanalyze from `tree`):
+    wall and peak RSS."""
     rows = []
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for args in (["summary"], ["variability"], ["runs", "--csv"]):
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    for args in READS:
         cmd = [
             "/usr/bin/time",
             "-f",
@@ -225,39 +242,74 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sources", type=int, default=10_000)
     ap.add_argument("--before-rev", default="8ae913d", help="the last whole-manifest revision")
-    ap.add_argument("--no-before", action="store_true", help="skip the old code's commits")
+    ap.add_argument("--no-before", action="store_true", help="skip the old code's runs")
     ap.add_argument("--reads-only", action="store_true", help="only the reading commands")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each reading command")
     a = ap.parse_args()
     data = ROOT / "bench-data"
     store = data / f"store10k-{a.sources}"
     results = data / f"store10k-{a.sources}.json"
+    before = None if a.no_before else old_tree(a.before_rev, data / f"tree-{a.before_rev}")
     if not a.reads_only:
         if store.exists():
             shutil.rmtree(store)
-        before = None if a.no_before else old_tree(a.before_rev, data / f"tree-{a.before_rev}")
         t0 = time.perf_counter()
         commits = make_store(store, a.sources, before)
         print(f"made {store} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
         results.write_text(json.dumps(commits, indent=1))
-    commits = json.loads(results.read_text())
-    print(f"commit of one source (s), store of n sources; before = {a.before_rev}")
+    print_commits(json.loads(results.read_text()), a.before_rev)
+    reads = [read_commands(store, ROOT) for _ in range(a.repeat)]
+    old: list[list[dict]] = []
+    if before is not None:
+        copy = data / f"store10k-{a.sources}-layout2"
+        if copy.exists():
+            shutil.rmtree(copy)
+        layout2_copy(store, copy)
+        old = [read_commands(copy, before) for _ in range(a.repeat)]
+    print_reads(a.sources, reads, old, a.before_rev)
+
+
+def print_commits(commits: dict, rev: str) -> None:
+    print(f"commit of one source (s), store of n sources; before = {rev}")
     print(
-        f"{'n':>6} {'warm med':>9} {'warm max':>9} {'fresh':>7} {'fresh proc':>11} "
+        f"{'n':>6} {'warm med':>9} {'warm max':>9} {'1st read':>9} {'fresh':>7} {'fresh proc':>11} "
         f"{'before med':>11} {'before max':>11}"
     )
     for n, r in commits.items():
         print(
-            f"{n:>6} {r['warm_median_s']:>9.4f} {r['warm_max_s']:>9.4f} {r['fresh_commit_s']:>7.4f}"
-            f" {r['fresh_process_s']:>11.2f} {r.get('before_median_s', float('nan')):>11.4f}"
-            f" {r.get('before_max_s', float('nan')):>11.4f}"
+            f"{n:>6} {r['warm_median_s']:>9.4f} {r['warm_max_s']:>9.4f} "
+            f"{r.get('fresh_read_s', float('nan')):>9.4f} "
+            f"{r['fresh_commit_s']:>7.4f} {r['fresh_process_s']:>11.2f} "
+            f"{r.get('before_median_s', float('nan')):>11.4f} "
+            f"{r.get('before_max_s', float('nan')):>11.4f}"
         )
-    print(f"\nreading commands over {a.sources} sources (fresh process each)")
-    print(f"{'command':<12} {'exit':>4} {'wall s':>7} {'peak RSS MiB':>13} {'out lines':>10}")
-    for r in read_commands(store):
-        print(
-            f"{r['command']:<12} {r['exit']:>4} {r['wall_s']:>7.2f} {r['peak_rss_mib']:>13.0f}"
-            f" {r['out_lines']:>10} {r['err']}"
+
+
+def _span(vals: list[float], fmt: str) -> str:
+    lo, hi = min(vals), max(vals)
+    return format(lo, fmt) if lo == hi else f"{lo:{fmt}}-{hi:{fmt}}"
+
+
+def print_reads(n: int, reads: list[list[dict]], old: list[list[dict]], rev: str) -> None:
+    print(f"\nreading commands over {n} sources (fresh process each; ranges over runs)")
+    print(
+        f"{'command':<12} {'exit':>4} {'wall s':>10} {'peak MiB':>10} {'lines':>7}"
+        f" {'before wall s':>14} {'before MiB':>11}"
+    )
+    for i, args in enumerate(READS):
+        now = [r[i] for r in reads]
+        was = [r[i] for r in old]
+        line = (
+            f"{' '.join(args):<12} {max(r['exit'] for r in now):>4} "
+            f"{_span([r['wall_s'] for r in now], '.2f'):>10} "
+            f"{_span([r['peak_rss_mib'] for r in now], '.0f'):>10} {now[0]['out_lines']:>7}"
         )
+        if was:
+            line += (
+                f" {_span([r['wall_s'] for r in was], '.2f'):>14}"
+                f" {_span([r['peak_rss_mib'] for r in was], '.0f'):>11}"
+            )
+        print(line + "".join(f" {r['err']}" for r in now if r["err"]))
 
 
 if __name__ == "__main__":
