@@ -223,7 +223,8 @@ def read_commands(store: Path, tree: Path) -> list[dict]:
             "--store",
             str(store),
         ]
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        # cwd = the tree: `python -m` puts the working directory first on sys.path
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, cwd=tree)
         line = [ln for ln in r.stderr.splitlines() if ln.startswith("TIME ")][-1].split()
         rows.append(
             {
