@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hs
 
 import traceanalyze as ta
 from traceanalyze import store_log
@@ -23,7 +25,14 @@ from traceanalyze.errors import StoreError
 from traceanalyze.store import KILL_ENV, MARKER, STAGING, Store
 
 from . import _store_state
-from .test_store_security import HEX32, VICTIM_PART, digest, one_error_line
+from .test_store_security import (
+    HEX32,
+    VICTIM_PART,
+    _path_strategy,
+    digest,
+    json_values,
+    one_error_line,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG = "_log"
@@ -326,3 +335,52 @@ def test_commit_cost_does_not_walk_other_sources(tmp_path: Path, monkeypatch) ->
     assert calls == []
     Store(st).vacuum(grace_s=0)  # the explicit full walk
     assert calls != []
+
+
+# --- property: tampered log entries -------------------------------------------------------------
+
+
+@hs.composite
+def tampered_entry(draw, victim_abs: str) -> object:
+    """An entry 2 with every field drawn from the shapes an attacker could write."""
+    paths = _path_strategy(victim_abs)
+    sid = draw(hs.sampled_from(["00000000deadbeef", "not-hex", "0" * 16, ""]))
+    table = draw(hs.sampled_from(["iterations", "kernels", "nope", "../x"]))
+    files = draw(hs.one_of(hs.lists(paths, max_size=3), json_values))
+    doc = {
+        "version": draw(hs.one_of(hs.just(2), json_values)),
+        "time": draw(hs.one_of(hs.just(1.0), hs.floats(), json_values)),
+        "add": draw(hs.one_of(hs.just({sid: {"files": {table: files}}}), json_values)),
+        "remove": draw(
+            hs.one_of(hs.lists(hs.one_of(hs.just(sid), paths), max_size=2), json_values)
+        ),
+        "purge": draw(hs.one_of(hs.lists(paths, max_size=3), json_values)),
+    }
+    return draw(hs.one_of(hs.just(doc), json_values))
+
+
+@settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=hs.data())
+def test_no_tampered_entry_touches_a_victim_or_escapes_as_a_traceback(two, data) -> None:
+    st, c, victim = two
+    before = digest(victim)
+    doc = data.draw(tampered_entry(str(victim.parent / VICTIM_PART)))
+    _entry2(st).write_text(json.dumps(doc))
+    for args in (
+        ("summary", "--store", str(st)),
+        ("ingest", str(c), "--store", str(st), "--force"),
+    ):
+        r = cli(*args)
+        assert r.exit_code in (0, 1), (args, r.output, r.exception)
+        if r.exit_code == 1:
+            one_error_line(r)
+    try:
+        Store(st).vacuum(grace_s=0)
+        Store(st).files("iterations")
+    except StoreError:
+        pass
+    assert digest(victim) == before

@@ -1,20 +1,24 @@
-"""The Parquet store: hive-partitioned Parquet files and a manifest that names the committed ones.
+"""The Parquet store: hive-partitioned Parquet files, a log of commits that names the committed
+ones, and a manifest holding the whole state at the log's last checkpoint (layout 3).
 
 Layout (docs/store.md has the whole protocol and recipes for outside engines)::
 
-    <store>/traceanalyze-store.json                       the manifest: the commit point
+    <store>/traceanalyze-store.json                       the manifest: a checkpoint (`version`)
+    <store>/_log/<version: 20 digits>.json                one entry per later commit (store_log)
     <store>/<table>/source_id=<id>/part-<txn>.parquet     one file per table per source and commit
     <store>/.lock                                         the store lock (flock), held to commit
     <store>/.staging/<owner>.lock                          a writing process's liveness lock
     <store>/.staging/<owner>-<uuid>/ (= <txn>)             a writer's files before its commit
+    <store>/_leases/<32 hex>.lease                        a reader's pinned version (store_lease)
 
-A source is in the store when the manifest lists it; readers (`scan`, `table`, `tables`,
-`files`, `source_ids`, `has_source`) read the manifest once and open only the files it lists,
-so a source appears, or is replaced, for them in one step: the `os.replace` of the manifest.
-Files in the table directories that the manifest does not list (a writer killed between its
-renames and its manifest write, a replaced source's old files) are never read; the next writer
-removes them, replaced files only after a grace period (`grace_s`) so that a reader still
-holding the previous manifest finds them.
+A source is in the store when the manifest and the log entries after it list it; readers
+(`scan`, `table`, `tables`, `files`, `source_ids`, `has_source`) replay the log once per call
+and open only the files listed, so a source appears, or is replaced, for them in one step: the
+creation of its commit's entry. A commit writes one entry whose size does not depend on the
+store's, so its cost stays flat as the store grows. Files in the table directories that no
+version lists (a writer killed between its renames and its entry, a replaced source's old
+files) are never read; the next writer removes them, replaced files only after a grace period
+(`grace_s`) and when no reader's lease pins a version that lists them.
 
 `source_id` lives in the directory name only (the hive convention). It is hex text that can be
 all digits (`0123…`), which hive readers infer as an integer: `scan` pins it to String, and a
@@ -22,8 +26,9 @@ scan of your own should too (polars `hive_schema={"source_id": pl.String}`, Duck
 `hive_types={'source_id': 'VARCHAR'}`).
 
 Test hook: `TRACEANALYZE_TEST_KILL_AT=<point>` makes the process SIGKILL itself at that point
-(`stage-start`, `stage-mid`, `commit-locked`, `rename-<n>`, `before-manifest`,
-`after-manifest`); the crash tests use it, nothing else should.
+(`stage-start`, `stage-mid`, `commit-locked`, `rename-<n>`, `before-manifest` (before the log
+entry), `after-manifest`, `before-checkpoint`, `after-checkpoint`); the crash tests use it,
+nothing else should.
 """
 
 from __future__ import annotations

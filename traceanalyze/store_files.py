@@ -1,6 +1,6 @@
-"""The store's file operations (internals of `traceanalyze.store`): the store lock, the
-manifest's write, the clean-up of garbage and debris, and the checks every file gets before it is
-read. Every operation that changes the store goes through directory descriptors opened without
+"""The store's file operations (internals of `traceanalyze.store`): the store lock, the state
+for a writer (and the migration of older layouts), a commit's log entry and checkpoint, the
+clean-up of garbage and debris, and the checks every file gets before it is read. Every operation that changes the store goes through directory descriptors opened without
 following a link (`_safefs`); docs/store.md, "Sharing a store", says what that defends against.
 """
 
