@@ -116,22 +116,29 @@ def oldest_pinned(root: Path, root_fd: int) -> int | None:
 
 def _live_version(dfd: int, name: str) -> int | None:
     """The version a live lease pins; None (and the lease removed) when its holder is gone."""
-    try:
-        fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        if e.errno == errno.ELOOP:  # a link where a lease belongs: the link only goes
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name, dir_fd=dfd)
+    fd = -1
+    for mode in (os.O_RDWR, os.O_RDONLY):  # another user's lease may be read-only to us
+        try:
+            fd = os.open(name, mode | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            break
+        except FileNotFoundError:
             return None
-        if e.errno == errno.EISDIR:
-            return None
-        raise
+        except PermissionError:
+            continue
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # a link where a lease belongs: the link only goes
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=dfd)
+                return None
+            if e.errno == errno.EISDIR:
+                return None
+            raise
+    if fd < 0:
+        return UNPINNED  # unreadable: whether it is alive cannot be told, so keep everything
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # alive
+        except OSError:  # alive (or, over NFS, a read-only descriptor that cannot tell)
             m = _TEXT.fullmatch(os.pread(fd, 32, 0))
             return int(m.group(1)) if m else UNPINNED
         with contextlib.suppress(FileNotFoundError):
