@@ -384,3 +384,45 @@ def test_no_tampered_entry_touches_a_victim_or_escapes_as_a_traceback(two, data)
     except StoreError:
         pass
     assert digest(victim) == before
+
+
+def test_a_long_lived_reader_catches_up_across_pruned_entries(tmp_path: Path, monkeypatch) -> None:
+    """A Store that read version 1 and is asked again after checkpoints removed the entries
+    it would replay reads the manifest again rather than miss a commit."""
+    monkeypatch.setattr(store_log, "CHECKPOINT_EVERY", 2)
+    st = tmp_path / "st"
+    files = logs(tmp_path, 9)
+    ta.ingest(files[:1], st)
+    reader = Store(st)
+    assert reader.source_ids() == [sid_of(files[0])]
+    for f in files[1:]:
+        ta.ingest([f], st)
+    assert min(_store_state.entries(st)) > 2  # entry 2 is gone
+    assert reader.source_ids() == sorted(sid_of(f) for f in files)
+    assert reader.version() == 9
+
+
+def test_a_pinned_table_of_many_small_files_kept_in_memory_reads_the_same(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The in-memory copy a snapshot keeps of a table of many small files (lowered here to 2
+    files) gives what the files hold, filters included."""
+    from traceanalyze import store as store_mod
+
+    monkeypatch.setattr(store_mod, "KEEP_MIN_FILES", 2)
+    st = tmp_path / "st"
+    files = logs(tmp_path, 3)
+    ta.ingest(files, st)
+    pinned = Store(st).snapshot()
+    want = sorted(  # "Iteration Duration <iteration> <n> : <seconds>"
+        (sid_of(f), int(ln.split()[2]), round(float(ln.split()[-1]) * 1e9))
+        for f in files
+        for ln in f.read_text().splitlines()
+    )
+    for _ in range(2):  # the first scan reads the files, the second the copy
+        got = pinned.scan("iterations").select("source_id", "iteration", "duration_ns").collect()
+        assert sorted(got.rows()) == want
+    assert set(pinned._frames) == {"iterations"}
+    one = sid_of(files[1])
+    ds = ta.open(store=st).where(source=one)
+    assert ds.table("iterations")["source_id"].unique().to_list() == [one]
