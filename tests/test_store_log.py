@@ -426,3 +426,23 @@ def test_a_pinned_table_of_many_small_files_kept_in_memory_reads_the_same(
     one = sid_of(files[1])
     ds = ta.open(store=st).where(source=one)
     assert ds.table("iterations")["source_id"].unique().to_list() == [one]
+
+
+def test_a_log_directory_that_is_a_link_is_one_error_and_nothing_there_is_touched(two) -> None:
+    """`_log` swapped for a link to a directory of entry-shaped files: every command stops on
+    the link; nothing in its target is read as a commit, pruned or removed."""
+    st, c, victim = two
+    for p in (st / LOG).iterdir():  # the attacker's target holds real entries
+        p.rename(victim / p.name)
+    (victim / f"{9:020d}.json").write_text("{}")
+    (victim / f".tmp-{'a' * 32}").write_text("precious\n")
+    before = digest(victim)
+    (st / LOG).rmdir()
+    (st / LOG).symlink_to(victim)
+    for args in (("summary", "--store", str(st)), ("ingest", str(c), "--store", str(st))):
+        one_error_line(cli(*args), "_log is a symbolic link")
+    for call in (lambda s: s.checkpoint(), lambda s: s.vacuum(grace_s=0)):
+        with pytest.raises(StoreError, match="_log is a symbolic link"):
+            call(Store(st))
+    after = digest(victim)
+    assert {k: after[k] for k in before} == before
