@@ -1,7 +1,8 @@
 """The store's file operations (internals of `traceanalyze.store`): the store lock, the state
 for a writer (and the migration of older layouts), a commit's log entry and checkpoint, the
-clean-up of garbage and debris, and the checks every file gets before it is read. Every operation that changes the store goes through directory descriptors opened without
-following a link (`_safefs`); docs/store.md, "Sharing a store", says what that defends against.
+clean-up of garbage and debris, and the checks every file gets before it is read. Every
+operation that changes the store goes through directory descriptors opened without following a
+link (`_safefs`); docs/store.md, "Sharing a store", says what that defends against.
 """
 
 from __future__ import annotations
