@@ -446,3 +446,25 @@ def test_a_log_directory_that_is_a_link_is_one_error_and_nothing_there_is_touche
             call(Store(st))
     after = digest(victim)
     assert {k: after[k] for k in before} == before
+
+
+def test_sigkill_mid_migration_leaves_the_old_store_readable_and_the_next_writer_migrates(
+    tmp_path: Path,
+) -> None:
+    st = tmp_path / "st"
+    a, b, c = logs(tmp_path, 3)
+    ta.ingest([a, b], st)
+    Store(st).checkpoint()
+    doc = manifest(st)
+    old = {"layout": 2, "schema_version": doc["schema_version"], "sources": doc["sources"]}
+    for p in (st / LOG).iterdir():
+        p.unlink()
+    (st / MARKER).write_text(json.dumps(old))
+    r = run_py(INGEST, "100", str(st), str(c), env={KILL_ENV: "before-migration"})
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    assert manifest(st) == old  # still the layout-2 store, as it was
+    assert Store(st).source_ids() == sorted([sid_of(a), sid_of(b)])
+    assert run_py(INGEST, "100", str(st), str(c)).returncode == 0
+    assert manifest(st)["layout"] == 3
+    assert_reads(st, [a, b, c])
+    assert_clean(st)

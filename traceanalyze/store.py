@@ -27,8 +27,8 @@ scan of your own should too (polars `hive_schema={"source_id": pl.String}`, Duck
 
 Test hook: `TRACEANALYZE_TEST_KILL_AT=<point>` makes the process SIGKILL itself at that point
 (`stage-start`, `stage-mid`, `commit-locked`, `rename-<n>`, `before-manifest` (before the log
-entry), `after-manifest`, `before-checkpoint`, `after-checkpoint`); the crash tests use it,
-nothing else should.
+entry), `after-manifest`, `before-checkpoint`, `after-checkpoint`, `before-migration`); the
+crash tests use it, nothing else should.
 """
 
 from __future__ import annotations

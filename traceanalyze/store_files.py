@@ -133,6 +133,7 @@ def load_for_write(root: Path, root_fd: int, cached: Manifest | None = None) -> 
         remove_dead_staging(root / STAGING)
     store_log.clear(root, root_fd)  # an interrupted migration's entries, if any
     m.layout, m.version = LAYOUT_VERSION, 0
+    kill_point("before-migration")
     write_manifest(root, m, root_fd)
     return m
 
