@@ -77,6 +77,12 @@ FIGURES: dict[str, tuple[str, tuple[str, ...], str]] = {
         (),
         "NVML sampler overhead on ResNet-50 training",
     ),
+    "store-10k": (
+        "bench_store_10k.py",
+        (),
+        "a store of 10,000 sources: commit time as it grows (vs the whole-manifest store), "
+        "summary/variability/runs over it",
+    ),
 }
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import signal
 import sqlite3
@@ -31,6 +30,7 @@ from traceanalyze import schema
 from traceanalyze.errors import MalformedInput
 from traceanalyze.store import KILL_ENV, MARKER, STAGING, Store
 
+from . import _store_state
 from .conftest import shared
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,9 +101,7 @@ def check_visible(st: Path, expected: dict[str, dict[str, int]]) -> None:
 def unlisted_files(st: Path) -> list[str]:
     """Parquet files in the table directories that the manifest neither lists nor keeps as
     garbage (a killed writer's renamed files)."""
-    doc = json.loads((st / MARKER).read_text())
-    known = {f for s in doc["sources"].values() for fs in s["files"].values() for f in fs}
-    known |= {g["path"] for g in doc["garbage"]}
+    known = _store_state.listed(st)  # the manifest and the log entries after it
     on_disk = {str(p.relative_to(st)) for p in st.glob("*/source_id=*/*.parquet")}
     return sorted(on_disk - known)
 
@@ -253,7 +251,7 @@ def test_readers_during_force_reingests_never_see_a_partial_source(tmp_path: Pat
     assert writer.wait() == 0
     check_visible(st, exp)
     # the replaced files wait out the grace period as garbage, listed with their time
-    doc = json.loads((st / MARKER).read_text())
+    doc = _store_state.committed(st)
     assert len(doc["garbage"]) == 4 * len(exp[sid_of(target)])
     print(f"{reads} consistent reads during 4 --force re-ingests")
 
@@ -282,7 +280,7 @@ def test_replaced_files_go_after_the_grace_period(tmp_path: Path, write) -> None
     assert old.is_file()
     Store(st).vacuum(grace_s=0)
     assert not old.exists()
-    assert json.loads((st / MARKER).read_text())["garbage"] == []
+    assert _store_state.committed(st)["garbage"] == []
     assert Store(st).table("iterations").height == 1
 
 
@@ -305,9 +303,9 @@ def test_a_layout_1_store_is_read_and_upgraded_by_the_next_writer(tmp_path: Path
     assert Store(st).source_ids() == [sid_of(a)]
     assert Store(st).table("iterations")["source_id"].to_list() == [sid_of(a)]
     ta.ingest([b], st)
-    doc = json.loads((st / MARKER).read_text())
-    assert doc["layout"] == 2 and sorted(doc["sources"]) == sorted([sid_of(a), sid_of(b)])
-    assert doc["garbage"][0]["path"] == "iterations/source_id=00000000deadbeef/part-0.parquet"
+    doc = _store_state.committed(st)  # migrated to layout 3: its manifest and log
+    assert doc["layout"] == 3 and sorted(doc["sources"]) == sorted([sid_of(a), sid_of(b)])
+    assert doc["garbage"][0] == "iterations/source_id=00000000deadbeef/part-0.parquet"
     assert not (st / ".tmp-x-1234").exists()
     Store(st).vacuum(grace_s=0)
     assert not partial.exists()

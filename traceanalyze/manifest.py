@@ -17,7 +17,7 @@ import os
 import re
 import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +26,7 @@ from ._safefs import FILE_MODE, is_dir_at, not_own, open_dir, regular_file_at, r
 from .errors import StoreError
 
 MARKER = "traceanalyze-store.json"
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3  # 3: the manifest is a checkpoint, later commits are in `_log/` (store_log)
 LOCK_NAME = ".lock"
 STAGING = ".staging"
 DEFAULT_GRACE_S = 60.0
@@ -50,6 +50,7 @@ MAX_MANIFEST_BYTES = 256 << 20
 MAX_SOURCES = 1_000_000
 MAX_FILES_PER_TABLE = 1_024  # per source; a writer lists one
 MAX_GARBAGE = 1_000_000
+MAX_VERSION = 10**19  # a commit version fits the log's 20-digit file names
 
 _SID = re.compile(r"[0-9a-f]{16}")
 # part-<txn>.parquet with <txn> = <owner>-<uuid> (32 hex digits each); part-0.parquet is layout 1's
@@ -57,7 +58,7 @@ _PART = re.compile(r"part-(?:0|[0-9a-f]{32}-[0-9a-f]{32})\.parquet")
 _SHAPE = "<table>/source_id=<16 hex>/part-<hex>-<hex>.parquet"
 
 
-def _short(value: object) -> str:
+def short(value: object) -> str:
     """A manifest value for an error message, cut when long (a 50 MB string stays one line)."""
     r = repr(value)
     return r if len(r) <= 80 else f"{r[:50]}…{r[-12:]} ({len(r):,} characters)"
@@ -80,7 +81,7 @@ def path_problem(rel: object, *, table: str | None = None, sid: str | None = Non
         return f"is not of the store's shape {_SHAPE}"
     t, part, name = parts
     if t not in schema.TABLE_NAMES:
-        return f"names no table of the schema ({_short(t)})"
+        return f"names no table of the schema ({short(t)})"
     if not part.startswith("source_id=") or not _SID.fullmatch(part[len("source_id=") :]):
         return f"is not of the store's shape {_SHAPE}"
     if not _PART.fullmatch(name):
@@ -94,22 +95,31 @@ def path_problem(rel: object, *, table: str | None = None, sid: str | None = Non
 
 @dataclass
 class Manifest:
-    """What is committed: per source, per table, the data files (paths relative to the root)."""
+    """What is committed at one version: per source, per table, the data files (paths relative
+    to the root). The manifest file holds it at the version of its last checkpoint; the log's
+    later entries (store_log) bring it to the latest version."""
 
     sources: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-    # Files no longer listed by any source, with the time they stopped being listed.
-    garbage: list[tuple[str, float]] = field(default_factory=list)
+    # Files no longer listed by any source: (path, the time and the version from which on it
+    # is no longer listed). A reader pinned to an earlier version may still read it.
+    garbage: list[tuple[str, float, int]] = field(default_factory=list)
     layout: int = LAYOUT_VERSION
+    version: int = 0
 
     def files(self, table: str) -> list[str]:
         return sorted(f for t in self.sources.values() for f in t.get(table, ()))
+
+    def listed(self, sid: str, table: str, rel: str) -> bool:
+        """Whether `rel` is a committed file of `sid`'s `table` (a dictionary look-up)."""
+        return rel in self.sources.get(sid, {}).get(table, ())
 
     def to_json(self) -> str:
         doc = {
             "layout": LAYOUT_VERSION,
             "schema_version": schema.SCHEMA_VERSION,
+            "version": self.version,
             "sources": {sid: {"files": t} for sid, t in sorted(self.sources.items())},
-            "garbage": [{"path": p, "since": s} for p, s in self.garbage],
+            "garbage": [{"path": p, "since": s, "version": v} for p, s, v in self.garbage],
         }
         return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
@@ -182,12 +192,18 @@ def _read_marker(root: Path) -> str | None:
         if e.errno != errno.ELOOP:
             raise
         raise StoreError(f"{MARKER} is a symbolic link; refusing to follow it", path=root) from None
+    return read_bounded(fd, root, f"manifest {MARKER}")
+
+
+def read_bounded(fd: int, root: Path, what: str) -> str:
+    """The text of an open store file (closed here), at most MAX_MANIFEST_BYTES: a larger one
+    is a StoreError naming `what`, never read whole."""
     with os.fdopen(fd, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         data = f.read(MAX_MANIFEST_BYTES + 1)
     if max(size, len(data)) > MAX_MANIFEST_BYTES:
         raise StoreError(
-            f"manifest {MARKER} is larger than {MAX_MANIFEST_BYTES >> 20} MiB; not a store this "
+            f"{what} is larger than {MAX_MANIFEST_BYTES >> 20} MiB; not a store this "
             "traceanalyze wrote",
             path=root,
         )
@@ -203,76 +219,90 @@ def read_manifest(root: Path) -> Manifest | None:
     try:
         doc = json.loads(text)
     except (ValueError, RecursionError) as e:
-        raise StoreError(f"unreadable manifest {MARKER}: {_short(str(e))}", path=root) from None
+        raise StoreError(f"unreadable manifest {MARKER}: {short(str(e))}", path=root) from None
     layout = doc.get("layout") if isinstance(doc, dict) else None
     if not isinstance(layout, int) or isinstance(layout, bool):
         raise StoreError(f"unreadable manifest {MARKER}: no integer 'layout'", path=root)
     if layout == 1:
         return _layout1_manifest(root)
-    if layout != LAYOUT_VERSION:
+    if layout > LAYOUT_VERSION or layout < 1:
         raise StoreError(f"store layout {layout} is newer than this traceanalyze", path=root)
     try:
-        return Manifest(_checked_sources(doc.get("sources")), _checked_garbage(doc.get("garbage")))
-    except _Bad as e:
+        version = 0 if layout == 2 else checked_version(doc.get("version"), "version")
+        garbage = checked_garbage(doc.get("garbage"), version)
+        return Manifest(checked_sources(doc.get("sources")), garbage, layout, version)
+    except Malformed as e:
         raise StoreError(f"malformed manifest {MARKER}: {e.where}: {e.why}", path=root) from None
 
 
-class _Bad(Exception):
+class Malformed(Exception):
+    """An entry of a manifest or log entry that is off: where it is and why."""
+
     def __init__(self, where: str, why: str) -> None:
         super().__init__(where, why)
         self.where, self.why = where, why
 
 
-def _checked_sources(value: object) -> dict[str, dict[str, list[str]]]:
+def checked_version(value: object, where: str, *, most: int = MAX_VERSION) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= most:
+        raise Malformed(f"{where} = {short(value)}", f"not a version (an integer 0 to {most})")
+    return value
+
+
+def checked_sources(value: object, name: str = "sources") -> dict[str, dict[str, list[str]]]:
     if not isinstance(value, dict):
-        raise _Bad("sources", f"not an object but {type(value).__name__}")
+        raise Malformed(name, f"not an object but {type(value).__name__}")
     if len(value) > MAX_SOURCES:
-        raise _Bad("sources", f"{len(value):,} sources, more than {MAX_SOURCES:,}")
+        raise Malformed(name, f"{len(value):,} sources, more than {MAX_SOURCES:,}")
     out: dict[str, dict[str, list[str]]] = {}
     for sid, entry in value.items():
-        where = f"sources[{_short(sid)}]"
+        where = f"{name}[{short(sid)}]"
         if not _SID.fullmatch(sid):
-            raise _Bad(where, "not a source id (16 hex digits)")
+            raise Malformed(where, "not a source id (16 hex digits)")
         files = entry.get("files") if isinstance(entry, dict) else None
         if not isinstance(files, dict):
-            raise _Bad(f"{where}.files", "not an object")
+            raise Malformed(f"{where}.files", "not an object")
         tabs: dict[str, list[str]] = {}
         for table, paths in files.items():
-            at = f"{where}.files[{_short(table)}]"
+            at = f"{where}.files[{short(table)}]"
             if table not in schema.TABLE_NAMES:
-                raise _Bad(at, "names no table of the schema")
+                raise Malformed(at, "names no table of the schema")
             if not isinstance(paths, list) or len(paths) > MAX_FILES_PER_TABLE:
-                raise _Bad(at, f"not a list of at most {MAX_FILES_PER_TABLE:,} paths")
+                raise Malformed(at, f"not a list of at most {MAX_FILES_PER_TABLE:,} paths")
             for i, rel in enumerate(paths):
                 why = path_problem(rel, table=table, sid=sid)
                 if why is not None:
-                    raise _Bad(f"{at}[{i}] = {_short(rel)}", why)
+                    raise Malformed(f"{at}[{i}] = {short(rel)}", why)
             tabs[table] = list(paths)
         out[sid] = tabs
     return out
 
 
-def _checked_garbage(value: object) -> list[tuple[str, float]]:
+def checked_garbage(value: object, version: int) -> list[tuple[str, float, int]]:
+    """Garbage entries: a store file path, a finite `since` time, and (from layout 3) the
+    version from which on it is unlisted, at most the manifest's own."""
     if value is None:
         return []
     if not isinstance(value, list) or len(value) > MAX_GARBAGE:
-        raise _Bad("garbage", f"not a list of at most {MAX_GARBAGE:,} entries")
-    out: list[tuple[str, float]] = []
+        raise Malformed("garbage", f"not a list of at most {MAX_GARBAGE:,} entries")
+    out: list[tuple[str, float, int]] = []
     for i, g in enumerate(value):
         rel = g.get("path") if isinstance(g, dict) else None
         since = g.get("since") if isinstance(g, dict) else None
         why = path_problem(rel)
         if why is not None:
-            raise _Bad(f"garbage[{i}].path = {_short(rel)}", why)
-        if (
-            not isinstance(since, (int, float))
-            or isinstance(since, bool)
-            or not math.isfinite(since)
-        ):
-            raise _Bad(f"garbage[{i}].since = {_short(since)}", "not a finite number")
-        assert isinstance(rel, str)
-        out.append((rel, float(since)))
+            raise Malformed(f"garbage[{i}].path = {short(rel)}", why)
+        checked_time(since, f"garbage[{i}].since")
+        v = checked_version(g.get("version", 0), f"garbage[{i}].version", most=version)
+        assert isinstance(rel, str) and isinstance(since, (int, float))
+        out.append((rel, float(since), v))
     return out
+
+
+def checked_time(value: object, where: str) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise Malformed(f"{where} = {short(value)}", "not a finite number")
+    return float(value)
 
 
 # --- transaction locks --------------------------------------------------------------------------
@@ -445,22 +475,29 @@ def release_txn(staging_root: Path, txn: str) -> None:
         os.close(held.fd)
 
 
-def remove_dead_staging(staging_root: Path, *, strict: bool = True) -> None:
+OnDead = Callable[[int, str], None]
+
+
+def remove_dead_staging(
+    staging_root: Path, *, strict: bool = True, on_dead: OnDead | None = None
+) -> None:
     """Remove the staging of transactions whose writer is gone (no process holds its lock).
 
     Only inside the store's own `.staging` directory, opened without following a link, and
     never through a link in it. A `.staging` that is a link is a StoreError (`strict`) or left
-    alone (clean-up after a failure, which must not hide the failure)."""
+    alone (clean-up after a failure, which must not hide the failure). `on_dead(staging fd,
+    txn)` is called before a dead txn's staging is removed (its skeleton names the files its
+    commit may have renamed into place: store_log removes them unless they were committed)."""
     try:
         with _staging(staging_root) as sfd:
             if sfd is not None:
-                _remove_dead(sfd)
+                _remove_dead(sfd, on_dead or (lambda _fd, _txn: None))
     except StoreError:
         if strict:
             raise
 
 
-def _remove_dead(sfd: int) -> None:
+def _remove_dead(sfd: int, on_dead: OnDead) -> None:
     with os.scandir(sfd) as it:
         entries = sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it)
     for name, is_dir in entries:
@@ -484,6 +521,7 @@ def _remove_dead(sfd: int) -> None:
             stem = name[: -len(".lock")]
             for d, d_is_dir in entries:
                 if d_is_dir and d.startswith(f"{stem}-"):
+                    on_dead(sfd, d)
                     rmtree_at(sfd, d)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=sfd)
@@ -494,4 +532,5 @@ def _remove_dead(sfd: int) -> None:
         dirs = [e.name for e in it if e.is_dir(follow_symlinks=False)]
     for d in dirs:
         if not regular_file_at(sfd, f"{owner_of(d)}.lock"):
+            on_dead(sfd, d)
             rmtree_at(sfd, d)

@@ -1,20 +1,24 @@
-"""The Parquet store: hive-partitioned Parquet files and a manifest that names the committed ones.
+"""The Parquet store: hive-partitioned Parquet files, a log of commits that names the committed
+ones, and a manifest holding the whole state at the log's last checkpoint (layout 3).
 
 Layout (docs/store.md has the whole protocol and recipes for outside engines)::
 
-    <store>/traceanalyze-store.json                       the manifest: the commit point
+    <store>/traceanalyze-store.json                       the manifest: a checkpoint (`version`)
+    <store>/_log/<version: 20 digits>.json                one entry per later commit (store_log)
     <store>/<table>/source_id=<id>/part-<txn>.parquet     one file per table per source and commit
     <store>/.lock                                         the store lock (flock), held to commit
     <store>/.staging/<owner>.lock                          a writing process's liveness lock
     <store>/.staging/<owner>-<uuid>/ (= <txn>)             a writer's files before its commit
+    <store>/_leases/<32 hex>.lease                        a reader's pinned version (store_lease)
 
-A source is in the store when the manifest lists it; readers (`scan`, `table`, `tables`,
-`files`, `source_ids`, `has_source`) read the manifest once and open only the files it lists,
-so a source appears, or is replaced, for them in one step: the `os.replace` of the manifest.
-Files in the table directories that the manifest does not list (a writer killed between its
-renames and its manifest write, a replaced source's old files) are never read; the next writer
-removes them, replaced files only after a grace period (`grace_s`) so that a reader still
-holding the previous manifest finds them.
+A source is in the store when the manifest and the log entries after it list it; readers
+(`scan`, `table`, `tables`, `files`, `source_ids`, `has_source`) replay the log once per call
+and open only the files listed, so a source appears, or is replaced, for them in one step: the
+creation of its commit's entry. A commit writes one entry whose size does not depend on the
+store's, so its cost stays flat as the store grows. Files in the table directories that no
+version lists (a writer killed between its renames and its entry, a replaced source's old
+files) are never read; the next writer removes them, replaced files only after a grace period
+(`grace_s`) and when no reader's lease pins a version that lists them.
 
 `source_id` lives in the directory name only (the hive convention). It is hex text that can be
 all digits (`0123…`), which hive readers infer as an integer: `scan` pins it to String, and a
@@ -22,8 +26,9 @@ scan of your own should too (polars `hive_schema={"source_id": pl.String}`, Duck
 `hive_types={'source_id': 'VARCHAR'}`).
 
 Test hook: `TRACEANALYZE_TEST_KILL_AT=<point>` makes the process SIGKILL itself at that point
-(`stage-start`, `stage-mid`, `commit-locked`, `rename-<n>`, `before-manifest`,
-`after-manifest`); the crash tests use it, nothing else should.
+(`stage-start`, `stage-mid`, `commit-locked`, `rename-<n>`, `before-manifest` (before the log
+entry), `after-manifest`, `before-checkpoint`, `after-checkpoint`, `before-migration`); the
+crash tests use it, nothing else should.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import contextlib
 import itertools
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,7 +45,7 @@ from typing import Any
 
 import polars as pl
 
-from . import schema, store_files
+from . import schema, store_files, store_lease, store_log
 from ._safefs import open_path, regular_file_at, rmtree_at, root_is_link, walk
 from .errors import StoreError, TraceanalyzeError, UnknownFormat, quote_path
 from .manifest import (
@@ -58,6 +64,8 @@ from .manifest import (
     release_txn,
 )
 from .readers import READERS, detect_format, file_sha256, source_id_for
+from .store_lease import LEASES
+from .store_log import LOG_DIR, Entry
 from .tables import Tables
 
 # --- the store ----------------------------------------------------------------------------------
@@ -84,11 +92,13 @@ class Store:
         self.root = Path(root)
         self.grace_s = grace_s
         self._pinned: Manifest | None = None
+        self._cache: Manifest | None = None  # the last state read: later reads replay the log
+        self._frames: dict[str, pl.DataFrame] = {}  # a snapshot's tables of many small files
         if self.root.is_symlink():
             raise root_is_link(self.root)
         if self.root.is_dir() and not (self.root / MARKER).exists():
             # A store being created by another writer has only its lock and staging so far.
-            ours = {LOCK_NAME, STAGING}
+            ours = {LOCK_NAME, STAGING, LOG_DIR, LEASES}
             foreign = [
                 p.name
                 for p in self.root.iterdir()
@@ -103,17 +113,30 @@ class Store:
     # --- reading --------------------------------------------------------------------------------
 
     def snapshot(self) -> Store:
-        """This store pinned to its current manifest: every read of the returned Store sees the
-        same committed sources, whatever is committed meanwhile."""
+        """This store pinned to its current version: every read of the returned Store sees the
+        same committed sources, whatever is committed meanwhile, and garbage collection keeps
+        the files of that version for as long as the returned Store lives (a lease in
+        `_leases/`, store_lease; where the store cannot be written, the grace period only)."""
         pinned = Store.__new__(Store)
-        pinned.root, pinned.grace_s = self.root, self.grace_s
+        pinned.root, pinned.grace_s, pinned._cache = self.root, self.grace_s, None
+        pinned._frames = {}
+        lease = store_lease.take(self.root)  # before the read: it pins whatever we read next
+        if lease is not None:
+            weakref.finalize(pinned, lease.release)
         pinned._pinned = self._manifest()
+        if lease is not None:
+            lease.pin(pinned._pinned.version)
         return pinned
 
     def _manifest(self) -> Manifest:
         if self._pinned is not None:
             return self._pinned
-        return read_manifest(self.root) or Manifest()
+        self._cache = store_log.load(self.root, self._cache)
+        return self._cache or Manifest()
+
+    def version(self) -> int:
+        """The version read (pinned, for a snapshot): the number of the last commit it holds."""
+        return self._manifest().version
 
     def files(self, table: str) -> list[Path]:
         """The committed Parquet files of one table (for DuckDB, polars, Spark, pyarrow)."""
@@ -126,7 +149,10 @@ class Store:
 
     def _scan(self, table: str, m: Manifest) -> pl.LazyFrame:
         t = schema_table(table, self.root)
-        files = store_files.checked(self.root, m.files(table))
+        kept = self._frames.get(table) if self._pinned is not None else None
+        if kept is not None:
+            return kept.lazy()
+        files, size = store_files.checked_sized(self.root, m.files(table))
         if not files:
             return schema.empty(table).lazy()
         file_schema = pl.Schema({c.name: c.dtype for c in t.columns if c.name != "source_id"})
@@ -137,8 +163,13 @@ class Store:
             hive_schema=pl.Schema({"source_id": pl.String()}),
             # Files written before a column was added to the schema read it as nulls.
             missing_columns="insert",
-        )
-        return lf.select(t.names)
+        ).select(t.names)
+        if self._pinned is not None and _many_small(len(files), size):
+            # A pinned version never changes: a table of thousands of small files (a store of
+            # many small runs) is read once, not opened again by every scan of a command.
+            self._frames[table] = lf.collect()
+            return self._frames[table].lazy()
+        return lf
 
     def table(self, table: str) -> pl.DataFrame:
         """One table over every source, collected."""
@@ -249,7 +280,7 @@ class Store:
         items = [staged] if isinstance(staged, Staged) else list(staged)
         if not items:
             if self._has_leftovers():  # a killed writer's: the next writer cleans up
-                self.vacuum()
+                self._tidy(self.grace_s)
             return []
         staging_root = self.root / STAGING
         for s in items:
@@ -259,30 +290,61 @@ class Store:
                 raise StoreError(f"the staging of source {s.source_id} is gone", path=self.root)
         with store_files.locked(self.root) as root_fd:
             kill_point("commit-locked")
-            m = store_files.load_for_write(self.root, root_fd)
-            if not (self.root / MARKER).exists():
-                # A new store: its marker before any table directory, so that a kill between
-                # the renames and the manifest never leaves a directory no Store() accepts.
-                store_files.write_manifest(self.root, m, root_fd)
-            now = time.time()
-            store_files.collect_garbage(self.root, m, now, root_fd, self.grace_s)
-            renames = itertools.count(1)
-            statuses = [self._apply(m, s, now, renames, root_fd) for s in items]
-            kill_point("before-manifest")
-            store_files.write_manifest(self.root, m, root_fd)
-            kill_point("after-manifest")
+            cached, self._cache = self._cache, None  # set again once the commit completes
+            m = store_files.load_for_write(self.root, root_fd, cached)
+            e = self._collect(root_fd, m, self.grace_s)
+            renames, renamed = itertools.count(1), list[str]()
+            try:
+                statuses = [self._apply(m, e, s, renames, root_fd, renamed) for s in items]
+                self._cache = store_files.finish(self.root, root_fd, m, e)
+            except BaseException:
+                if not self._committed(e):
+                    for rel in renamed:  # never listed: nobody has read them
+                        store_files.unlink(self.root, root_fd, rel, prune=True)
+                raise
         for s in items:
             self._drop(s.txn, False)
         return statuses
 
+    def _collect(self, root_fd: int, m: Manifest, grace_s: float) -> Entry:
+        """Under the lock: the next entry, with the expired garbage deleted (recorded in it)
+        and dead writers' staging and uncommitted renames removed."""
+        e = Entry(m.version + 1, time.time())
+        store_files.expire(self.root, root_fd, m, e, e.time, grace_s)
+        store_files.clean_dead(self.root, root_fd, m)
+        return e
+
+    def _tidy(self, grace_s: float) -> Manifest:
+        """Collect garbage and dead writers' leftovers under the lock; the new state."""
+        with store_files.locked(self.root) as root_fd:
+            self._cache = None
+            m = store_files.load_for_write(self.root, root_fd)
+            m = store_files.finish(self.root, root_fd, m, self._collect(root_fd, m, grace_s))
+            return m
+
+    def _committed(self, e: Entry) -> bool:
+        with walk(self.root, [LOG_DIR]) as dfd:
+            return dfd is not None and regular_file_at(dfd, store_log.entry_name(e.version))
+
     def _apply(
-        self, m: Manifest, s: Staged, now: float, renames: Iterator[int], root_fd: int
+        self,
+        m: Manifest,
+        e: Entry,
+        s: Staged,
+        renames: Iterator[int],
+        root_fd: int,
+        renamed: list[str],
     ) -> str:
-        """Rename one staged source's files into place and list them in `m` (not yet written).
-        Each rename is between two directories opened without following a link."""
-        old = m.sources.get(s.source_id)
+        """Rename one staged source's files into place and list them in entry `e` (not yet
+        written). Each rename is between two directories opened without following a link."""
+        pending = e.add.pop(s.source_id, None)  # the same source twice in one commit
+        old = m.sources.get(s.source_id) if pending is None else pending
         if old is not None and not s.replace_existing:
+            if pending is not None:
+                e.add[s.source_id] = pending
             return "unchanged"
+        for rel in [f for fs in (pending or {}).values() for f in fs]:
+            store_files.unlink(self.root, root_fd, rel)  # superseded before anyone saw it
         files: dict[str, list[str]] = {}
         for name in s.tables:
             part, fname = f"source_id={s.source_id}", f"part-{s.txn}.parquet"
@@ -303,10 +365,9 @@ class Store:
             finally:
                 os.close(src_fd)
             files[name] = [rel]
+            renamed.append(rel)
             kill_point(f"rename-{next(renames)}")
-        if old is not None:
-            m.garbage.extend((f, now) for fs in old.values() for f in fs)
-        m.sources[s.source_id] = files
+        e.add[s.source_id] = files
         return "ingested" if old is None else "replaced"
 
     def _has_leftovers(self) -> bool:
@@ -314,29 +375,50 @@ class Store:
         return staging.is_dir() and any(staging.iterdir())
 
     def vacuum(self, grace_s: float | None = None) -> None:
-        """Delete replaced files older than `grace_s` (default: the store's) and every leftover
-        of dead writers now, instead of at the next commit."""
+        """Delete replaced files older than `grace_s` (default: the store's) that no reader's
+        lease pins, and every leftover of dead writers, now; then write a checkpoint. Unlike a
+        commit, this walks every partition (its cost grows with the store)."""
+        if read_manifest(self.root) is None:
+            return
+        self._tidy(self.grace_s if grace_s is None else grace_s)
+        with store_files.locked(self.root) as root_fd:
+            m = store_files.load_for_write(self.root, root_fd)
+            store_files.remove_debris(self.root, root_fd, m)
+            store_files.checkpoint(self.root, root_fd, m, store_log.log_files(self.root)[1])
+
+    def checkpoint(self) -> None:
+        """Write the whole committed state to the manifest now (writers do every
+        CHECKPOINT_EVERY commits): then `traceanalyze-store.json` alone lists every file."""
         if read_manifest(self.root) is None:
             return
         with store_files.locked(self.root) as root_fd:
             m = store_files.load_for_write(self.root, root_fd)
-            store_files.collect_garbage(
-                self.root, m, time.time(), root_fd, self.grace_s if grace_s is None else grace_s
-            )
-            store_files.write_manifest(self.root, m, root_fd)
+            store_files.checkpoint(self.root, root_fd, m, store_log.log_files(self.root)[1])
 
     def remove(self, source_id: str) -> None:
-        """Remove one source (one manifest write); its files go after the grace period."""
+        """Remove one source (one log entry); its files go after the grace period."""
         if read_manifest(self.root) is None:
             return
         with store_files.locked(self.root) as root_fd:
+            self._cache = None
             m = store_files.load_for_write(self.root, root_fd)
-            old = m.sources.pop(source_id, None)
-            if old is None:
+            if source_id not in m.sources:
                 return
-            now = time.time()
-            m.garbage.extend((f, now) for fs in old.values() for f in fs)
-            store_files.write_manifest(self.root, m, root_fd)
+            e = Entry(m.version + 1, time.time(), remove=[source_id])
+            self._cache = store_files.finish(self.root, root_fd, m, e)
+
+
+# A pinned table is kept in memory when it has at least this many files and they are small
+# (per-file opening dominates its reads): the tables of a store of thousands of small runs.
+KEEP_MIN_FILES = 256
+KEEP_MAX_BYTES = 256 << 20
+KEEP_MAX_AVERAGE_BYTES = 64 << 10
+
+
+def _many_small(n_files: int, size: int) -> bool:
+    return n_files >= KEEP_MIN_FILES and size <= min(
+        KEEP_MAX_BYTES, n_files * KEEP_MAX_AVERAGE_BYTES
+    )
 
 
 def schema_table(table: str, root: Path) -> schema.Table:

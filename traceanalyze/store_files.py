@@ -1,7 +1,8 @@
-"""The store's file operations (internals of `traceanalyze.store`): the store lock, the
-manifest's write, the clean-up of garbage and debris, and the checks every file gets before it is
-read. Every operation that changes the store goes through directory descriptors opened without
-following a link (`_safefs`); docs/store.md, "Sharing a store", says what that defends against.
+"""The store's file operations (internals of `traceanalyze.store`): the store lock, the state
+for a writer (and the migration of older layouts), a commit's log entry and checkpoint, the
+clean-up of garbage and debris, and the checks every file gets before it is read. Every
+operation that changes the store goes through directory descriptors opened without following a
+link (`_safefs`); docs/store.md, "Sharing a store", says what that defends against.
 """
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import stat
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import schema
+from . import schema, store_log
 from ._safefs import FILE_MODE, open_path, rmtree_at, walk
 from .errors import StoreError
 from .manifest import (
@@ -26,39 +28,54 @@ from .manifest import (
     STAGING,
     Manifest,
     flock,
+    kill_point,
     partition_files,
     path_problem,
-    read_manifest,
     remove_dead_staging,
 )
+from .store_lease import oldest_pinned
+from .store_log import Entry
+
+_MANIFEST_TEMP = re.compile(re.escape(f".{MARKER}.") + "[0-9a-f]{32}")
 
 
 def checked(root: Path, rels: list[str]) -> list[str]:
     """The paths of committed files to hand to polars, DuckDB or Dask, each checked to be a
     regular file inside the store's own directories: a link anywhere on the way (table or
     partition directory, the file) is a StoreError, never followed out of the store."""
+    return checked_sized(root, rels)[0]
+
+
+def checked_sized(root: Path, rels: list[str]) -> tuple[list[str], int]:
+    """`checked`, and the files' total size in bytes (from the same `lstat`s)."""
     out: list[str] = []
-    seen: dict[str, None] = {}
+    total = 0
+    base = os.fspath(root)
+    seen: set[str] = set()
     for rel in rels:
         parts = rel.split("/")
-        for i in range(1, len(parts) + 1):
+        for i in range(1, len(parts)):
             sub = "/".join(parts[:i])
-            if sub in seen:
-                continue
-            check_entry(root, sub, last=i == len(parts))
-            seen[sub] = None
-        out.append(str(root / rel))
-    return out
+            if sub not in seen:
+                check_entry(root, sub, last=False)
+                seen.add(sub)
+        path = f"{base}/{rel}"
+        total += check_entry(root, rel, last=True, path=path)
+        out.append(path)
+    return out, total
 
 
-def check_entry(root: Path, rel: str, *, last: bool) -> None:
+def check_entry(root: Path, rel: str, *, last: bool, path: str | None = None) -> int:
+    """lstat one entry of the store: a directory (not `last`) or a regular file, never a link;
+    its size."""
     try:
-        mode = os.lstat(root / rel).st_mode
+        st = os.lstat(path or f"{os.fspath(root)}/{rel}")
     except FileNotFoundError:
         raise StoreError(
             f"{rel} is listed in the manifest but missing (removed after the grace period?)",
             path=root,
         ) from None
+    mode = st.st_mode
     if stat.S_ISLNK(mode):
         raise StoreError(
             f"{rel} is a symbolic link; a store's files must be its own, so it is not read",
@@ -68,6 +85,7 @@ def check_entry(root: Path, rel: str, *, last: bool) -> None:
         raise StoreError(f"{rel} is not a regular file", path=root)
     if not last and not stat.S_ISDIR(mode):
         raise StoreError(f"{rel} is not a directory", path=root)
+    return st.st_size
 
 
 @contextlib.contextmanager
@@ -96,43 +114,53 @@ def locked(root: Path) -> Iterator[int]:
             os.close(fd)  # releases the lock
 
 
-def load_for_write(root: Path, root_fd: int) -> Manifest:
-    """The manifest (under the lock); a layout-1 store is upgraded: its committed sources
-    listed, its partial ones and temporary directories garbage."""
-    m = read_manifest(root)
+def load_for_write(root: Path, root_fd: int, cached: Manifest | None = None) -> Manifest:
+    """Under the lock: the latest state (`cached`, a state this process read before, brought
+    up to date from the log). A new store gets its manifest (layout 3, version 0) before any
+    table directory, so that a kill after its first renames never leaves a directory no
+    Store() accepts. A layout 1 or 2 store is migrated, once: its files are listed (layout 1),
+    unlisted files removed, and the manifest rewritten as layout 3's checkpoint at version 0;
+    from then on it has a log and older traceanalyze versions refuse it ("newer layout")."""
+    m = store_log.load(root, cached)
+    if m is not None and m.layout == LAYOUT_VERSION:
+        return m
     if m is None:
-        return Manifest()
-    if m.layout == 1:
-        m.layout = LAYOUT_VERSION
-        now = time.time()
-        listed = {f for t in m.sources.values() for fs in t.values() for f in fs}
-        for name in schema.TABLE_NAMES:
-            for rel in partition_files(root, name):
-                if rel not in listed and path_problem(rel) is None:
-                    m.garbage.append((rel, now))
-        with os.scandir(root_fd) as it:
-            legacy = [e.name for e in it if e.is_dir(follow_symlinks=False)]
-        for d in legacy:
-            if d.startswith(LEGACY_TEMP_PREFIXES):
-                rmtree_at(root_fd, d)
+        m = Manifest()
+    else:
+        if m.layout == 1:
+            _upgrade_layout1(root, root_fd, m)
+        remove_debris(root, root_fd, m)
+        remove_dead_staging(root / STAGING)
+    store_log.clear(root, root_fd)  # an interrupted migration's entries, if any
+    m.layout, m.version = LAYOUT_VERSION, 0
+    kill_point("before-migration")
+    write_manifest(root, m, root_fd)
     return m
 
 
-def collect_garbage(root: Path, m: Manifest, now: float, root_fd: int, grace_s: float) -> None:
-    """Under the lock: delete expired garbage, files no manifest lists (a writer killed
-    before its manifest write), dead writers' staging, and emptied partition directories.
-    Every deletion is relative to a directory opened without following a link (a link where
-    a directory of the store belongs stops with a StoreError); every garbage path was
-    checked to be of the store's shape when the manifest was read."""
-    keep: list[tuple[str, float]] = []
-    for rel, since in m.garbage:
-        if now - since >= grace_s:
-            unlink(root, root_fd, rel)
-        else:
-            keep.append((rel, since))
-    m.garbage = keep
+def _upgrade_layout1(root: Path, root_fd: int, m: Manifest) -> None:
+    """A layout-1 store's files listed: its partial sources and temporary directories become
+    garbage."""
+    now = time.time()
+    listed = {f for t in m.sources.values() for fs in t.values() for f in fs}
+    for name in schema.TABLE_NAMES:
+        for rel in partition_files(root, name):
+            if rel not in listed and path_problem(rel) is None:
+                m.garbage.append((rel, now, 0))
+    with os.scandir(root_fd) as it:
+        legacy = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+    for d in legacy:
+        if d.startswith(LEGACY_TEMP_PREFIXES):
+            rmtree_at(root_fd, d)
+
+
+def remove_debris(root: Path, root_fd: int, m: Manifest) -> None:
+    """Under the lock, a walk of every partition (its cost grows with the store: run by
+    `vacuum` and a migration only): delete files neither listed nor garbage, and emptied
+    partition directories. Every deletion is relative to a directory opened without following
+    a link (a link where a directory of the store belongs stops with a StoreError)."""
     known = {f for t in m.sources.values() for fs in t.values() for f in fs}
-    known.update(rel for rel, _ in keep)
+    known.update(rel for rel, _, _ in m.garbage)
     for name in schema.TABLE_NAMES:
         for rel in partition_files(root, name):
             if rel not in known:
@@ -150,11 +178,77 @@ def collect_garbage(root: Path, m: Manifest, now: float, root_fd: int, grace_s: 
             os.close(tfd)
         with contextlib.suppress(OSError):
             os.rmdir(name, dir_fd=root_fd)
-    remove_dead_staging(root / STAGING)
 
 
-def unlink(root: Path, root_fd: int, rel: str) -> None:
-    """Delete one data file (a link is removed itself, never its target)."""
+def expire(root: Path, root_fd: int, m: Manifest, e: Entry, now: float, grace_s: float) -> None:
+    """Under the lock: delete the garbage that is older than the grace period and that no
+    reader's lease still pins (store_lease), and record it in entry `e`. Every garbage path
+    was checked to be of the store's shape when the manifest or log entry was read."""
+    due = [(rel, v) for rel, since, v in m.garbage if now - since >= grace_s]
+    if not due:
+        return
+    pinned = oldest_pinned(root, root_fd)
+    for rel, v in due:
+        if pinned is None or v <= pinned:
+            unlink(root, root_fd, rel, prune=True)
+            e.purge.append(rel)
+
+
+def clean_dead(root: Path, root_fd: int, m: Manifest) -> None:
+    """Under the lock: remove dead writers' staging, and first the files each one's commit
+    renamed into place without committing them (a writer killed between its renames and its
+    log entry). Its staging's directories name them, so this costs nothing per source."""
+    garbage: set[str] | None = None
+
+    def on_dead(sfd: int, txn: str) -> None:
+        nonlocal garbage
+        if not re.fullmatch(r"[0-9a-f]{32}-[0-9a-f]{32}", txn):
+            return
+        for table, sid in store_log.staged_files(root, sfd, txn):
+            rel = f"{table}/source_id={sid}/part-{txn}.parquet"
+            if m.listed(sid, table, rel):
+                continue
+            garbage = garbage if garbage is not None else {g for g, _, _ in m.garbage}
+            if rel not in garbage:
+                unlink(root, root_fd, rel, prune=True)
+
+    remove_dead_staging(root / STAGING, on_dead=on_dead)
+
+
+def finish(root: Path, root_fd: int, m: Manifest, e: Entry) -> Manifest:
+    """Commit entry `e` (nothing when it changes nothing) and return the new state; every
+    CHECKPOINT_EVERY versions, or when a killed writer missed a checkpoint, write the whole
+    state to the manifest and drop the entries an earlier checkpoint holds."""
+    if e.empty():
+        return m
+    kill_point("before-manifest")
+    store_log.append(root, root_fd, e)
+    new = store_log.apply(m, e)
+    kill_point("after-manifest")
+    versions, temps = store_log.log_files(root)
+    every = store_log.CHECKPOINT_EVERY
+    if new.version % every == 0 or len(versions) >= 3 * every:
+        checkpoint(root, root_fd, new, temps)
+    return new
+
+
+def checkpoint(root: Path, root_fd: int, m: Manifest, temps: list[str]) -> None:
+    """Write the whole state `m` to the manifest; keep one interval of older entries for
+    readers that listed the log just before."""
+    kill_point("before-checkpoint")
+    write_manifest(root, m, root_fd)
+    kill_point("after-checkpoint")
+    store_log.prune(root, root_fd, m.version - store_log.CHECKPOINT_EVERY, temps)
+    with os.scandir(root_fd) as it:
+        dead = [e.name for e in it if _MANIFEST_TEMP.fullmatch(e.name)]
+    for name in dead:  # a writer killed mid-checkpoint (only lock holders write them)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=root_fd)
+
+
+def unlink(root: Path, root_fd: int, rel: str, *, prune: bool = False) -> None:
+    """Delete one data file (a link is removed itself, never its target); with `prune`, its
+    partition and table directories too when that leaves them empty."""
     *dirs, fname = rel.split("/")
     pfd = open_path(root_fd, dirs, root)
     if pfd is None:
@@ -165,6 +259,15 @@ def unlink(root: Path, root_fd: int, rel: str) -> None:
             os.unlink(fname, dir_fd=pfd)
     finally:
         os.close(pfd)
+    if prune:
+        with contextlib.suppress(OSError):  # only when empty
+            tfd = open_path(root_fd, dirs[:1], root)
+            if tfd is not None:
+                try:
+                    os.rmdir(dirs[1], dir_fd=tfd)
+                finally:
+                    os.close(tfd)
+                os.rmdir(dirs[0], dir_fd=root_fd)
 
 
 def write_manifest(root: Path, m: Manifest, root_fd: int) -> None:

@@ -117,7 +117,8 @@ def text_table(df: pl.DataFrame, *, max_width: int = 80, width: int | None = WID
     df = readable_units(df if width is None else without_redundant_ids(df))
     cols = df.columns
     rows = [[_cell(v) for v in r] for r in df.iter_rows()]
-    numeric = [df.schema[c].is_numeric() for c in cols]
+    schema = df.schema  # once: polars builds a new Schema at every `.schema`
+    numeric = [schema[c].is_numeric() for c in cols]
     widths = [max([len(c)] + [min(len(r[i]), max_width) for r in rows]) for i, c in enumerate(cols)]
     dropped: list[str] = []
     if width is not None:
@@ -178,6 +179,14 @@ def per_source(tables: Mapping[str, pl.DataFrame], *, width: int | None = WIDTH)
     # In the order of the `sources` table (the files' order as given), else by id.
     order = [str(x) for x in info["source_id"].to_list()] if info is not None else []
     order = [sid for sid in order if sid in files] + sorted(set(files) - set(order))
+    # each table split by source once (a filter per source and table is quadratic)
+    parts = {
+        name: df.drop("file", strict=False).partition_by(
+            "source_id", as_dict=True, include_key=False, maintain_order=True
+        )
+        for name, df in tables.items()
+        if name != "sources" and "source_id" in df.columns
+    }
     out: list[str] = []
     for sid in order:
         name = files[sid]
@@ -185,11 +194,9 @@ def per_source(tables: Mapping[str, pl.DataFrame], *, width: int | None = WIDTH)
             name = "…" + name[4 - width :]
         out.append(f"== {name}")
         out.append("   " + ", ".join(x for x in (meta.get(sid), f"source {sid}") if x))
-        for name, df in tables.items():
-            if name == "sources" or "source_id" not in df.columns:
-                continue
-            sub = df.filter(pl.col("source_id") == sid).drop("source_id", "file", strict=False)
-            if sub.height:
+        for name, groups in parts.items():
+            sub = groups.get((sid,))
+            if sub is not None and sub.height:
                 out += [f"-- {name.replace('_', ' ')}", text_table(sub, width=width)]
         out.append("")
     return "\n".join(out) + ("\n" if out else "")
