@@ -12,11 +12,11 @@ same generator and cached as `bench-data/kineto-scale/resnet50_x_1GB.json` (git-
 `traceanalyze ingest FILE --store S` runs once (measured like the others; `--reuse-store` keeps
 `bench-data/analyses-1gb/store` from an earlier run and skips it), then each analysis command runs
 on the store as its own process: summary, health, busy, idle, overlap, annotations, ops, launches,
-timeline -o PNG, timeline --perfetto JSON, both at once, compare S S --ops, critical-path and
-stragglers (one rank: it says there is nothing to compare, which is still the cost of finding that
-out). Each is measured by `/usr/bin/time -v` (wall clock and maximum resident set size of the
-process tree); where that program is absent, by the child's `ru_maxrss` from
-`getrusage(RUSAGE_CHILDREN)` in a small measuring process, and wall time in this one. A command
+timeline -o PNG, timeline --perfetto JSON, both at once, the same two with a .pftrace, compare S S
+--ops, critical-path and stragglers (one rank: it says there is nothing to compare, which is still
+the cost of finding that out). Each is measured by `/usr/bin/time -v` (wall clock and maximum
+resident set size of the process tree); where that program is absent, by the child's `ru_maxrss`
+from `getrusage(RUSAGE_CHILDREN)` in a small measuring process, and wall time in this one. A command
 past `--timeout` seconds (default 300) is killed and reported as such. With `--repeat N` every
 command runs N times and the table gives the range (min-max).
 
@@ -63,7 +63,7 @@ _MEASURE = (
 
 def commands(store: Path, out: Path, source: str) -> dict[str, list[str]]:
     s = ["--store", str(store)]
-    png, pf = str(out / "t.png"), str(out / "p.json")
+    png, pf, pb = str(out / "t.png"), str(out / "p.json"), str(out / "p.pftrace")
     return {
         "summary": ["summary", *s],
         "health": ["health", *s],
@@ -76,6 +76,8 @@ def commands(store: Path, out: Path, source: str) -> dict[str, list[str]]:
         "timeline -o png": ["timeline", *s, "-o", png],
         "timeline --perfetto json": ["timeline", *s, "--perfetto", pf],
         "timeline -o png --perfetto json": ["timeline", *s, "-o", png, "--perfetto", pf],
+        "timeline --perfetto pftrace": ["timeline", *s, "--perfetto", pb],
+        "timeline -o png --perfetto pftrace": ["timeline", *s, "-o", png, "--perfetto", pb],
         "compare S S --ops": ["compare", *s, source, source, "--ops"],
         "critical-path": ["critical-path", *s],
         "stragglers": ["stragglers", *s],
