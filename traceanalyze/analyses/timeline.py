@@ -93,37 +93,38 @@ def _ranges(numbers: list[int]) -> str:
 
 def _intervals(
     kernels: Frame, memcpy: Frame | None, ops: Frame | None, markers: Frame | None
-) -> pl.DataFrame:
-    """Every interval to draw: device, stream (a host thread for ops and markers), times, name,
-    activity; those without both times left out."""
-    frames = [
-        _c(
-            kernels.lazy().select("device_id", "stream_id", "start_ns", "end_ns", _name(kernels))
-        ).with_columns(pl.lit("kernels").alias("activity"))
-    ]
+) -> dict[str, pl.LazyFrame]:
+    """Every interval to draw, lazily, by activity: device, stream (a host thread for ops and
+    markers), times, name, activity; those without both times left out."""
+    frames = {
+        "kernels": kernels.lazy().select(
+            "device_id", "stream_id", "start_ns", "end_ns", _name(kernels), _act("kernels")
+        )
+    }
     if memcpy is not None:
-        frames.append(
-            _c(
-                memcpy.lazy().select(
-                    "device_id", "stream_id", "start_ns", "end_ns", _name(memcpy, "kind")
-                )
-            ).with_columns(pl.lit("copies").alias("activity"))
+        frames["copies"] = memcpy.lazy().select(
+            "device_id", "stream_id", "start_ns", "end_ns", _name(memcpy, "kind"), _act("copies")
         )
     # Host rows: no device, the thread as the lane; an instant marker ends where it starts.
     for host, label in ((ops, "cpu ops"), (markers, "markers")):
         if host is not None:
-            frames.append(
-                _c(
-                    host.lazy().select(
-                        pl.lit(None, dtype=pl.Int64).alias("device_id"),
-                        pl.col("thread_id").alias("stream_id"),
-                        "start_ns",
-                        pl.coalesce("end_ns", "start_ns").alias("end_ns"),
-                        _name(host),
-                    )
-                ).with_columns(pl.lit(label).alias("activity"))
+            frames[label] = host.lazy().select(
+                pl.lit(None, dtype=pl.Int64).alias("device_id"),
+                pl.col("thread_id").alias("stream_id"),
+                "start_ns",
+                pl.coalesce("end_ns", "start_ns").alias("end_ns"),
+                _name(host),
+                _act(label),
             )
-    return pl.concat(frames).drop_nulls(["start_ns", "end_ns"])
+    cast = {"device_id": pl.Int64, "stream_id": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
+    return {k: f.cast(cast).drop_nulls(["start_ns", "end_ns"]) for k, f in frames.items()}  # type: ignore[arg-type]
+
+
+def _act(label: str) -> pl.Expr:
+    return pl.lit(label).alias("activity")
+
+
+_KEYS = ["device_id", "stream_id", "activity"]
 
 
 def lanes(
@@ -147,34 +148,80 @@ def lanes(
     GPU run the host lanes show launch-bound stretches. Nested operators overlap in their lane.
     `markers` (NVTX ranges, PyTorch annotations) add one "markers" lane per thread the same way;
     an instant marker (no end) is a zero-length interval, `start_ns == end_ns`.
+
+    Lazy frames are read lane by lane: the intervals of a lane that is drawn raw (at most
+    `max_bars`), only the times of one that is binned, so memory follows the largest lane, not
+    the trace.
     """
     if max_bars < 1:
         raise UsageProblem(f"max_bars (--max-bars) must be at least 1, got {max_bars}")
-    rows = _intervals(kernels, memcpy, ops, markers)
-    if rows.height == 0:
+    by_act = _intervals(kernels, memcpy, ops, markers)
+    ends = pl.concat(
+        [f.select(pl.col("start_ns").min(), pl.col("end_ns").max()) for f in by_act.values()]
+    )
+    span = ends.select(pl.col("start_ns").min(), pl.col("end_ns").max(), pl.len()).collect()
+    a, b, _ = span.row(0)
+    if a is None:
         raise NotAnswerable("no kernels, copies, CPU ops or markers with start and end times")
-    t0 = int(rows["start_ns"].min()) if start_ns is None else start_ns  # type: ignore[arg-type]
-    t1 = int(rows["end_ns"].max()) if end_ns is None else end_ns  # type: ignore[arg-type]
+    t0 = int(a) if start_ns is None else start_ns
+    t1 = int(b) if end_ns is None else end_ns
     if t1 <= t0:
         raise NotAnswerable(f"empty time window [{t0}, {t1}] ns")
     s, e = pl.col("start_ns"), pl.col("end_ns")
-    rows = rows.filter(((e > t0) & (s < t1)) | ((e == s) & s.is_between(t0, t1))).with_columns(
-        s.clip(t0, t1), e.clip(t0, t1)
-    )
-    if rows.height == 0:
+    inside = ((e > t0) & (s < t1)) | ((e == s) & s.is_between(t0, t1))
+    clip = [s.clip(t0, t1), e.clip(t0, t1)]
+    by_act = {k: f.filter(inside) for k, f in by_act.items()}
+    parts = list(by_act.values())
+    counts = pl.concat([f.group_by(_KEYS).agg(pl.len().alias("n")) for f in parts]).collect()
+    if counts.height == 0:
         raise NotAnswerable("no kernels, copies, CPU ops or markers in the window")
-    keys = ["device_id", "stream_id", "activity"]
-    out = [
-        _lane(sub, key, t0, t1, max_bars)
-        for key, sub in rows.sort(keys, nulls_last=True).group_by(keys, maintain_order=True)
-    ]
+    counts = counts.sort(_KEYS, nulls_last=True)
+    small = counts.filter(pl.col("n") <= max_bars)
+    raw = pl.DataFrame()
+    if small.height:
+        raw = (
+            pl.concat(
+                [
+                    f.join(
+                        small.lazy().select(_KEYS),
+                        on=_KEYS,
+                        nulls_equal=True,
+                        maintain_order="left",
+                    )
+                    for f in parts
+                ]
+            )
+            .with_columns(clip)
+            .collect()
+            .sort(_KEYS, nulls_last=True, maintain_order=True)
+        )
+    out = []
+    for dev, stream, act, n in counts.rows():
+        key = (dev, stream, act)
+        if n <= max_bars:
+            sub = raw.filter(
+                pl.col("device_id").eq_missing(dev)
+                & pl.col("stream_id").eq_missing(stream)
+                & (pl.col("activity") == act)
+            )
+        else:
+            sub = (
+                by_act[act]
+                .filter(
+                    pl.col("device_id").eq_missing(dev) & pl.col("stream_id").eq_missing(stream)
+                )
+                .select(clip)
+                .collect()
+            )
+        out.append(_lane(sub, key, t0, t1, max_bars, n))
     return pl.concat(out)
 
 
 def _lane(
-    sub: pl.DataFrame, key: tuple[object, ...], t0: int, t1: int, max_bars: int
+    sub: pl.DataFrame, key: tuple[object, ...], t0: int, t1: int, max_bars: int, n: int
 ) -> pl.DataFrame:
-    """One lane's rows: its intervals, or `max_bars` bins of busy fraction when it has more."""
+    """One lane's rows: its `n` intervals (`sub`), or `max_bars` bins of busy fraction when it
+    has more (`sub`: their times only)."""
     dev, stream, act = key
     if act == "cpu ops":
         lane = f"CPU thread {stream} ops"
@@ -182,7 +229,6 @@ def _lane(
         lane = "markers (no thread)" if stream is None else f"CPU thread {stream} markers"
     else:
         lane = f"GPU {dev} s{stream} {act}"
-    n = sub.height
     if n <= max_bars:
         return sub.select(
             "device_id",
