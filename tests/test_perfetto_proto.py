@@ -404,7 +404,7 @@ def test_the_export_is_the_same_in_one_batch_or_many(
     monkeypatch.setattr(placement, "BATCH_ROWS", 101)
     monkeypatch.setattr(chrome, "BATCH_ROWS", 113)
     monkeypatch.setattr(extsort, "BATCH_ROWS", 257)
-    monkeypatch.setattr(extsort, "BUCKET_ROWS", n // 20)  # ~20 buckets per sort
+    monkeypatch.setattr(extsort, "BUCKET_ROWS", n // 20)  # ~20 buckets per sort (~40: protobuf)
     assert chrome_trace_json(*args, **kw) == whole
     lazy = {k: v.lazy() for k, v in kw.items()}
     assert chrome_trace_json(*(f.lazy() for f in args), **lazy) == whole
@@ -440,6 +440,31 @@ def test_placement_carries_open_slices_across_batches(monkeypatch: pytest.Monkey
         if e["ph"] == "X":
             tracks.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
     assert len(tracks) > 3  # sub-tracks were needed
+    # the rule, by hand: per thread, in order of start (longer first, then row), the first
+    # sub-track whose innermost open slice holds it (ends at or after it; closed: ends <= start)
+    want: dict[int, int] = {}
+    for thread in (10, 11, 12):
+        mine = sorted((r for r in rows if r[6] == thread), key=lambda r: (r[3], -r[4], r[2]))
+        subs: list[list[int]] = []
+        for r in mine:
+            placed = None
+            for n, stack in enumerate(subs):
+                while stack and stack[-1] <= r[3]:
+                    stack.pop()
+                if not stack or r[4] <= stack[-1]:
+                    stack.append(r[4])
+                    placed = n
+                    break
+            if placed is None:
+                subs.append([r[4]])
+                placed = len(subs) - 1
+            want[r[2]] = thread + placed * 10_000_000
+    got = {
+        e["args"]["external_id"]: e["tid"]
+        for e in json.loads(whole)["traceEvents"]
+        if e["ph"] == "X"
+    }
+    assert got == want
     for spans in tracks.values():
         spans.sort(key=lambda x: (x[0], -x[1]))
         open_: list[float] = []

@@ -20,7 +20,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-BUCKET_ROWS = 1 << 20
+BUCKET_ROWS = 1 << 19
 BATCH_ROWS = 1 << 16
 _SAMPLE = 4096
 
@@ -40,57 +40,74 @@ def sorted_batches(
     `BUCKET_ROWS`). `bucket_by` (an integer column; default `by[0]`): the buckets are ranges of
     it, ascending, each sorted by `by` (so the rows of one value of `bucket_by`, in the order of
     `by`, come in the order of that value)."""
-    desc = list(descending) if descending is not None else [False] * len(by)
     key = bucket_by or by[0]
-    bucket_rows = bucket_rows or BUCKET_ROWS
     batch_rows = batch_rows or BATCH_ROWS
     n = int(lf.select(pl.len()).collect().item())
     if n == 0:
         return
-    if n <= bucket_rows:
-        yield from lf.collect().sort(by, descending=desc).iter_slices(batch_rows)
+    if n <= (bucket_rows or BUCKET_ROWS):
+        yield from lf.collect().sort(by, descending=descending or False).iter_slices(batch_rows)
         return
     step = max(1, n // _SAMPLE)
     sample = lf.select(pl.col(key).cast(pl.Int64)).gather_every(step).collect()[:, 0]
-    k = -(-n // bucket_rows)
-    qs = np.quantile(sample.sort().to_numpy(), np.linspace(0, 1, k + 1)[1:-1], method="lower")
-    bounds = np.unique(qs)
-    paths = [os.path.join(workdir, f"sort-bucket{i}.arrow") for i in range(bounds.size + 1)]
-    _deal(lf, key, bounds, paths, batch_rows)
-    for p in paths:
-        if not os.path.exists(p):
-            continue
-        with pa.memory_map(p) as src:
-            table = ipc.open_stream(src).read_all()
-        os.remove(p)
-        part = pl.from_arrow(table)
-        del table
-        assert isinstance(part, pl.DataFrame)
-        yield from part.sort(by, descending=desc).iter_slices(batch_rows)
+    buckets = Buckets(sample.to_numpy(), n, key, workdir, bucket_rows)
+    for batch in lf.collect_batches(chunk_size=batch_rows):
+        buckets.add(batch)
+    yield from buckets.sorted(by, descending, batch_rows)
 
 
-def _deal(
-    lf: pl.LazyFrame,
-    key: str,
-    bounds: np.ndarray,
-    paths: list[str],
-    batch_rows: int,
-) -> None:
-    """Each batch's rows appended to the spill file of their bucket."""
-    writers: dict[int, ipc.RecordBatchStreamWriter] = {}
-    try:
-        for batch in lf.collect_batches(chunk_size=batch_rows):
-            v = batch[key].cast(pl.Int64).to_numpy()
-            b = np.searchsorted(bounds, v, side="right")
-            parts = batch.with_columns(pl.Series("_bucket", b)).partition_by(
-                "_bucket", as_dict=True, maintain_order=True, include_key=False
-            )
-            for (i,), sub in parts.items():
-                t = sub.to_arrow()
-                w = writers.get(int(i))
-                if w is None:
-                    w = writers[int(i)] = ipc.new_stream(paths[int(i)], t.schema)
-                w.write_table(t)
-    finally:
-        for w in writers.values():
+class Buckets:
+    """Rows dealt into spill files (Arrow IPC streams) by ranges of the integer column `key`,
+    the ranges cut at quantiles of `sample` (values of `key`) for ~`bucket_rows` of the `n`
+    rows each; then read back one at a time, each sorted."""
+
+    def __init__(
+        self, sample: np.ndarray, n: int, key: str, workdir: str, bucket_rows: int | None = None
+    ) -> None:
+        k = -(-n // (bucket_rows or BUCKET_ROWS))
+        cuts = np.linspace(0, 1, k + 1)[1:-1]
+        qs = np.quantile(np.sort(sample), cuts, method="lower") if sample.size else cuts[:0]
+        self.bounds = np.unique(qs.astype(np.int64))
+        self.key = key
+        self.paths = [
+            os.path.join(workdir, f"sort-bucket{i}.arrow") for i in range(self.bounds.size + 1)
+        ]
+        self.writers: dict[int, ipc.RecordBatchStreamWriter] = {}
+        self.schema: pa.Schema | None = None
+
+    def add(self, batch: pl.DataFrame) -> None:
+        """`batch`'s rows appended to the spill file of their bucket (every batch with the
+        schema of the first)."""
+        v = batch[self.key].cast(pl.Int64).to_numpy()
+        b = np.searchsorted(self.bounds, v, side="right")
+        parts = batch.with_columns(pl.Series("_bucket", b)).partition_by(
+            "_bucket", as_dict=True, maintain_order=True, include_key=False
+        )
+        for (i,), sub in parts.items():
+            t = sub.to_arrow()
+            if self.schema is None:
+                self.schema = t.schema
+            elif t.schema != self.schema:
+                t = t.cast(self.schema)
+            w = self.writers.get(int(i))
+            if w is None:
+                w = self.writers[int(i)] = ipc.new_stream(self.paths[int(i)], self.schema)
+            w.write_table(t)
+
+    def sorted(
+        self, by: Sequence[str], descending: Sequence[bool] | None, batch_rows: int
+    ) -> Iterator[pl.DataFrame]:
+        """Each bucket in turn, sorted by `by`, `batch_rows` at a time; the spill files go."""
+        for w in self.writers.values():
             w.close()
+        for i, p in enumerate(self.paths):
+            if i not in self.writers:
+                continue
+            with pa.memory_map(p) as src:
+                table = ipc.open_stream(src).read_all()
+            os.remove(p)
+            part = pl.from_arrow(table)
+            del table
+            assert isinstance(part, pl.DataFrame)
+            yield from part.sort(by, descending=descending or False).iter_slices(batch_rows)
+            del part

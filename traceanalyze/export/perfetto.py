@@ -76,16 +76,16 @@ def _c(df: Frame | None) -> pl.DataFrame | None:
 
 
 def _ndjson(df: pl.DataFrame) -> str:
-    return _ndjson_bytes(df).decode()
+    return bytes(_ndjson_bytes(df)).decode()
 
 
-def _ndjson_bytes(df: pl.DataFrame) -> bytes:
+def _ndjson_bytes(df: pl.DataFrame) -> memoryview:
     """`df`'s rows as JSON objects, one a line, each line but the last ending in a comma."""
     if df.height == 0:
-        return b""
+        return memoryview(b"")
     buf = io.BytesIO()
     df.write_ndjson(buf)
-    return buf.getvalue().rstrip(b"\n").replace(b"\n", b",\n")
+    return memoryview(buf.getvalue().replace(b"\n", b",\n"))[:-2]
 
 
 def batches(df: Frame, rows: int | None = None) -> Iterator[pl.DataFrame]:
@@ -118,7 +118,7 @@ def _present(df: Frame | None) -> pl.LazyFrame | None:
 class _Writer:
     """Writes the event blocks (NDJSON text) to `out`, separated as the JSON array needs."""
 
-    def __init__(self, t0: int, out: Callable[[bytes], object]) -> None:
+    def __init__(self, t0: int, out: Callable[[bytes | memoryview], object]) -> None:
         self.t0 = t0
         self.out = out
         self.empty = True
@@ -130,7 +130,9 @@ class _Writer:
         for batch in batches(ev):
             text = _ndjson_bytes(batch)
             if text:
-                self.out(text if self.empty else b",\n" + text)
+                if not self.empty:
+                    self.out(b",\n")
+                self.out(text)
                 self.empty = False
 
     def slices(self, df: pl.LazyFrame, cat: pl.Expr, name: pl.Expr, args: pl.Expr) -> None:
@@ -237,7 +239,7 @@ def chrome_trace_json(
     critical_path: Frame | None = None,
 ) -> str:
     """The trace as a JSON text `{"traceEvents": [...], "displayTimeUnit": "ms"}`."""
-    parts: list[bytes] = []
+    parts: list[bytes | memoryview] = []
     with tempfile.TemporaryDirectory(prefix="traceanalyze-perfetto-") as work:
         frames = (kernels, memcpy, api_calls, ops, markers)
         inp = inputs(frames, gpu_samples, origin_ns, work)
@@ -246,7 +248,7 @@ def chrome_trace_json(
 
 
 def _write_events(
-    out: Callable[[bytes], object],
+    out: Callable[[bytes | memoryview], object],
     inp: Inputs,
     devices: Frame | None,
     sources: Frame | None,

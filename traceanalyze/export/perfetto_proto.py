@@ -46,13 +46,12 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.ipc as ipc
 
 from ..errors import TraceanalyzeError
+from . import extsort
 from . import perfetto_packets as pk
 from . import protowire as pw
-from .extsort import sorted_batches
+from .extsort import Buckets
 from .perfetto import (
     _COPY_TID,
     _DEV,
@@ -254,51 +253,30 @@ def _flow_ids(pairs: list[pl.DataFrame | None]) -> pl.DataFrame:
     return both.select("sid", pl.col("o").alias("out"), pl.col("i").alias("in")).sort("sid")
 
 
-_EVENT_SCHEMA = pa.schema(
-    [
-        ("ts", pa.int64()),
-        ("k1", pa.int8()),
-        ("k2", pa.int64()),
-        ("k3", pa.int64()),
-        ("typ", pa.int8()),
-        ("uuid", pa.uint64()),
-        ("name", pa.large_string()),
-        ("cat", pa.large_string()),
-        ("more", pa.large_binary()),
-    ]
-)
-
-
 def _begins(
-    enc: pk.Packets, inp: Inputs, offsets: list[int], flows: pl.DataFrame, path: str
+    enc: pk.Packets, inp: Inputs, offsets: list[int], flows: pl.DataFrame, out: Buckets
 ) -> None:
-    """The begins of the slices (`_events`' columns): per slice its name, category and the rest
-    of its `TrackEvent` (annotations, flows), a batch of each kind at a time, to the Arrow file
-    `path`."""
-    specs = _specs()
-    with ipc.new_file(path, _EVENT_SCHEMA) as out:
-        for k, spec in enumerate(specs):
-            df = inp.placed(k)
-            if df is None:
-                continue
-            for g in batches(df.with_row_index("_r")):
-                head = g.select(
-                    (pl.col("start_ns") - inp.t0).cast(pl.Int64).alias("ts"),
-                    pl.lit(1, pl.Int8).alias("k1"),
-                    (inp.t0 - pl.col("end_ns")).cast(pl.Int64).alias("k2"),
-                    (pl.col("_r").cast(pl.Int64) + offsets[k]).alias("k3"),
-                    pl.lit(pk.BEGIN, pl.Int8).alias("typ"),
-                    _tuuid(pl.col("_pid").cast(pl.Int64), pl.col("_tid").cast(pl.Int64)).alias(
-                        "uuid"
-                    ),
-                    spec.name.cast(pl.String).alias("name"),
-                    spec.cat.cast(pl.String).alias("cat"),
-                )
-                args = g.select(*[e.alias(f"a{j}") for j, (_, _, e) in enumerate(spec.args)])
-                more = pk.debug_annotations(enc, [(a, kind) for a, kind, _ in spec.args], args)
-                _add_flows(more, head["k3"], flows)
-                t = head.to_arrow().append_column("more", pa.array(more, pa.large_binary()))
-                out.write_table(t.cast(_EVENT_SCHEMA))
+    """The begins of the slices (`_ends`' columns): per slice its name, category and the rest
+    of its `TrackEvent` (annotations, flows), a batch of each kind at a time, into `out`."""
+    for k, spec in enumerate(_specs()):
+        df = inp.placed(k)
+        if df is None:
+            continue
+        for g in batches(df.with_row_index("_r")):
+            head = g.select(
+                (pl.col("start_ns") - inp.t0).cast(pl.Int64).alias("ts"),
+                pl.lit(1, pl.Int8).alias("k1"),
+                (inp.t0 - pl.col("end_ns")).cast(pl.Int64).alias("k2"),
+                (pl.col("_r").cast(pl.Int64) + offsets[k]).alias("k3"),
+                pl.lit(pk.BEGIN, pl.Int8).alias("typ"),
+                _tuuid(pl.col("_pid").cast(pl.Int64), pl.col("_tid").cast(pl.Int64)).alias("uuid"),
+                spec.name.cast(pl.String).alias("name"),
+                spec.cat.cast(pl.String).alias("cat"),
+            )
+            args = g.select(*[e.alias(f"a{j}") for j, (_, _, e) in enumerate(spec.args)])
+            more = pk.debug_annotations(enc, [(a, kind) for a, kind, _ in spec.args], args)
+            _add_flows(more, head["k3"], flows)
+            out.add(head.with_columns(pl.Series("more", more, pl.Binary)))
 
 
 def _add_flows(more: list[bytes], sid: pl.Series, flows: pl.DataFrame) -> None:
@@ -311,14 +289,14 @@ def _add_flows(more: list[bytes], sid: pl.Series, flows: pl.DataFrame) -> None:
         more[i - first] += pk.flows(o, t)
 
 
-def _events(keys: pl.LazyFrame, path: str) -> pl.LazyFrame:
-    """`ts, k1, k2, k3, typ, uuid, name, cat, more`: a begin and an end per slice, with the
-    order keys that nest them: by time; at one time ends first (innermost first), then begins
-    (outermost first), an empty slice's end right after its begin. The begins (`path`, from
-    `_begins`) carry their slice's name, category and the rest of its `TrackEvent`."""
+def _ends(keys: pl.LazyFrame) -> pl.LazyFrame:
+    """`ts, k1, k2, k3, typ, uuid, name, cat, more`: the end of each slice, with the keys that
+    order the begins and ends so that they nest: by time; at one time ends first (innermost
+    first), then begins (outermost first), an empty slice's end right after its begin (`_begins`
+    gives the begins, with their slice's name, category and the rest of its `TrackEvent`)."""
     pos = pl.col("e") > pl.col("s")
     sid = pl.col("sid").cast(pl.Int64)
-    ends = keys.select(
+    return keys.select(
         pl.col("e").alias("ts"),
         pl.when(pos).then(0).otherwise(1).cast(pl.Int8).alias("k1"),
         (-pl.col("s")).alias("k2"),
@@ -329,13 +307,32 @@ def _events(keys: pl.LazyFrame, path: str) -> pl.LazyFrame:
         pl.lit(None, pl.String).alias("cat"),
         pl.lit(None, pl.Binary).alias("more"),
     )
-    return pl.concat([pl.scan_ipc(path), ends], how="vertical_relaxed")
 
 
-def _slice_chunks(enc: pk.Packets, events: pl.LazyFrame, work: str, rows: int) -> Iterator[bytes]:
-    """The begin and end packets of the slices, in order, `rows` events or so at a time."""
-    order = ["ts", "k1", "k2", "k3", "typ"]
-    for chunk in sorted_batches(events, order, work, batch_rows=rows):
+def _events(
+    enc: pk.Packets,
+    inp: Inputs,
+    offsets: list[int],
+    keys: pl.LazyFrame,
+    path_pairs: pl.DataFrame | None,
+    work: str,
+    rows: int,
+) -> Iterator[pl.DataFrame]:
+    """The begins and ends of the slices in order (`_ends`), `rows` or so at a time: dealt into
+    buckets by time, each sorted (`extsort`)."""
+    n = 2 * sum(_height(df) for df in inp.blocks if df is not None)
+    step = max(1, n // 4096)
+    sample = keys.select(pl.concat_list("s", "e").alias("t")).gather_every(step).explode("t")
+    buckets = Buckets(sample.collect()["t"].to_numpy(), n, "ts", work, extsort.BUCKET_ROWS)
+    for batch in batches(_ends(keys)):
+        buckets.add(batch)
+    _begins(enc, inp, offsets, _flow_ids([_launch_pairs(inp, offsets, work), path_pairs]), buckets)
+    yield from buckets.sorted(["ts", "k1", "k2", "k3", "typ"], None, rows)
+
+
+def _slice_chunks(enc: pk.Packets, events: Iterator[pl.DataFrame]) -> Iterator[bytes]:
+    """The begin and end packets of the slices, in order, a batch of `events` at a time."""
+    for chunk in events:
         ts = pw.varints(chunk["ts"].to_numpy())
         cols = (chunk[c].to_list() for c in ("typ", "uuid", "name", "cat", "more"))
         yield b"".join(
@@ -442,13 +439,9 @@ def write_perfetto_proto(
         head = [enc.first(), _track_packets(inp, marks, counters, _c(devices), _c(sources))]
         chunks: list[Iterator[bytes]] = []
         if keys is not None and at:
-            pairs = [
-                _launch_pairs(inp, offsets, work),
-                _path_pairs(keys, _c(critical_path), inp.t0),
-            ]
-            begins = os.path.join(work, "begins.arrow")
-            _begins(enc, inp, offsets, _flow_ids(pairs), begins)
-            chunks.append(_slice_chunks(enc, _events(keys, begins), work, chunk_rows))
+            cp = _path_pairs(keys, _c(critical_path), inp.t0)
+            events = _events(enc, inp, offsets, keys, cp, work, chunk_rows)
+            chunks.append(_slice_chunks(enc, events))
         if marks.height:
             chunks.append(pk.instant_chunks(enc, marks, chunk_rows))
         if counters.height:

@@ -128,7 +128,12 @@ class _Walk:
         lone[np.append(starts[1:] - 1, n - 1)] = False  # a track's last: it may go on later
         reach = np.maximum(np.maximum.reduceat(e, starts), carry)
         self.reach.update(zip(keys, reach.tolist(), strict=True))
-        idx = np.flatnonzero(~lone)
+        chains = [(self.open.get(k) or [[]])[0] for k in keys]
+        ok, after = _nested(seg, s, e, chains, s[np.append(starts[1:] - 1, n - 1)])
+        for g in np.flatnonzero(ok).tolist():  # every slice on the track itself
+            lanes = self.open.get(keys[g]) or [[]]
+            self.open[keys[g]] = [after[g], *lanes[1:]]
+        idx = np.flatnonzero(~lone & ~ok[seg])
         self._loop(idx, seg, keys, pid, tid, s, e, b, r, new_run)
 
     def _loop(self, idx: np.ndarray, seg: np.ndarray, keys: list[tuple[int, int]],
@@ -173,6 +178,62 @@ class _Walk:
         rows = [(p, t, None, None) for p, t in self.reach]
         rows += [(p, t, base, n) for (p, t), (base, n) in self.sub.items()]
         return Placement(lanes, pl.DataFrame(rows, schema=schema, orient="row").sort("pid", "tid"))
+
+
+def _nested(
+    seg: np.ndarray, s: np.ndarray, e: np.ndarray, chains: list[list[int]], last: np.ndarray
+) -> tuple[np.ndarray, dict[int, list[int]]]:
+    """Which tracks of a batch (`seg`: per row its track's index) have every slice nesting on
+    the track itself, given the ends of the slices still open there (`chains`, outermost
+    first), without the loop; and for those, the ends open after their last start (`last`).
+
+    The slices (the open ones first) nest there exactly when their begins and ends, ordered as
+    the protobuf export orders them (by time; at one time ends before begins, innermost end
+    first, outermost begin first; an empty slice's end right after its begin), pair up as
+    brackets do: at each depth, a begin then the end of the same slice, and again."""
+    g_v = np.repeat(np.arange(len(chains)), [len(c) for c in chains])
+    d_v = np.concatenate([np.arange(len(c)) for c in chains]) if g_v.size else g_v
+    e_v = np.fromiter((x for c in chains for x in c), dtype=np.int64, count=g_v.size)
+    n, m = s.size, g_v.size
+    big_g = np.concatenate([seg, g_v])
+    big_s = np.concatenate([s, _NEG + d_v])  # the open ones start before, outermost first
+    big_e = np.concatenate([e, e_v])
+    order = np.lexsort((np.concatenate([np.arange(n) + m, d_v]), big_s, big_g))
+    g, s_, e_ = big_g[order], big_s[order], big_e[order]
+    q = np.arange(n + m)
+    pos = e_ > s_
+    ev_g = np.concatenate([g, g])
+    ev_q = np.concatenate([q, q])
+    typ = np.concatenate([np.ones(n + m, np.int8), np.full(n + m, 2, np.int8)])
+    keys = (
+        typ,
+        np.concatenate([q, np.where(pos, -q, q)]),
+        np.concatenate([-e_, -s_]),
+        np.concatenate([np.ones(n + m, np.int8), np.where(pos, 0, 1)]),
+        np.concatenate([s_, e_]),
+        ev_g,
+    )
+    ev = np.lexsort(keys)
+    t, qq, gg = typ[ev], ev_q[ev], ev_g[ev]
+    depth = np.cumsum(np.where(t == 1, 1, -1))  # each track balances: it ends at 0
+    level = np.where(t == 1, depth, depth + 1)
+    by = np.lexsort((np.arange(t.size), level, gg))
+    t, qq, gg, level = t[by], qq[by], gg[by], level[by]
+    k = t.size
+    new = np.ones(k, dtype=bool)
+    new[1:] = (gg[1:] != gg[:-1]) | (level[1:] != level[:-1])
+    first = np.maximum.accumulate(np.where(new, np.arange(k), 0))
+    even = (np.arange(k) - first) % 2 == 0
+    nxt = np.append(np.arange(1, k), k - 1)
+    good = (t == 1) & (t[nxt] == 2) & (qq[nxt] == qq) & ~new[nxt] & (np.arange(k) < k - 1)
+    ok = np.ones(len(chains), dtype=bool)
+    ok[np.unique(gg[even & ~good])] = False
+    after: dict[int, list[int]] = {}
+    still = e_ > last[g]
+    for i in np.flatnonzero(ok).tolist():
+        ends = e_[(g == i) & still]
+        after[i] = np.sort(ends)[::-1].tolist()
+    return ok, after
 
 
 def _nest(open_: list[list[int]], a: int, end: int) -> int:
