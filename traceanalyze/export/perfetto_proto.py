@@ -45,12 +45,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from ..errors import TraceanalyzeError
 from . import extsort
 from . import perfetto_packets as pk
-from . import protowire as pw
 from .extsort import Buckets
 from .perfetto import (
     _COPY_TID,
@@ -275,18 +276,15 @@ def _begins(
             )
             args = g.select(*[e.alias(f"a{j}") for j, (_, _, e) in enumerate(spec.args)])
             more = pk.debug_annotations(enc, [(a, kind) for a, kind, _ in spec.args], args)
-            _add_flows(more, head["k3"], flows)
+            if flows.height:
+                sid = head["k3"]  # consecutive ids; `flows` is sorted by them
+                at = np.searchsorted(flows["sid"].to_numpy(), [sid[0], sid[-1] + 1])
+                f = head.select(pl.col("k3").alias("sid")).join(
+                    flows[int(at[0]) : int(at[1])], on="sid", how="left", maintain_order="left"
+                )
+                out_ids = pk.flow_fields(f["out"], pk.FLOW_OUT)
+                more = pk.join(more, out_ids, pk.flow_fields(f["in"], pk.FLOW_IN))
             out.add(head.with_columns(pl.Series("more", more, pl.Binary)))
-
-
-def _add_flows(more: list[bytes], sid: pl.Series, flows: pl.DataFrame) -> None:
-    """The flow ids of the slices `sid` (consecutive ids) appended to their `more`."""
-    if flows.height == 0 or sid.len() == 0:
-        return
-    first = int(sid[0])
-    f = flows.filter(pl.col("sid").is_between(first, int(sid[-1])))
-    for i, o, t in f.select("sid", "out", "in").rows():
-        more[i - first] += pk.flows(o, t)
 
 
 def _ends(keys: pl.LazyFrame) -> pl.LazyFrame:
@@ -330,15 +328,10 @@ def _events(
     yield from buckets.sorted(["ts", "k1", "k2", "k3", "typ"], None, rows)
 
 
-def _slice_chunks(enc: pk.Packets, events: Iterator[pl.DataFrame]) -> Iterator[bytes]:
+def _slice_chunks(enc: pk.Packets, events: Iterator[pl.DataFrame]) -> Iterator[pa.Buffer]:
     """The begin and end packets of the slices, in order, a batch of `events` at a time."""
     for chunk in events:
-        ts = pw.varints(chunk["ts"].to_numpy())
-        cols = (chunk[c].to_list() for c in ("typ", "uuid", "name", "cat", "more"))
-        yield b"".join(
-            enc.end(t, u) if typ == pk.END else enc.event(t, pk.BEGIN, u, n, c, m)
-            for t, typ, u, n, c, m in zip(ts, *cols, strict=True)
-        )
+        yield pk.slice_packets(enc, chunk)
 
 
 def _track_packets(
