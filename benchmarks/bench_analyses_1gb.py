@@ -1,7 +1,7 @@
 """Every analysis command over the store of a 1 GB PyTorch-profiler trace (issue 27, point 1).
 
     python benchmarks/bench_analyses_1gb.py [--repeat N] [--only CMD,...] [--timeout S]
-                                            [--data DIR] [--reuse-store] [--input FILE]
+                                            [--data DIR] [--reuse-store] [--input FILE] [--floor]
 
 The input is the 1 GB Kineto trace `benchmarks/bench_ingest_memory_kineto.py` builds from the real
 ResNet-50 one (../shared/traces/kineto_json/hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz,
@@ -21,6 +21,12 @@ past `--timeout` seconds (default 300) is killed and reported as such. With `--r
 command runs N times and the table gives the range (min-max).
 
 Goal (issue 27): every command within 1 GB peak RSS and 10 s on the project's 2-core machine.
+
+`--floor` (issue 27, point 1: ingest within 2x the parse floor) also measures, `--repeat` times,
+another `traceanalyze ingest` of the file (into a scratch store) followed by the parse floor: one
+process that reads the file and decodes, typed, the five fields every event has (`ph`, `cat`,
+`name`, `ts`, `dur`; msgspec, one `Struct` per event, everything else skipped), and prints
+ingest / floor per pair (wall clock).
 
 `--hta` (issue 27, point 3) also runs Holistic Trace Analysis 0.5.0 on the same file, in its venv
 (`bench-data/hta-venv`, made as `bench_kineto_json.py` makes it): one process that loads the
@@ -112,6 +118,24 @@ def measure(argv: list[str], timeout: float) -> tuple[float, float, str]:
     outcome = "ok" if rc == 0 else f"exit {rc}: " + (p.stderr.strip().splitlines() or [""])[-1]
     return wall, kib / 1024, outcome
 
+
+# The parse floor of the ingest (issue 27, point 1): read the file and decode, typed, the five
+# fields every trace event has (msgspec, a Struct per event; the rest of each event skipped).
+FLOOR_CODE = """
+import sys, msgspec
+class Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    ts: float | str | None = None
+    dur: float | str | None = None
+class Trace(msgspec.Struct, gc=False):
+    traceEvents: list[Event] = []
+with open(sys.argv[1], "rb") as f:
+    data = f.read()
+t = msgspec.json.Decoder(Trace).decode(data)
+print(len(t.traceEvents))
+"""
 
 HTA_CODE = (
     "import logging, sys; logging.disable(logging.CRITICAL); "
@@ -207,6 +231,11 @@ def main() -> None:
     ap.add_argument("--reuse-store", action="store_true", help="keep DATA/store if present")
     ap.add_argument("--input", type=Path, default=INPUT, help="the built 1 GB trace")
     ap.add_argument("--hta", action="store_true", help="also HTA 0.5.0, side by side")
+    ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="also the parse floor, alternating with --repeat more ingests; prints ingest / floor",
+    )
     ap.add_argument("--hta-max-s", type=float, default=600.0)
     ap.add_argument("--hta-max-mb", type=float, default=12000.0)
     a = ap.parse_args()
@@ -226,6 +255,13 @@ def main() -> None:
         rows["ingest"] = [measure([*ta, "ingest", str(a.input), "--store", str(store)], a.timeout)]
         if rows["ingest"][0][2] != "ok":
             raise SystemExit(f"ingest failed: {rows['ingest'][0][2]}")
+        for _ in range(a.repeat if a.floor else 0):
+            rows["ingest"].append(
+                measure([*ta, "ingest", str(a.input), "--store", str(a.data / "store2")], a.timeout)
+            )
+            shutil.rmtree(a.data / "store2", ignore_errors=True)
+            floor = measure([sys.executable, "-c", FLOOR_CODE, str(a.input)], a.timeout)
+            rows.setdefault("parse floor (read + msgspec typed decode)", []).append(floor)
     source = next(store.glob("sources/source_id=*")).name.split("=", 1)[1]
     cmds = commands(store, out, source)
     only = [c for c in a.only.split(",") if c]
@@ -256,6 +292,14 @@ def main() -> None:
         print(f"| {label} | {_range(walls, '.1f')} | {rss_s} | {within} | {outcome} |")
     if hta is not None:
         _hta_table(rows, hta)
+    floor_rows = rows.get("parse floor (read + msgspec typed decode)")
+    if floor_rows:
+        ingest, floor = [r[0] for r in rows["ingest"]], [r[0] for r in floor_rows]
+        ratios = [i / f for i, f in zip(ingest[1:], floor, strict=True)]
+        print(
+            f"\ningest / parse floor (wall, each ingest with the floor run after it): "
+            f"{_range(ratios, '.2f')}; goal <= 2"
+        )
 
 
 if __name__ == "__main__":
