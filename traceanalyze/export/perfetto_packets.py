@@ -166,19 +166,23 @@ def _join(*parts: pa.Array | pa.Scalar) -> pa.Array:
 
 def _varint_array(values: np.ndarray) -> pa.Array:
     """`values` (integers) as varints, one binary value each (as `protowire.varints`)."""
-    v = values.astype(np.int64).view(np.uint64).copy()
+    v = values.astype(np.int64).view(np.uint64)
     n = v.shape[0]
-    out = np.zeros((n, 10), dtype=np.uint8)
     lens = np.ones(n, dtype=np.int32)
-    for k in range(10):
-        out[:, k] = (v & np.uint64(0x7F)).astype(np.uint8)
-        v >>= np.uint64(7)
-        more = v > 0
+    for k in range(1, 10):
+        more = v >= np.uint64(1 << (7 * k))
         if not more.any():
             break
-        out[more, k] |= 0x80
         lens += more
-    data = out[np.arange(10) < lens[:, None]]
+    width = int(lens.max()) if n else 1
+    if width == 1:
+        data = v.astype(np.uint8)
+    else:
+        out = np.empty((n, width), dtype=np.uint8)
+        for k in range(width):
+            out[:, k] = ((v >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+            out[:, k] |= (lens > k + 1).astype(np.uint8) << 7
+        data = out.reshape(-1)[(np.arange(width) < lens[:, None]).reshape(-1)]
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(lens, out=offsets[1:])
     return pa.Array.from_buffers(_BIN, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
