@@ -255,13 +255,14 @@ def main() -> None:
         rows["ingest"] = [measure([*ta, "ingest", str(a.input), "--store", str(store)], a.timeout)]
         if rows["ingest"][0][2] != "ok":
             raise SystemExit(f"ingest failed: {rows['ingest'][0][2]}")
-        for _ in range(a.repeat if a.floor else 0):
-            rows["ingest"].append(
-                measure([*ta, "ingest", str(a.input), "--store", str(a.data / "store2")], a.timeout)
-            )
-            shutil.rmtree(a.data / "store2", ignore_errors=True)
-            floor = measure([sys.executable, "-c", FLOOR_CODE, str(a.input)], a.timeout)
-            rows.setdefault("parse floor (read + msgspec typed decode)", []).append(floor)
+
+    for _ in range(a.repeat if a.floor else 0):
+        scratch = a.data / "store2"
+        run = measure([*ta, "ingest", str(a.input), "--store", str(scratch)], a.timeout)
+        rows.setdefault("ingest", []).append(run)
+        shutil.rmtree(scratch, ignore_errors=True)
+        floor = measure([sys.executable, "-c", FLOOR_CODE, str(a.input)], a.timeout)
+        rows.setdefault("parse floor (read + msgspec typed decode)", []).append(floor)
     source = next(store.glob("sources/source_id=*")).name.split("=", 1)[1]
     cmds = commands(store, out, source)
     only = [c for c in a.only.split(",") if c]
@@ -295,7 +296,7 @@ def main() -> None:
     floor_rows = rows.get("parse floor (read + msgspec typed decode)")
     if floor_rows:
         ingest, floor = [r[0] for r in rows["ingest"]], [r[0] for r in floor_rows]
-        ratios = [i / f for i, f in zip(ingest[1:], floor, strict=True)]
+        ratios = [i / f for i, f in zip(ingest[-len(floor) :], floor, strict=True)]
         print(
             f"\ningest / parse floor (wall, each ingest with the floor run after it): "
             f"{_range(ratios, '.2f')}; goal <= 2"
