@@ -181,9 +181,11 @@ def op_tree(ops: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.Da
     ev = _sorted_events(ops, calls)
     grp = ev.select(pl.struct("source_id", "process_id", "thread_id").rle_id()).to_series()
     is_op = (ev["_i"] < n_ops).to_numpy()
-    parent, child, nested_same = _sweep(
-        ev.filter(pl.Series(is_op)), grp.filter(pl.Series(is_op)), n_ops
-    )
+    keep = pl.Series(is_op)
+    sweep = ev.select("_i", "start_ns", "end_ns", "_c").filter(keep)  # operators, narrow
+    parent, child, nested_same = _sweep(sweep, grp.filter(keep), n_ops)
+    del sweep
+    ev = ev.select("_i", "start_ns")
     owner = _owners(ev, grp.to_numpy(), is_op, n_ops, parent, ops["end_ns"].to_numpy())
     o = ops.with_columns(
         pl.Series("parent", parent),

@@ -39,6 +39,15 @@ the earliest exported time) so that float64 keeps sub-µs precision. An event th
 (google/perfetto#107), and an overlapping interval is exported whole, never cut. Rows are
 serialized columnar (polars `write_ndjson`, which escapes strings as JSON requires), not with a
 Python loop per event.
+
+Streamed: the inputs may be lazy frames (a store's scans; `Timeline` keeps its runtime calls and
+operators lazy), read a batch of `BATCH_ROWS` rows at a time; `write_chrome_trace` writes each
+batch's events as they are made. The sub-track placement (`export.placement`) sorts its keys
+out of memory (`export.extsort`) and walks them a batch at a time; the launch flows are joined
+and sorted by polars' streaming engine into a spill file. What stays in memory for the whole
+trace: the slices placed on sub-tracks (few), the distinct tracks, and the join of the launch
+calls to their kernels (polars holds the calls' keys while it joins). The output is the same
+whatever the batch sizes (`tests/test_perfetto_proto.py`).
 """
 
 from __future__ import annotations

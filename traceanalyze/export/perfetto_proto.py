@@ -29,12 +29,15 @@ names (one descriptor each) and string argument values (`kind`, `domain`).
 
 Times: `TracePacket.timestamp` in integer ns from the same origin as the JSON (default clock).
 
-Memory: the packets are encoded and written one chunk of `chunk_rows` events at a time (a Python
-loop over the chunk's rows, never a list over the trace): each chunk gathers the names, categories
-and arguments of its slices from the input frames. What the whole trace needs is columnar and
-narrow (polars): per slice its track, times and row (integers), per begin and end a sort key, the
-flows' ids. The interned names grow with the trace's distinct names, not its events. The
-placement of slices on sub-tracks is `export.perfetto`'s, shared with the JSON export.
+Memory: the events are never all in memory at once. The inputs are read a batch at a time (lazy
+frames, as the JSON export reads them) and the slices placed on sub-tracks by the JSON export's
+streamed placement (`export.placement`). Each slice's end (its order keys and track) and begin
+(with its name, category and the rest of its `TrackEvent`: annotations and flow ids, encoded
+then) are dealt into spill files by ranges of time (`extsort.Buckets`); each range is read back,
+sorted and encoded, `chunk_rows` events at a time, in Arrow arrays (`perfetto_packets`
+`slice_packets`: no Python loop per event). What spans the trace: the ids of the flows (per
+slice where one starts or ends: one per launched kernel or copy), the interned names (they
+grow with the distinct names, not the events), and what the placement keeps.
 """
 
 from __future__ import annotations

@@ -6,13 +6,16 @@ the later one goes to a sub-track `n` of the same process (`tid + n * LANE_TID_O
 first sub-track where it nests in the slices still open there, taking the track's slices in
 order of start, longer first (then block, then row).
 
-Streamed: the slices' keys (`pid, tid, s, e, b, r`: track, times, block and row) are sorted by
-the polars streaming engine into a Parquet file in a work directory, then read back a batch at a
-time; a stack per sub-track of the current track's open slices carries from one batch to the
-next. A slice that overlaps nothing before or after it on its track (a run of one) is placed on
-the track itself without the loop. What stays in memory for the whole trace is what the answer
-holds: the rows placed on a sub-track (`n > 0`, few in real traces: kernels of one stream that
-really ran concurrently, ranges that cross) and the distinct tracks.
+Streamed: the slices' keys (`pid, tid, s, e, b, r`: track, times, block and row) are sorted out
+of memory (`extsort`: dealt into spill files by ranges of start time, each range sorted by
+track, then start, longer first, block and row) and walked `BATCH_ROWS` at a time; per track its
+latest end and the stacks of its sub-tracks' open slices carry from one batch to the next (the
+tracks may take turns). Per batch, the tracks whose slices all nest on the track itself (the
+usual case) are found without a loop (`_nested`: their begins and ends pair up as brackets do);
+the others go through the loop, a slice that overlaps nothing on its track skipped. What stays
+in memory for the whole trace is what the answer holds: the rows placed on a sub-track (`n > 0`,
+few in real traces: kernels of one stream that really ran concurrently, ranges that cross) and
+the distinct tracks.
 """
 
 from __future__ import annotations
