@@ -156,17 +156,7 @@ def lanes(
     if max_bars < 1:
         raise UsageProblem(f"max_bars (--max-bars) must be at least 1, got {max_bars}")
     by_act = _intervals(kernels, memcpy, ops, markers)
-    ends = pl.concat(
-        [f.select(pl.col("start_ns").min(), pl.col("end_ns").max()) for f in by_act.values()]
-    )
-    span = ends.select(pl.col("start_ns").min(), pl.col("end_ns").max(), pl.len()).collect()
-    a, b, _ = span.row(0)
-    if a is None:
-        raise NotAnswerable("no kernels, copies, CPU ops or markers with start and end times")
-    t0 = int(a) if start_ns is None else start_ns
-    t1 = int(b) if end_ns is None else end_ns
-    if t1 <= t0:
-        raise NotAnswerable(f"empty time window [{t0}, {t1}] ns")
+    t0, t1 = _span(by_act, start_ns, end_ns)
     s, e = pl.col("start_ns"), pl.col("end_ns")
     inside = ((e > t0) & (s < t1)) | ((e == s) & s.is_between(t0, t1))
     clip = [s.clip(t0, t1), e.clip(t0, t1)]
@@ -176,45 +166,47 @@ def lanes(
     if counts.height == 0:
         raise NotAnswerable("no kernels, copies, CPU ops or markers in the window")
     counts = counts.sort(_KEYS, nulls_last=True)
-    small = counts.filter(pl.col("n") <= max_bars)
-    raw = pl.DataFrame()
-    if small.height:
-        raw = (
-            pl.concat(
-                [
-                    f.join(
-                        small.lazy().select(_KEYS),
-                        on=_KEYS,
-                        nulls_equal=True,
-                        maintain_order="left",
-                    )
-                    for f in parts
-                ]
-            )
-            .with_columns(clip)
-            .collect()
-            .sort(_KEYS, nulls_last=True, maintain_order=True)
-        )
+    raw = _raw_lanes(parts, counts.filter(pl.col("n") <= max_bars), clip)
     out = []
     for dev, stream, act, n in counts.rows():
-        key = (dev, stream, act)
+        same = pl.col("device_id").eq_missing(dev) & pl.col("stream_id").eq_missing(stream)
         if n <= max_bars:
-            sub = raw.filter(
-                pl.col("device_id").eq_missing(dev)
-                & pl.col("stream_id").eq_missing(stream)
-                & (pl.col("activity") == act)
-            )
+            sub = raw.filter(same & (pl.col("activity") == act))
         else:
-            sub = (
-                by_act[act]
-                .filter(
-                    pl.col("device_id").eq_missing(dev) & pl.col("stream_id").eq_missing(stream)
-                )
-                .select(clip)
-                .collect()
-            )
-        out.append(_lane(sub, key, t0, t1, max_bars, n))
+            sub = by_act[act].filter(same).select(clip).collect()
+        out.append(_lane(sub, (dev, stream, act), t0, t1, max_bars, n))
     return pl.concat(out)
+
+
+def _span(
+    by_act: dict[str, pl.LazyFrame], start_ns: int | None, end_ns: int | None
+) -> tuple[int, int]:
+    """The window: `[start_ns, end_ns]`, each by default the intervals' first start, last end."""
+    ends = pl.concat(
+        [f.select(pl.col("start_ns").min(), pl.col("end_ns").max()) for f in by_act.values()]
+    )
+    a, b = ends.select(pl.col("start_ns").min(), pl.col("end_ns").max()).collect().row(0)
+    if a is None:
+        raise NotAnswerable("no kernels, copies, CPU ops or markers with start and end times")
+    t0 = int(a) if start_ns is None else start_ns
+    t1 = int(b) if end_ns is None else end_ns
+    if t1 <= t0:
+        raise NotAnswerable(f"empty time window [{t0}, {t1}] ns")
+    return t0, t1
+
+
+def _raw_lanes(parts: list[pl.LazyFrame], small: pl.DataFrame, clip: list[pl.Expr]) -> pl.DataFrame:
+    """The clipped intervals of the lanes `small` (`_KEYS`: those drawn as bars), by lane."""
+    if small.height == 0:
+        return pl.DataFrame()
+    keys = small.lazy().select(_KEYS)
+    joined = [f.join(keys, on=_KEYS, nulls_equal=True, maintain_order="left") for f in parts]
+    return (
+        pl.concat(joined)
+        .with_columns(clip)
+        .collect()
+        .sort(_KEYS, nulls_last=True, maintain_order=True)
+    )
 
 
 def _lane(
