@@ -188,10 +188,23 @@ def _varint_array(values: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(_BIN, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-def _ld(tag: bytes, payload: pa.Array) -> pa.Array:
-    """Each of `payload` as a length-delimited field with the tag `tag`."""
-    size = pc.binary_length(payload).to_numpy(zero_copy_only=False)
-    return _join(pa.scalar(tag, _BIN), _varint_array(size), payload)
+def _framed(tag: bytes, *parts: pa.Array | bytes) -> pa.Array:
+    """A length-delimited field with the tag `tag` per row, its payload `parts` (arrays of one
+    length, or bytes) joined row by row: one join, the length added up from the parts'."""
+    size: np.ndarray | int = 0
+    for part in parts:
+        if isinstance(part, bytes):
+            size = size + len(part)
+        else:
+            size = size + pc.binary_length(part).to_numpy(zero_copy_only=False)
+    n = max((len(x) for x in parts if not isinstance(x, bytes)), default=0)
+    sizes = np.broadcast_to(np.asarray(size, dtype=np.int64), (n,))
+    cols = [pa.scalar(x, _BIN) if isinstance(x, bytes) else x for x in parts]
+    return _join(pa.scalar(tag, _BIN), _varint_array(sizes), *cols)
+
+
+def _sizes(a: pa.Array) -> np.ndarray:
+    return np.asarray(pc.binary_length(a).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def _per_value(values: np.ndarray, encode: Callable[[int], bytes]) -> pa.Array:
@@ -244,19 +257,20 @@ def slice_packets(enc: Packets, chunk: pl.DataFrame) -> pa.Buffer:
         at = np.zeros(b_rows.size, dtype=np.int64)
         at[rows] = np.arange(1, len(rows) + 1)
         interned = pa.array(extra, _BIN).take(pa.array(at))
-        te = _join(
-            pa.scalar(_TYPE[BEGIN], _BIN),
+        te = (
+            _TYPE[BEGIN],
             _per_value(uuid[b_rows], enc.track),
             names,
             cats,
             pc.cast(b["more"].combine_chunks(), _BIN),
         )
-        body = _join(pa.scalar(_TS, _BIN), ts.take(pa.array(b_rows)), pa.scalar(_NEEDS, _BIN),
-                     interned, _ld(pw.tag(_P_EVENT, pw.LEN), te))  # fmt: skip
-        parts.append(_ld(_PACKET, body))
+        te_size = sum(len(x) if isinstance(x, bytes) else _sizes(x) for x in te)
+        event = (pw.tag(_P_EVENT, pw.LEN), _varint_array(np.asarray(te_size)), *te)
+        ts_b = ts.take(pa.array(b_rows))
+        parts.append(_framed(_PACKET, _TS, ts_b, _NEEDS, interned, *event))
     if e_rows.size:
         tail = _per_value(uuid[e_rows], enc.end_tail)
-        parts.append(_ld(_PACKET, _join(pa.scalar(_TS, _BIN), ts.take(pa.array(e_rows)), tail)))
+        parts.append(_framed(_PACKET, _TS, ts.take(pa.array(e_rows)), tail))
     where = np.empty(chunk.height, dtype=np.int64)
     where[b_rows] = np.arange(b_rows.size)
     where[e_rows] = b_rows.size + np.arange(e_rows.size)
@@ -290,23 +304,23 @@ def debug_annotations(enc: Packets, names: Sequence[tuple[str, str]], g: pl.Data
             continue
         prefix = enc.annot[name]
         if kind == "int":
-            body = _join(pa.scalar(prefix + _INT, _BIN), _varint_array(s.fill_null(0).to_numpy()))
+            field = _framed(_ANNOT, prefix + _INT, _varint_array(s.fill_null(0).to_numpy()))
             keep = s.is_not_null().to_numpy()
         elif kind == "str":
             text = pc.cast(s.fill_null("").cast(pl.String).to_arrow(), _BIN)
-            body = _join(pa.scalar(prefix, _BIN), _ld(pw.tag(_A_STR, pw.LEN), text))
+            str_tag = pw.tag(_A_STR, pw.LEN)
+            field = _framed(_ANNOT, prefix, str_tag, _varint_array(_sizes(text)), text)
             keep = s.is_not_null().to_numpy()
         else:
             whole = s.list.drop_nulls().list.len() == s.list.len()
             keep = (s.is_not_null() & whole).fill_null(False).to_numpy()
             full = s.fill_null([]).list.eval(pl.element().fill_null(0))
             flat = _flatten(full).astype(np.int64)
-            ints = _join(pa.scalar(_INT, _BIN), _varint_array(flat))
-            elems = _ld(pw.tag(_A_ARRAY, pw.LEN), ints)
+            elems = _framed(pw.tag(_A_ARRAY, pw.LEN), _INT, _varint_array(flat))
             starts = np.zeros(s.len() + 1, dtype=np.int64)
             np.cumsum(full.list.len().to_numpy(), out=starts[1:])
-            body = _join(pa.scalar(prefix, _BIN), _regroup(elems, starts))
-        out.append(_or_empty(keep, _ld(_ANNOT, body)))
+            field = _framed(_ANNOT, prefix, _regroup(elems, starts))
+        out.append(_or_empty(keep, field))
     if not out:
         return pa.array([b""] * g.height, _BIN)
     return _join(*out) if len(out) > 1 else out[0]
