@@ -1,7 +1,7 @@
 """Every analysis command over the store of a 1 GB PyTorch-profiler trace (issue 27, point 1).
 
     python benchmarks/bench_analyses_1gb.py [--repeat N] [--only CMD,...] [--timeout S]
-                                            [--data DIR] [--reuse-store] [--input FILE]
+                                            [--data DIR] [--reuse-store] [--input FILE] [--floor]
 
 The input is the 1 GB Kineto trace `benchmarks/bench_ingest_memory_kineto.py` builds from the real
 ResNet-50 one (../shared/traces/kineto_json/hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz,
@@ -12,15 +12,21 @@ same generator and cached as `bench-data/kineto-scale/resnet50_x_1GB.json` (git-
 `traceanalyze ingest FILE --store S` runs once (measured like the others; `--reuse-store` keeps
 `bench-data/analyses-1gb/store` from an earlier run and skips it), then each analysis command runs
 on the store as its own process: summary, health, busy, idle, overlap, annotations, ops, launches,
-timeline -o PNG, timeline --perfetto JSON, both at once, compare S S --ops, critical-path and
-stragglers (one rank: it says there is nothing to compare, which is still the cost of finding that
-out). Each is measured by `/usr/bin/time -v` (wall clock and maximum resident set size of the
-process tree); where that program is absent, by the child's `ru_maxrss` from
-`getrusage(RUSAGE_CHILDREN)` in a small measuring process, and wall time in this one. A command
+timeline -o PNG, timeline --perfetto JSON, both at once, the same two with a .pftrace, compare S S
+--ops, critical-path and stragglers (one rank: it says there is nothing to compare, which is still
+the cost of finding that out). Each is measured by `/usr/bin/time -v` (wall clock and maximum
+resident set size of the process tree); where that program is absent, by the child's `ru_maxrss`
+from `getrusage(RUSAGE_CHILDREN)` in a small measuring process, and wall time in this one. A command
 past `--timeout` seconds (default 300) is killed and reported as such. With `--repeat N` every
 command runs N times and the table gives the range (min-max).
 
 Goal (issue 27): every command within 1 GB peak RSS and 10 s on the project's 2-core machine.
+
+`--floor` (issue 27, point 1: ingest within 2x the parse floor) also measures, `--repeat` times,
+another `traceanalyze ingest` of the file (into a scratch store) followed by the parse floor: one
+process that reads the file and decodes, typed, the five fields every event has (`ph`, `cat`,
+`name`, `ts`, `dur`; msgspec, one `Struct` per event, everything else skipped), and prints
+ingest / floor per pair (wall clock).
 
 `--hta` (issue 27, point 3) also runs Holistic Trace Analysis 0.5.0 on the same file, in its venv
 (`bench-data/hta-venv`, made as `bench_kineto_json.py` makes it): one process that loads the
@@ -63,7 +69,7 @@ _MEASURE = (
 
 def commands(store: Path, out: Path, source: str) -> dict[str, list[str]]:
     s = ["--store", str(store)]
-    png, pf = str(out / "t.png"), str(out / "p.json")
+    png, pf, pb = str(out / "t.png"), str(out / "p.json"), str(out / "p.pftrace")
     return {
         "summary": ["summary", *s],
         "health": ["health", *s],
@@ -76,6 +82,8 @@ def commands(store: Path, out: Path, source: str) -> dict[str, list[str]]:
         "timeline -o png": ["timeline", *s, "-o", png],
         "timeline --perfetto json": ["timeline", *s, "--perfetto", pf],
         "timeline -o png --perfetto json": ["timeline", *s, "-o", png, "--perfetto", pf],
+        "timeline --perfetto pftrace": ["timeline", *s, "--perfetto", pb],
+        "timeline -o png --perfetto pftrace": ["timeline", *s, "-o", png, "--perfetto", pb],
         "compare S S --ops": ["compare", *s, source, source, "--ops"],
         "critical-path": ["critical-path", *s],
         "stragglers": ["stragglers", *s],
@@ -110,6 +118,24 @@ def measure(argv: list[str], timeout: float) -> tuple[float, float, str]:
     outcome = "ok" if rc == 0 else f"exit {rc}: " + (p.stderr.strip().splitlines() or [""])[-1]
     return wall, kib / 1024, outcome
 
+
+# The parse floor of the ingest (issue 27, point 1): read the file and decode, typed, the five
+# fields every trace event has (msgspec, a Struct per event; the rest of each event skipped).
+FLOOR_CODE = """
+import sys, msgspec
+class Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    ts: float | str | None = None
+    dur: float | str | None = None
+class Trace(msgspec.Struct, gc=False):
+    traceEvents: list[Event] = []
+with open(sys.argv[1], "rb") as f:
+    data = f.read()
+t = msgspec.json.Decoder(Trace).decode(data)
+print(len(t.traceEvents))
+"""
 
 HTA_CODE = (
     "import logging, sys; logging.disable(logging.CRITICAL); "
@@ -205,6 +231,11 @@ def main() -> None:
     ap.add_argument("--reuse-store", action="store_true", help="keep DATA/store if present")
     ap.add_argument("--input", type=Path, default=INPUT, help="the built 1 GB trace")
     ap.add_argument("--hta", action="store_true", help="also HTA 0.5.0, side by side")
+    ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="also the parse floor, alternating with --repeat more ingests; prints ingest / floor",
+    )
     ap.add_argument("--hta-max-s", type=float, default=600.0)
     ap.add_argument("--hta-max-mb", type=float, default=12000.0)
     a = ap.parse_args()
@@ -224,6 +255,14 @@ def main() -> None:
         rows["ingest"] = [measure([*ta, "ingest", str(a.input), "--store", str(store)], a.timeout)]
         if rows["ingest"][0][2] != "ok":
             raise SystemExit(f"ingest failed: {rows['ingest'][0][2]}")
+
+    for _ in range(a.repeat if a.floor else 0):
+        scratch = a.data / "store2"
+        run = measure([*ta, "ingest", str(a.input), "--store", str(scratch)], a.timeout)
+        rows.setdefault("ingest", []).append(run)
+        shutil.rmtree(scratch, ignore_errors=True)
+        floor = measure([sys.executable, "-c", FLOOR_CODE, str(a.input)], a.timeout)
+        rows.setdefault("parse floor (read + msgspec typed decode)", []).append(floor)
     source = next(store.glob("sources/source_id=*")).name.split("=", 1)[1]
     cmds = commands(store, out, source)
     only = [c for c in a.only.split(",") if c]
@@ -254,6 +293,14 @@ def main() -> None:
         print(f"| {label} | {_range(walls, '.1f')} | {rss_s} | {within} | {outcome} |")
     if hta is not None:
         _hta_table(rows, hta)
+    floor_rows = rows.get("parse floor (read + msgspec typed decode)")
+    if floor_rows:
+        ingest, floor = [r[0] for r in rows["ingest"]], [r[0] for r in floor_rows]
+        ratios = [i / f for i, f in zip(ingest[-len(floor) :], floor, strict=True)]
+        print(
+            f"\ningest / parse floor (wall, each ingest with the floor run after it): "
+            f"{_range(ratios, '.2f')}; goal <= 2"
+        )
 
 
 if __name__ == "__main__":

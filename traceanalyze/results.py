@@ -101,7 +101,9 @@ class Timeline:
     `top_kernels`: `name, total_ms, launch_count` of the kernels with the most time in the window
     (the legend). `kernels`, `memcpy`, `markers`, `api_calls`, `ops`: rows overlapping the window;
     `telemetry`: the samples clipped to the window; `devices`, `sources` name the Perfetto tracks
-    (all of these are what `to_perfetto` writes).
+    (all of these are what `to_perfetto` writes). `api_calls` and `ops` are lazy
+    (`pl.LazyFrame`, `.collect()` them): the figure never needs them, and the export streams
+    them.
     """
 
     source_id: str
@@ -118,8 +120,8 @@ class Timeline:
     memcpy: pl.DataFrame = field(repr=False)
     markers: pl.DataFrame = field(repr=False)
     telemetry: pl.DataFrame = field(repr=False)
-    api_calls: pl.DataFrame | None = field(default=None, repr=False)
-    ops: pl.DataFrame | None = field(default=None, repr=False)
+    api_calls: pl.DataFrame | pl.LazyFrame | None = field(default=None, repr=False)
+    ops: pl.DataFrame | pl.LazyFrame | None = field(default=None, repr=False)
     devices: pl.DataFrame | None = field(default=None, repr=False)
     sources: pl.DataFrame | None = field(default=None, repr=False)
     critical_path: pl.DataFrame | None = field(default=None, repr=False)

@@ -154,8 +154,9 @@ def timeline(
         memcpy=tl.overlapping(m, t0, t1).collect(),
         markers=tl.overlapping(mk, t0, t1).collect(),
         telemetry=tl.window_samples(samples_all, t0, t1, after=False, clip=True),
-        api_calls=tl.overlapping(ds.scan("api_calls"), t0, t1).collect(),
-        ops=tl.overlapping(o, t0, t1).collect(),
+        # lazy: only the Perfetto export reads them, a batch at a time
+        api_calls=tl.overlapping(ds.scan("api_calls"), t0, t1),
+        ops=tl.overlapping(o, t0, t1),
         devices=ds.scan("devices").collect(),
         sources=ds.scan("sources").collect(),
     )

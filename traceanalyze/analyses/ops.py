@@ -169,15 +169,42 @@ def op_tree(ops: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.Da
     `ops` needs source_id, process_id, thread_id, name, start_ns, end_ns; `calls` source_id,
     process_id, thread_id, start_ns. Returns (ops + `_row`, `parent`, `child_ns`, `nested_same`),
     (calls + `owner`), both in their input order.
+
+    The sweep's stack (operators open, innermost last; those ended by a start popped from the
+    top) goes through the operators only. A call's owner is the top of that stack at its start:
+    the last operator to start before it on its thread (at the same start, operators first) or,
+    where that one has ended by then, the first of its ancestors (its `parent`, and theirs) that
+    has not: the stack below an operator is its parent's chain until it is popped. The owners
+    are found for all calls at once, a level of ancestors at a time.
     """
     n_ops = ops.height
     ev = _sorted_events(ops, calls)
     grp = ev.select(pl.struct("source_id", "process_id", "thread_id").rle_id()).to_series()
+    is_op = (ev["_i"] < n_ops).to_numpy()
+    keep = pl.Series(is_op)
+    sweep = ev.select("_i", "start_ns", "end_ns", "_c").filter(keep)  # operators, narrow
+    parent, child, nested_same = _sweep(sweep, grp.filter(keep), n_ops)
+    del sweep
+    ev = ev.select("_i", "start_ns")
+    owner = _owners(ev, grp.to_numpy(), is_op, n_ops, parent, ops["end_ns"].to_numpy())
+    o = ops.with_columns(
+        pl.Series("parent", parent),
+        pl.Series("child_ns", child),
+        pl.Series("nested_same", nested_same),
+    ).with_row_index("_row")
+    c = calls.with_columns(pl.Series("owner", owner))
+    return o, c
+
+
+def _sweep(
+    ev: pl.DataFrame, grp: pl.Series, n_ops: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """The operators' sweep (`ev`: operator events in sweep order, `grp`: their thread run):
+    per operator row its parent row, child time and whether a same-name ancestor is open."""
     idx = ev["_i"]  # names as numbers in `_c` (equal names, equal numbers): no Python strings
     parent = np.full(n_ops, -1, dtype=np.int64)
     child = np.zeros(n_ops, dtype=np.int64)
     nested_same = np.zeros(n_ops, dtype=bool)
-    owner = np.full(calls.height, -1, dtype=np.int64)
     stack: list[tuple[int, int, int]] = []  # open operators: (end, row, name number)
     on_stack: Counter[int] = Counter()
     cur = None
@@ -196,22 +223,43 @@ def op_tree(ops: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.Da
             while stack and stack[-1][0] <= s:
                 on_stack[stack.pop()[2]] -= 1
             top = stack[-1][1] if stack else -1
-            if i >= n_ops:
-                owner[i - n_ops] = top
-                continue
             parent[i] = top
             if top >= 0:
                 child[top] += min(e, stack[-1][0]) - s
             nested_same[i] = on_stack[c] > 0
             stack.append((e, i, c))
             on_stack[c] += 1
-    o = ops.with_columns(
-        pl.Series("parent", parent),
-        pl.Series("child_ns", child),
-        pl.Series("nested_same", nested_same),
-    ).with_row_index("_row")
-    c = calls.with_columns(pl.Series("owner", owner))
-    return o, c
+    return parent, child, nested_same
+
+
+def _owners(
+    ev: pl.DataFrame,
+    grp: npt.NDArray[Any],
+    is_op: npt.NDArray[np.bool_],
+    n_ops: int,
+    parent: npt.NDArray[np.int64],
+    op_end: npt.NDArray[Any],
+) -> npt.NDArray[np.int64]:
+    """Per call row the operator row on top of the sweep's stack at its start (-1: none)."""
+    pos = np.arange(ev.height)
+    last = np.maximum.accumulate(np.where(is_op, pos, -1))  # the last operator event so far
+    at = np.flatnonzero(~is_op)
+    before = last[at]
+    ok = before >= 0
+    ok[ok] = grp[before[ok]] == grp[at[ok]]  # on the call's thread
+    i = ev["_i"].to_numpy().astype(np.int64)
+    cand = np.where(ok, i[np.maximum(before, 0)], -1)
+    start = ev["start_ns"].to_numpy()[at]
+    while True:
+        live = np.flatnonzero(cand >= 0)
+        done = op_end[cand[live]] > start[live]
+        up = live[~done]
+        if up.size == 0:
+            break
+        cand[up] = parent[cand[up]]
+    owner = np.full(at.size, -1, dtype=np.int64)
+    owner[i[at] - n_ops] = cand
+    return owner
 
 
 _SLICE = 1 << 16

@@ -97,21 +97,17 @@ def _ranges(numbers: list[int]) -> str:
 
 def _intervals(
     kernels: Frame, memcpy: Frame | None, ops: Frame | None, markers: Frame | None
-) -> pl.DataFrame:
-    """Every interval to draw: device, stream (a host thread for ops and markers), times, name,
-    activity; those without both times left out."""
-    frames = [
-        _c(
-            kernels.lazy().select("device_id", "stream_id", "start_ns", "end_ns", _name(kernels))
-        ).with_columns(pl.lit("kernels").alias("activity"))
-    ]
+) -> dict[str, pl.LazyFrame]:
+    """Every interval to draw, lazily, by activity: device, stream (a host thread for ops and
+    markers), times, name, activity; those without both times left out."""
+    frames = {
+        "kernels": kernels.lazy().select(
+            "device_id", "stream_id", "start_ns", "end_ns", _name(kernels), _act("kernels")
+        )
+    }
     if memcpy is not None:
-        frames.append(
-            _c(
-                memcpy.lazy().select(
-                    "device_id", "stream_id", "start_ns", "end_ns", _name(memcpy, "kind")
-                )
-            ).with_columns(pl.lit("copies").alias("activity"))
+        frames["copies"] = memcpy.lazy().select(
+            "device_id", "stream_id", "start_ns", "end_ns", _name(memcpy, "kind"), _act("copies")
         )
     # Host rows: no device, the thread as the lane; an instant marker ends where it starts.
     # A GPU-side annotation (Kineto's gpu_user_annotation: a device and a stream, no thread)
@@ -121,25 +117,30 @@ def _intervals(
             cols = host.lazy().collect_schema().names()
             gpu_side = label == "markers" and {"device_id", "stream_id"} <= set(cols)
             on_gpu = pl.col("thread_id").is_null() & pl.col("device_id").is_not_null()
-            frames.append(
-                _c(
-                    host.lazy().select(
-                        pl.when(on_gpu).then(pl.col("device_id")).alias("device_id")
-                        if gpu_side
-                        else pl.lit(None, dtype=pl.Int64).alias("device_id"),
-                        pl.when(on_gpu)
-                        .then(pl.col("stream_id"))
-                        .otherwise(pl.col("thread_id"))
-                        .alias("stream_id")
-                        if gpu_side
-                        else pl.col("thread_id").alias("stream_id"),
-                        "start_ns",
-                        pl.coalesce("end_ns", "start_ns").alias("end_ns"),
-                        _name(host),
-                    )
-                ).with_columns(pl.lit(label).alias("activity"))
+            frames[label] = host.lazy().select(
+                pl.when(on_gpu).then(pl.col("device_id")).alias("device_id")
+                if gpu_side
+                else pl.lit(None, dtype=pl.Int64).alias("device_id"),
+                pl.when(on_gpu)
+                .then(pl.col("stream_id"))
+                .otherwise(pl.col("thread_id"))
+                .alias("stream_id")
+                if gpu_side
+                else pl.col("thread_id").alias("stream_id"),
+                "start_ns",
+                pl.coalesce("end_ns", "start_ns").alias("end_ns"),
+                _name(host),
+                _act(label),
             )
-    return pl.concat(frames).drop_nulls(["start_ns", "end_ns"])
+    cast = {"device_id": pl.Int64, "stream_id": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
+    return {k: f.cast(cast).drop_nulls(["start_ns", "end_ns"]) for k, f in frames.items()}  # type: ignore[arg-type]
+
+
+def _act(label: str) -> pl.Expr:
+    return pl.lit(label).alias("activity")
+
+
+_KEYS = ["device_id", "stream_id", "activity"]
 
 
 def lanes(
@@ -163,28 +164,42 @@ def lanes(
     GPU run the host lanes show launch-bound stretches. Nested operators overlap in their lane.
     `markers` (NVTX ranges, PyTorch annotations) add one "markers" lane per thread the same way;
     an instant marker (no end) is a zero-length interval, `start_ns == end_ns`.
+
+    Lazy frames are read lane by lane: the intervals of a lane that is drawn raw (at most
+    `max_bars`), only the times of one that is binned, so memory follows the largest lane, not
+    the trace.
     """
     if max_bars < 1:
         raise UsageProblem(f"max_bars (--max-bars) must be at least 1, got {max_bars}")
-    rows = _intervals(kernels, memcpy, ops, markers)
-    if rows.height == 0:
-        raise NotAnswerable("no kernels, copies, CPU ops or markers with start and end times")
-    t0 = int(rows["start_ns"].min()) if start_ns is None else start_ns  # type: ignore[arg-type]
-    t1 = int(rows["end_ns"].max()) if end_ns is None else end_ns  # type: ignore[arg-type]
-    if t1 <= t0:
-        raise NotAnswerable(f"empty time window [{t0}, {t1}] ns")
+    by_act = _intervals(kernels, memcpy, ops, markers)
+    t0, t1 = _span(by_act, start_ns, end_ns)
     s, e = pl.col("start_ns"), pl.col("end_ns")
-    rows = rows.filter(((e > t0) & (s < t1)) | ((e == s) & s.is_between(t0, t1))).with_columns(
-        s.clip(t0, t1), e.clip(t0, t1)
-    )
-    if rows.height == 0:
+    inside = ((e > t0) & (s < t1)) | ((e == s) & s.is_between(t0, t1))
+    clip = [s.clip(t0, t1), e.clip(t0, t1)]
+    by_act = {k: f.filter(inside) for k, f in by_act.items()}
+    parts = list(by_act.values())
+    counts = pl.concat([f.group_by(_KEYS).agg(pl.len().alias("n")) for f in parts]).collect()
+    if counts.height == 0:
         raise NotAnswerable("no kernels, copies, CPU ops or markers in the window")
-    keys = ["device_id", "stream_id", "activity"]
-    # Annotations on top (what the program says it is doing), then host operators, then the
-    # GPU's annotations, copies and kernels: a step's phases sit above the work they contain.
-    # GPU-side annotations sit just above their GPU's lanes.
+    counts = counts.sort([_lane_order(), *_KEYS], nulls_last=True)
+    raw = _raw_lanes(parts, counts.filter(pl.col("n") <= max_bars), clip)
+    out = []
+    for dev, stream, act, n in counts.rows():
+        same = pl.col("device_id").eq_missing(dev) & pl.col("stream_id").eq_missing(stream)
+        if n <= max_bars:
+            sub = raw.filter(same & (pl.col("activity") == act))
+        else:
+            sub = by_act[act].filter(same).select(clip).collect()
+        out.append(_lane(sub, (dev, stream, act), t0, t1, max_bars, n))
+    return pl.concat(out)
+
+
+def _lane_order() -> pl.Expr:
+    """Annotations on top (what the program says it is doing), then host operators, then the
+    GPU's annotations, copies and kernels: a step's phases sit above the work they contain, and
+    GPU-side annotations just above their GPU's lanes."""
     act, on_gpu = pl.col("activity"), pl.col("device_id").is_not_null()
-    rank = (
+    return (
         pl.when((act == "markers") & ~on_gpu)
         .then(0)
         .when(act == "cpu ops")
@@ -193,12 +208,37 @@ def lanes(
         .then(2)
         .otherwise(3)
     )
-    rows = rows.with_columns(rank.alias("_rank")).sort(["_rank", *keys], nulls_last=True)
-    out = [
-        _lane(sub.drop("_rank"), key, t0, t1, max_bars)
-        for key, sub in rows.group_by(keys, maintain_order=True)
-    ]
-    return pl.concat(out)
+
+
+def _span(
+    by_act: dict[str, pl.LazyFrame], start_ns: int | None, end_ns: int | None
+) -> tuple[int, int]:
+    """The window: `[start_ns, end_ns]`, each by default the intervals' first start, last end."""
+    ends = pl.concat(
+        [f.select(pl.col("start_ns").min(), pl.col("end_ns").max()) for f in by_act.values()]
+    )
+    a, b = ends.select(pl.col("start_ns").min(), pl.col("end_ns").max()).collect().row(0)
+    if a is None:
+        raise NotAnswerable("no kernels, copies, CPU ops or markers with start and end times")
+    t0 = int(a) if start_ns is None else start_ns
+    t1 = int(b) if end_ns is None else end_ns
+    if t1 <= t0:
+        raise NotAnswerable(f"empty time window [{t0}, {t1}] ns")
+    return t0, t1
+
+
+def _raw_lanes(parts: list[pl.LazyFrame], small: pl.DataFrame, clip: list[pl.Expr]) -> pl.DataFrame:
+    """The clipped intervals of the lanes `small` (`_KEYS`: those drawn as bars), by lane."""
+    if small.height == 0:
+        return pl.DataFrame()
+    keys = small.lazy().select(_KEYS)
+    joined = [f.join(keys, on=_KEYS, nulls_equal=True, maintain_order="left") for f in parts]
+    return (
+        pl.concat(joined)
+        .with_columns(clip)
+        .collect()
+        .sort(_KEYS, nulls_last=True, maintain_order=True)
+    )
 
 
 # A thread's annotations are drawn one row per nesting depth, each bar named, when there are at
@@ -225,9 +265,10 @@ def nesting_depth(start_ns: list[int], end_ns: list[int]) -> list[int]:
 
 
 def _lane(
-    sub: pl.DataFrame, key: tuple[object, ...], t0: int, t1: int, max_bars: int
+    sub: pl.DataFrame, key: tuple[object, ...], t0: int, t1: int, max_bars: int, n: int
 ) -> pl.DataFrame:
-    """One lane's rows: its intervals, or `max_bars` bins of busy fraction when it has more."""
+    """One lane's rows: its `n` intervals (`sub`), or `max_bars` bins of busy fraction when it
+    has more (`sub`: their times only)."""
     dev, stream, act = key
     if act == "cpu ops":
         lane = f"CPU thread {stream} ops"
@@ -237,7 +278,6 @@ def _lane(
         lane = "annotations (no thread)" if stream is None else f"CPU thread {stream} annotations"
     else:
         lane = f"GPU {dev} s{stream} {act}"
-    n = sub.height
     if act == "markers" and n <= min(max_bars, ANNOTATION_ROWS_MAX):
         return _depth_rows(sub, lane)
     if n <= max_bars:

@@ -39,28 +39,43 @@ the earliest exported time) so that float64 keeps sub-µs precision. An event th
 (google/perfetto#107), and an overlapping interval is exported whole, never cut. Rows are
 serialized columnar (polars `write_ndjson`, which escapes strings as JSON requires), not with a
 Python loop per event.
+
+Streamed: the inputs may be lazy frames (a store's scans; `Timeline` keeps its runtime calls and
+operators lazy), read a batch of `BATCH_ROWS` rows at a time; `write_chrome_trace` writes each
+batch's events as they are made. The sub-track placement (`export.placement`) sorts its keys
+out of memory (`export.extsort`) and walks them a batch at a time; the launch flows are joined
+and sorted by polars' streaming engine into a spill file. What stays in memory for the whole
+trace: the slices placed on sub-tracks (few), the distinct tracks, and the join of the launch
+calls to their kernels (polars holds the calls' keys while it joins). The output is the same
+whatever the batch sizes (`tests/test_perfetto_proto.py`).
 """
 
 from __future__ import annotations
 
 import io
-import itertools
 import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
-import numpy as np
 import polars as pl
 
 from ..outpaths import check_output
+from .placement import LANE_TID_OFFSET as LANE_TID_OFFSET
+from .placement import Placement, lazy, place
 
 Frame = pl.DataFrame | pl.LazyFrame
 
 HOST_PID_OFFSET = 1_000_000
 COPY_TID_OFFSET = 1_000_000
 ANNOTATION_TID = 2_000_000
-LANE_TID_OFFSET = 10_000_000
 COUNTERS: tuple[str, ...] = ("sm_clock_mhz", "power_w", "temperature_c")
 FLOW_CAT = "launch"
-_LANE_CHUNK = 65_536
+BATCH_ROWS = 1 << 16
+# ns to µs. A product, not `/ 1e3`: polars divides a column of more than one value (or, in the
+# streaming engine, of more than three) by multiplying with the reciprocal, one of a single value
+# exactly, so a quotient's last digit would depend on how the rows are batched.
+_US = 1e-3
 
 
 def _c(df: Frame | None) -> pl.DataFrame | None:
@@ -70,48 +85,74 @@ def _c(df: Frame | None) -> pl.DataFrame | None:
 
 
 def _ndjson(df: pl.DataFrame) -> str:
+    return bytes(_ndjson_bytes(df)).decode()
+
+
+def _ndjson_bytes(df: pl.DataFrame) -> memoryview:
+    """`df`'s rows as JSON objects, one a line, each line but the last ending in a comma."""
     if df.height == 0:
-        return ""
+        return memoryview(b"")
     buf = io.BytesIO()
     df.write_ndjson(buf)
-    return buf.getvalue().decode().rstrip("\n").replace("\n", ",\n")
+    return memoryview(buf.getvalue().replace(b"\n", b",\n"))[:-2]
 
 
-def _timed(df: pl.DataFrame | None) -> pl.DataFrame | None:
-    if df is None or df.height == 0:
+def batches(df: Frame, rows: int | None = None) -> Iterator[pl.DataFrame]:
+    """`df` in row order, `rows` (default `BATCH_ROWS`) at a time (a lazy frame by the
+    streaming engine)."""
+    rows = rows or BATCH_ROWS
+    if isinstance(df, pl.DataFrame):
+        yield from df.iter_slices(rows)
+    else:
+        yield from df.collect_batches(chunk_size=rows)
+
+
+def _height(df: Frame) -> int:
+    if isinstance(df, pl.DataFrame):
+        return df.height
+    return int(df.select(pl.len()).collect().item())
+
+
+def _timed(df: Frame | None) -> pl.LazyFrame | None:
+    """`df`'s rows with a start and an end, lazily; None when `df` has no rows at all."""
+    if df is None or _height(df) == 0:
         return None
-    return df.filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null())
+    return lazy(df).filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null())
+
+
+def _present(df: Frame | None) -> pl.LazyFrame | None:
+    return None if df is None or _height(df) == 0 else lazy(df)
 
 
 class _Writer:
-    """Collects event blocks (NDJSON text), the (pid, tid) pairs they use and the sub-tracks
-    made for overlapping slices ((pid, tid) -> (the track's own tid, n))."""
+    """Writes the event blocks (NDJSON text) to `out`, separated as the JSON array needs."""
 
-    def __init__(self, t0: int) -> None:
+    def __init__(self, t0: int, out: Callable[[bytes | memoryview], object]) -> None:
         self.t0 = t0
-        self.parts: list[str] = []
-        self.ids: list[pl.DataFrame] = []
-        self.lanes: dict[tuple[int, int], tuple[int, int]] = {}
+        self.out = out
+        self.empty = True
 
     def us(self, c: str) -> pl.Expr:
-        return (pl.col(c) - self.t0) / 1e3
+        return (pl.col(c) - self.t0) * _US  # length-independent: see _US
 
-    def add(self, ev: pl.DataFrame, track: bool = True) -> None:
-        if ev.height == 0:
-            return
-        self.parts.append(_ndjson(ev))
-        if track:
-            self.ids.append(ev.select(pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64)))
+    def add(self, ev: Frame) -> None:
+        for batch in batches(ev):
+            text = _ndjson_bytes(batch)
+            if text:
+                if not self.empty:
+                    self.out(b",\n")
+                self.out(text)
+                self.empty = False
 
-    def slices(self, df: pl.DataFrame, cat: pl.Expr, name: pl.Expr, args: pl.Expr) -> None:
-        """Complete events of `df` on the tracks `_tracks` gave it (`_pid`, `_tid`)."""
+    def slices(self, df: pl.LazyFrame, cat: pl.Expr, name: pl.Expr, args: pl.Expr) -> None:
+        """Complete events of `df` on the tracks the placement gave it (`_pid`, `_tid`)."""
         self.add(
             df.select(
                 name.alias("name"),
                 cat.alias("cat"),
                 pl.lit("X").alias("ph"),
                 self.us("start_ns").alias("ts"),
-                ((pl.col("end_ns") - pl.col("start_ns")) / 1e3).alias("dur"),
+                ((pl.col("end_ns") - pl.col("start_ns")) * _US).alias("dur"),
                 pl.col("_pid").alias("pid"),
                 pl.col("_tid").alias("tid"),
                 args.alias("args"),
@@ -129,93 +170,67 @@ _MARK_PID = pl.when(_ON_GPU).then(_DEV).otherwise(_HOST_PID)
 _MARK_TID = (
     pl.when(_ON_GPU).then(pl.col("stream_id").fill_null(ANNOTATION_TID)).otherwise(_HOST_TID)
 )
-
-_Block = tuple[pl.DataFrame | None, pl.Expr, pl.Expr]
-
-
-def _greedy(starts: list[int], ends: list[int], groups: list[int]) -> list[int]:
-    """Sub-track of each slice (in order of start, longer first; `groups`: runs of slices that
-    overlap one another): the first one where it nests in the slices still open there."""
-    out: list[int] = []
-    open_: list[list[int]] = []  # per sub-track, the ends of its open slices, innermost last
-    last = -1
-    for a, b, g in zip(starts, ends, groups, strict=True):
-        if g != last:
-            open_, last = [], g
-        for i, ends_open in enumerate(open_):
-            while ends_open and ends_open[-1] <= a:
-                ends_open.pop()
-            if not ends_open or b <= ends_open[-1]:
-                ends_open.append(b)
-                out.append(i)
-                break
-        else:
-            open_.append([b])
-            out.append(len(open_) - 1)
-    return out
+PIDS: tuple[pl.Expr, ...] = (_DEV, _DEV, _HOST_PID, _HOST_PID, _MARK_PID)
+TIDS: tuple[pl.Expr, ...] = (_STREAM_TID, _COPY_TID, _HOST_TID, _HOST_TID, _MARK_TID)
+KERNEL, MEMCPY, API, OP, RANGE = range(5)
 
 
-def _lane_of(keys: pl.DataFrame) -> np.ndarray:
-    """Sub-track per row of `keys` (pid, tid, s, e; sorted by track, start, longer first).
-    Only runs of mutually overlapping slices go through the loop; a lone slice stays at 0."""
-    prev = pl.col("e").cum_max().shift(1).over("pid", "tid")
-    run = keys.select((prev.is_null() | (pl.col("s") >= prev)).cum_sum().alias("c"))["c"]
-    lane = np.zeros(keys.height, dtype=np.int64)
-    idx = np.flatnonzero(run.is_duplicated().to_numpy())
-    if idx.size == 0:
-        return lane
-    s, e, g = keys["s"].to_numpy()[idx], keys["e"].to_numpy()[idx], run.to_numpy()[idx]
-    # whole runs at a time, about _LANE_CHUNK rows per call: Python lists of a chunk only
-    starts = np.flatnonzero(np.diff(g)) + 1  # where a run begins (after the first)
-    at = np.searchsorted(starts, np.arange(_LANE_CHUNK, g.size, _LANE_CHUNK))
-    cuts = np.unique(starts[at[at < starts.size]])
-    bounds = [0, *cuts.tolist(), g.size]
-    for lo, hi in itertools.pairwise(bounds):
-        part = slice(lo, hi)
-        lane[idx[part]] = _greedy(s[part].tolist(), e[part].tolist(), g[part].tolist())
-    return lane
+@dataclass(frozen=True)
+class Inputs:
+    """The export's inputs, lazy: the slices of the five kinds (kernels, copies, runtime/driver
+    calls, operators, ranges; timed rows only, or None) placed on their tracks (`placement`),
+    the markers (with a `stream_id`), the telemetry and the origin `t0`."""
+
+    blocks: tuple[pl.LazyFrame | None, ...]
+    markers: pl.LazyFrame | None
+    samples: pl.DataFrame | None
+    t0: int
+    placement: Placement
+
+    def placed(self, i: int) -> pl.LazyFrame | None:
+        """Block `i` with its track (`_pid`, `_tid`, the sub-track's tid)."""
+        df = self.blocks[i]
+        return None if df is None else self.placement.with_tracks(df, i, PIDS[i], TIDS[i])
 
 
-def _tracks(w: _Writer, blocks: list[_Block]) -> list[pl.DataFrame | None]:
-    """Each block's frame with its track (`_pid`, `_tid`), the complete slices of all blocks
-    together nesting properly per track (module docstring, "overlap")."""
-    live = [(i, df, p, t) for i, (df, p, t) in enumerate(blocks) if df is not None and df.height]
-    out: list[pl.DataFrame | None] = [b[0] for b in blocks]
-    if not live:
-        return out
-    keys = pl.concat(
-        df.select(
-            p.cast(pl.Int64).alias("pid"),
-            t.cast(pl.Int64).alias("tid"),
-            pl.col("start_ns").cast(pl.Int64).alias("s"),
-            pl.col("end_ns").cast(pl.Int64).alias("e"),
-            pl.lit(i, pl.Int64).alias("b"),
-        ).with_row_index("r")
-        for i, df, p, t in live
-    ).sort(["pid", "tid", "s", "e", "b", "r"], descending=[False, False, False, True, False, False])
-    keys = keys.with_columns(n=pl.Series(_lane_of(keys))).with_columns(
-        _tid=pl.col("tid") + pl.col("n") * LANE_TID_OFFSET
-    )
-    for pid, tid, n, lt in keys.filter(pl.col("n") > 0).select("pid", "tid", "n", "_tid").rows():
-        w.lanes[(pid, lt)] = (tid, n)
-    for i, df, _, _ in live:
-        got = keys.filter(pl.col("b") == i).sort("r")
-        out[i] = df.with_columns(got["pid"].alias("_pid"), got["_tid"].alias("_tid"))
-    return out
+def inputs(
+    frames: tuple[Frame | None, ...],
+    gpu_samples: Frame | None,
+    origin_ns: int | None,
+    workdir: str,
+) -> Inputs:
+    """`frames`: kernels, memcpy, api_calls, ops, markers, lazy; sub-tracks placed (streamed,
+    `export.placement`, spilling to `workdir`)."""
+    k, m, a, o = (_timed(f) for f in frames[:4])
+    mk = _present(frames[4])
+    if mk is not None and "stream_id" not in mk.collect_schema().names():
+        mk = mk.with_columns(pl.lit(None, pl.Int64).alias("stream_id"))
+    s = _c(gpu_samples)
+    s = s if s is not None and s.height else None
+    ranges = None if mk is None else _timed(mk)
+    blocks = (k, m, a, o, ranges)
+    t0 = _origin([(k, "start_ns"), (m, "start_ns"), (mk, "start_ns"), (s, "timestamp_ns")],
+                 [(a, "start_ns"), (o, "start_ns")], origin_ns)  # fmt: skip
+    pl_ = place([(b, PIDS[i], TIDS[i]) for i, b in enumerate(blocks)], workdir)
+    return Inputs(blocks, mk, s, t0, pl_)
 
 
-def _origin(frames: list[tuple[pl.DataFrame | None, str]], origin_ns: int | None) -> int:
-    starts: list[int] = []
-    for df, col in frames[:4]:
-        if df is not None and df.height:
-            v = df.select(pl.col(col).min()).item()
-            if v is not None:
-                starts.append(int(v))
+def _origin(
+    own: list[tuple[Frame | None, str]], host: list[tuple[Frame | None, str]], origin_ns: int | None
+) -> int:
+    """The origin: `origin_ns` (default the earliest start of `own`), lowered to the earliest
+    start of anything exported (Perfetto rejects negative times)."""
+
+    def first(df: Frame | None, col: str) -> int | None:
+        if df is None:
+            return None
+        v = lazy(df).select(pl.col(col).min()).collect().item()
+        return None if v is None else int(v)
+
+    starts = [v for df, c in own if (v := first(df, c)) is not None]
     if origin_ns is None:
         origin_ns = min(starts) if starts else 0
-    for df, col in frames[4:]:
-        if df is not None and df.height:
-            starts.append(int(df[col].min()))  # type: ignore[arg-type]
+    starts += [v for df, c in host if (v := first(df, c)) is not None]
     return min([origin_ns, *starts])
 
 
@@ -233,48 +248,51 @@ def chrome_trace_json(
     critical_path: Frame | None = None,
 ) -> str:
     """The trace as a JSON text `{"traceEvents": [...], "displayTimeUnit": "ms"}`."""
-    k, m, mk, s = _timed(_c(kernels)), _timed(_c(memcpy)), _c(markers), _c(gpu_samples)
-    a, o = _timed(_c(api_calls)), _timed(_c(ops))
-    if mk is not None and "stream_id" not in mk.columns:
-        mk = mk.with_columns(pl.lit(None, pl.Int64).alias("stream_id"))
-    frames = [(k, "start_ns"), (m, "start_ns"), (mk, "start_ns"), (s, "timestamp_ns")]
-    w = _Writer(_origin([*frames, (a, "start_ns"), (o, "start_ns")], origin_ns))
-    k, m, a, o, ranges = _tracks(
-        w,
-        [
-            (k, _DEV, _STREAM_TID),
-            (m, _DEV, _COPY_TID),
-            (a, _HOST_PID, _HOST_TID),
-            (o, _HOST_PID, _HOST_TID),
-            (_timed(mk), _MARK_PID, _MARK_TID),
-        ],
-    )
-    _slices(w, k, m, a, o, ranges)
-    if mk is not None and mk.height:
-        _marks(w, mk)
-    if a is not None:
-        _flows(w, a, k, m)
-    if s is not None and s.height:
-        _counters(w, s)
+    parts: list[bytes | memoryview] = []
+    with tempfile.TemporaryDirectory(prefix="traceanalyze-perfetto-") as work:
+        frames = (kernels, memcpy, api_calls, ops, markers)
+        inp = inputs(frames, gpu_samples, origin_ns, work)
+        _write_events(parts.append, inp, devices, sources, critical_path, work)
+    return b"".join(parts).decode()
+
+
+def _write_events(
+    out: Callable[[bytes | memoryview], object],
+    inp: Inputs,
+    devices: Frame | None,
+    sources: Frame | None,
+    critical_path: Frame | None,
+    work: str,
+) -> None:
+    """The JSON text (UTF-8), piece by piece, to `out`."""
+    out(b'{"displayTimeUnit": "ms", "traceEvents": [\n')
+    w = _Writer(inp.t0, out)
+    _slices(w, inp)
+    ids = [inp.placement.tracks.select("pid", "tid")]
+    mk = inp.markers
+    if mk is not None:
+        ids.append(_marks(w, mk))
+    _flows(w, inp, work)
+    if inp.samples is not None:
+        ids += _counters(w, inp.samples)
     cp = _c(critical_path)
     if cp is not None and cp.height:
         from .perfetto_path import path_flows
 
         for flows in path_flows(cp, w.t0, HOST_PID_OFFSET, COPY_TID_OFFSET):
-            w.add(flows, track=False)
-    w.add(_metadata(w.ids, w.lanes, _c(devices), _c(sources)), track=False)
-    body = ",\n".join(p for p in w.parts if p)
-    return '{"displayTimeUnit": "ms", "traceEvents": [\n' + body + "\n]}\n"
+            w.add(flows)
+    w.add(_metadata(ids, lanes_of(inp.placement), _c(devices), _c(sources)))
+    out(b"\n]}\n")
 
 
-def _slices(
-    w: _Writer,
-    k: pl.DataFrame | None,
-    m: pl.DataFrame | None,
-    a: pl.DataFrame | None,
-    o: pl.DataFrame | None,
-    ranges: pl.DataFrame | None,
-) -> None:
+def lanes_of(p: Placement) -> dict[tuple[int, int], tuple[int, int]]:
+    """(pid, sub-track tid) -> (the track's own tid, n) of the sub-tracks."""
+    sub = p.tracks.drop_nulls("n")
+    return {(pid, t): (b, n) for pid, t, b, n in sub.select("pid", "tid", "base", "n").rows()}
+
+
+def _slices(w: _Writer, inp: Inputs) -> None:
+    k, m, a, o, ranges = (inp.placed(i) for i in range(5))
     if k is not None:
         w.slices(k, pl.lit("kernel"), pl.col("name").fill_null("kernel"), _kargs())
     if m is not None:
@@ -327,8 +345,9 @@ def _aargs() -> pl.Expr:
     )
 
 
-def _marks(w: _Writer, mk: pl.DataFrame) -> None:
-    """Marks without an end: instant events on the track their ranges would use."""
+def _marks(w: _Writer, mk: pl.LazyFrame) -> pl.DataFrame:
+    """Marks without an end: instant events on the track their ranges would use. Returns their
+    tracks (`pid, tid`)."""
     marks = mk.filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_null()).select(
         pl.col("name").fill_null(""),
         pl.coalesce("category", pl.lit("marker")).alias("cat"),
@@ -339,40 +358,65 @@ def _marks(w: _Writer, mk: pl.DataFrame) -> None:
         _MARK_TID.alias("tid"),
     )
     w.add(marks)
+    ids = marks.select(pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64)).unique()
+    return ids.collect()
 
 
-def _flows(w: _Writer, a: pl.DataFrame, k: pl.DataFrame | None, m: pl.DataFrame | None) -> None:
+def launch_flows(inp: Inputs, path: str) -> pl.LazyFrame | None:
     """A flow per GPU event whose launch call (same correlation id, same process where both
-    give one) is exported; ids 1.. in order of the GPU event's start."""
-    calls = a.filter(pl.col("correlation_id").is_not_null()).select(
-        "source_id",
-        "correlation_id",
-        pl.col("process_id").alias("_cpid"),
-        pl.col("_pid").alias("_spid"),
-        pl.col("_tid").alias("_stid"),
-        pl.col("start_ns").alias("_sts"),
+    give one) is exported, ids 1.. in order of the GPU event's start, written (streaming) to
+    `path`: `id`, the call's `_spid, _stid, _sts, _sr` (track, start, row) and the GPU event's
+    `pid, tid, start_ns, _gb, _gr` (track, start, block, row)."""
+    a = inp.placed(API)
+    if a is None:
+        return None
+    corr = pl.col("correlation_id").is_not_null()
+    calls = (
+        a.with_row_index("_sr")
+        .filter(corr)
+        .select(
+            "source_id",
+            "correlation_id",
+            pl.col("process_id").alias("_cpid"),
+            pl.col("_pid").alias("_spid"),
+            pl.col("_tid").alias("_stid"),
+            pl.col("start_ns").alias("_sts"),
+            pl.col("_sr").cast(pl.Int64),
+        )
     )
-    gpu = []
-    for df in (k, m):
-        if df is not None and df.height:
-            gpu.append(
-                df.filter(pl.col("correlation_id").is_not_null()).select(
-                    "source_id",
-                    "correlation_id",
-                    pl.col("process_id").alias("_gpid"),
-                    pl.col("_pid").alias("pid"),
-                    pl.col("_tid").cast(pl.Int64).alias("tid"),
-                    "start_ns",
-                )
-            )
-    if not gpu or calls.height == 0:
-        return
+    gpu = [
+        df.with_row_index("_gr")
+        .filter(corr)
+        .select(
+            "source_id",
+            "correlation_id",
+            pl.col("process_id").alias("_gpid"),
+            pl.col("_pid").alias("pid"),
+            pl.col("_tid").cast(pl.Int64).alias("tid"),
+            "start_ns",
+            pl.lit(i, pl.Int64).alias("_gb"),
+            pl.col("_gr").cast(pl.Int64),
+        )
+        for i in (KERNEL, MEMCPY)
+        if (df := inp.placed(i)) is not None
+    ]
+    if not gpu:
+        return None
     j = pl.concat(gpu).join(calls, on=["source_id", "correlation_id"], how="inner")
     # nsys numbers correlation ids per process.
     j = j.filter(
         pl.col("_gpid").is_null() | pl.col("_cpid").is_null() | (pl.col("_gpid") == pl.col("_cpid"))
     )
-    j = j.sort("start_ns", "pid", "tid").with_row_index("id", offset=1)
+    order = ["start_ns", "pid", "tid", "_gb", "_gr", "_sr"]
+    j = j.sort(order).with_row_index("id", offset=1).drop("source_id", "correlation_id")
+    j.sink_parquet(path)
+    return pl.scan_parquet(path)
+
+
+def _flows(w: _Writer, inp: Inputs, work: str) -> None:
+    j = launch_flows(inp, os.path.join(work, "flows.parquet"))
+    if j is None:
+        return
     common = [pl.lit(FLOW_CAT).alias("cat"), pl.lit(FLOW_CAT).alias("name"), pl.col("id")]
     w.add(
         j.select(
@@ -381,8 +425,7 @@ def _flows(w: _Writer, a: pl.DataFrame, k: pl.DataFrame | None, m: pl.DataFrame 
             w.us("_sts").alias("ts"),
             pl.col("_spid").alias("pid"),
             pl.col("_stid").alias("tid"),
-        ),
-        track=False,
+        )
     )
     w.add(
         j.select(
@@ -392,12 +435,12 @@ def _flows(w: _Writer, a: pl.DataFrame, k: pl.DataFrame | None, m: pl.DataFrame 
             w.us("start_ns").alias("ts"),
             "pid",
             "tid",
-        ),
-        track=False,
+        )
     )
 
 
-def _counters(w: _Writer, s: pl.DataFrame) -> None:
+def _counters(w: _Writer, s: pl.DataFrame) -> list[pl.DataFrame]:
+    ids = []
     for col in COUNTERS:
         if col not in s.columns:
             continue
@@ -408,8 +451,9 @@ def _counters(w: _Writer, s: pl.DataFrame) -> None:
             _DEV.alias("pid"),
             pl.struct(pl.col(col).alias("value")).alias("args"),
         )
-        w.add(ev, track=False)
-        w.ids.append(ev.select("pid").unique().with_columns(pl.lit(None, pl.Int64).alias("tid")))
+        w.add(ev)
+        ids.append(ev.select("pid").unique().with_columns(pl.lit(None, pl.Int64).alias("tid")))
+    return ids
 
 
 def _metadata(
@@ -511,24 +555,17 @@ def write_chrome_trace(
     origin_ns: int | None = None,
     critical_path: Frame | None = None,
 ) -> None:
-    """Write `chrome_trace_json(...)` to `path`, through a temporary name renamed at the end."""
-    text = chrome_trace_json(
-        kernels,
-        memcpy,
-        markers,
-        gpu_samples,
-        api_calls=api_calls,
-        ops=ops,
-        devices=devices,
-        sources=sources,
-        origin_ns=origin_ns,
-        critical_path=critical_path,
-    )
+    """Write `chrome_trace_json(...)` to `path` as it is made (a batch of events at a time),
+    through a temporary name renamed at the end."""
     check_output(path)  # a missing directory: one clear error, not an OSError
     tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with (
+            tempfile.TemporaryDirectory(prefix="traceanalyze-perfetto-") as work,
+            open(tmp, "wb") as f,
+        ):
+            inp = inputs((kernels, memcpy, api_calls, ops, markers), gpu_samples, origin_ns, work)
+            _write_events(f.write, inp, devices, sources, critical_path, work)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -29,44 +29,55 @@ names (one descriptor each) and string argument values (`kind`, `domain`).
 
 Times: `TracePacket.timestamp` in integer ns from the same origin as the JSON (default clock).
 
-Memory: the packets are encoded and written one chunk of `chunk_rows` events at a time (a Python
-loop over the chunk's rows, never a list over the trace): each chunk gathers the names, categories
-and arguments of its slices from the input frames. What the whole trace needs is columnar and
-narrow (polars): per slice its track, times and row (integers), per begin and end a sort key, the
-flows' ids. The interned names grow with the trace's distinct names, not its events. The
-placement of slices on sub-tracks is `export.perfetto`'s, shared with the JSON export.
+Memory: the events are never all in memory at once. The inputs are read a batch at a time (lazy
+frames, as the JSON export reads them) and the slices placed on sub-tracks by the JSON export's
+streamed placement (`export.placement`). Each slice's end (its order keys and track) and begin
+(with its name, category and the rest of its `TrackEvent`: annotations and flow ids, encoded
+then) are dealt into spill files by ranges of time (`extsort.Buckets`); each range is read back,
+sorted and encoded, `chunk_rows` events at a time, in Arrow arrays (`perfetto_packets`
+`slice_packets`: no Python loop per event). What spans the trace: the ids of the flows (per
+slice where one starts or ends: one per launched kernel or copy), the interned names (they
+grow with the distinct names, not the events), and what the placement keeps.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from ..errors import TraceanalyzeError
+from . import extsort
 from . import perfetto_packets as pk
-from . import protowire as pw
+from .extsort import Buckets
 from .perfetto import (
     _COPY_TID,
     _DEV,
-    _HOST_PID,
     _HOST_TID,
     _MARK_PID,
     _MARK_TID,
     _STREAM_TID,
+    API,
     COPY_TID_OFFSET,
     COUNTERS,
     HOST_PID_OFFSET,
+    KERNEL,
+    MEMCPY,
     Frame,
+    Inputs,
     _c,
+    _height,
     _metadata,
-    _origin,
-    _timed,
-    _tracks,
-    _Writer,
+    batches,
+    inputs,
+    lanes_of,
+    launch_flows,
 )
 
 PROTO_SUFFIXES: tuple[str, ...] = (".pftrace", ".perfetto-trace", ".pb")
@@ -74,7 +85,6 @@ CHUNK_ROWS = 50_000
 _LANE_BIT = 1 << 36  # a process track's uuid: (pid + 1) << 36; its tracks add tid + 1
 _COUNTER_BIT = 1 << 35
 _TID_MASK = _COUNTER_BIT - 1
-_KERNEL, _MEMCPY, _API, _OP, _RANGE = range(5)
 
 
 @dataclass(frozen=True)
@@ -158,195 +168,177 @@ def _tuuid(pid: pl.Expr, tid: pl.Expr) -> pl.Expr:
     return _puuid(pid) + ((tid + 1) & _TID_MASK).cast(pl.UInt64)
 
 
-@dataclass(frozen=True)
-class _Slices:
-    """The slices of the five kinds: `frames` (each kind's rows with `_pid`, `_tid` from
-    `_tracks`, or None), `offsets` (a kind's first slice id), `keys` (`sid, blk, pid, lane, tid,
-    s, e, uuid`: per slice its id, kind, track, base tid, times from the origin)."""
-
-    frames: list[pl.DataFrame | None]
-    offsets: list[int]
-    keys: pl.DataFrame
-
-
-def _slices(frames: list[pl.DataFrame | None], t0: int) -> _Slices:
-    specs, parts, offsets, at = _specs(), [], [], 0
-    for i, df in enumerate(frames):
-        offsets.append(at)
-        if df is None or df.height == 0:
+def _keys(inp: Inputs, offsets: list[int]) -> pl.LazyFrame | None:
+    """`sid, blk, pid, lane, tid, s, e, uuid`: per slice its id, kind, track (process, the
+    sub-track's tid, the track's own tid), times from the origin and track uuid."""
+    specs, parts = _specs(), []
+    for i in range(5):
+        df = inp.placed(i)
+        if df is None:
             continue
-        at += df.height
         parts.append(
-            df.select(
+            df.with_row_index("_r").select(
+                (pl.col("_r").cast(pl.Int64) + offsets[i]).alias("sid"),
                 pl.lit(i, pl.Int8).alias("blk"),
                 pl.col("_pid").cast(pl.Int64).alias("pid"),
                 pl.col("_tid").cast(pl.Int64).alias("lane"),
                 specs[i].tid.cast(pl.Int64).alias("tid"),
-                (pl.col("start_ns") - t0).cast(pl.Int64).alias("s"),
-                (pl.col("end_ns") - t0).cast(pl.Int64).alias("e"),
+                (pl.col("start_ns") - inp.t0).cast(pl.Int64).alias("s"),
+                (pl.col("end_ns") - inp.t0).cast(pl.Int64).alias("e"),
             )
         )
-    keys = pl.concat(parts) if parts else pl.DataFrame()
-    if keys.height:
-        keys = keys.with_row_index("sid").with_columns(
-            _tuuid(pl.col("pid"), pl.col("lane")).alias("uuid")
-        )
-    return _Slices(frames, offsets, keys)
+    if not parts:
+        return None
+    return pl.concat(parts).with_columns(_tuuid(pl.col("pid"), pl.col("lane")).alias("uuid"))
 
 
-def _launch_pairs(sl: _Slices) -> pl.DataFrame | None:
+def _launch_pairs(inp: Inputs, offsets: list[int], work: str) -> pl.DataFrame | None:
     """`id, out, in`: a flow from each launch call to each GPU event of its correlation id (same
-    source, same process where both give one), ids 1.. in order of the GPU event's start."""
-    a = sl.frames[_API]
-    if a is None or a.height == 0:
+    source, same process where both give one), ids 1.. in order of the GPU event's start (the
+    JSON export's `launch_flows`)."""
+    j = launch_flows(inp, os.path.join(work, "flows.parquet"))
+    if j is None:
         return None
-    corr = pl.col("correlation_id").is_not_null()
-    calls = (
-        a.with_row_index("out", offset=sl.offsets[_API])
-        .filter(corr)
-        .select("source_id", "correlation_id", pl.col("process_id").alias("_cpid"), "out")
-    )
-    gpu = [
-        df.with_row_index("in", offset=sl.offsets[i])
-        .filter(corr)
-        .select(
-            "source_id",
-            "correlation_id",
-            "process_id",
-            "in",
-            "start_ns",
-            pl.col("_pid").cast(pl.Int64),
-            pl.col("_tid").cast(pl.Int64),
-        )
-        for i in (_KERNEL, _MEMCPY)
-        if (df := sl.frames[i]) is not None and df.height
-    ]
-    if not gpu:
-        return None
-    j = pl.concat(gpu).join(calls, on=["source_id", "correlation_id"], how="inner")
-    j = j.filter(
-        pl.col("process_id").is_null()
-        | pl.col("_cpid").is_null()
-        | (pl.col("process_id") == pl.col("_cpid"))
-    )
-    j = j.sort("start_ns", "_pid", "_tid").with_row_index("id", offset=1)
-    return j.select(pl.col("id").cast(pl.UInt64), "out", "in")
+    gpu_off = pl.when(pl.col("_gb") == KERNEL).then(offsets[KERNEL]).otherwise(offsets[MEMCPY])
+    return j.select(
+        pl.col("id").cast(pl.UInt64),
+        (pl.col("_sr") + offsets[API]).alias("out"),
+        (pl.col("_gr") + gpu_off).alias("in"),
+    ).collect()
 
 
-def _path_pairs(keys: pl.DataFrame, cp: pl.DataFrame | None, t0: int) -> pl.DataFrame | None:
+def _path_pairs(keys: pl.LazyFrame, cp: pl.DataFrame | None, t0: int) -> pl.DataFrame | None:
     """`id, out, in` of the critical path's flows (`perfetto_path`), each end bound to the
     first slice that starts at its time on its track."""
-    if cp is None or cp.height == 0 or keys.height == 0:
+    if cp is None or cp.height == 0:
         return None
     from .perfetto_path import path_flows
 
     starts, ends = path_flows(cp, t0, HOST_PID_OFFSET, COPY_TID_OFFSET)
-    at_key = keys.group_by("pid", "tid", "s").agg(pl.col("sid").min())
+    s = (pl.col("ts") * 1e3).round().cast(pl.Int64).alias("s")
+    at = pl.concat(
+        [
+            f.select(pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64), s)
+            for f in (starts, ends)
+        ]
+    ).unique()
+    at_key = (
+        keys.select("pid", "tid", "s", "sid")
+        .join(at.lazy(), on=["pid", "tid", "s"], how="semi")
+        .group_by("pid", "tid", "s")
+        .agg(pl.col("sid").min())
+        .collect()
+    )
 
-    def at(f: pl.DataFrame, side: str) -> pl.DataFrame:
-        s = (pl.col("ts") * 1e3).round().cast(pl.Int64).alias("s")
+    def side(f: pl.DataFrame, name: str) -> pl.DataFrame:
         f = f.select(pl.col("id").cast(pl.UInt64), pl.col("pid"), pl.col("tid"), s)
         f = f.join(at_key, on=["pid", "tid", "s"], how="inner")
-        return f.select("id", pl.col("sid").alias(side))
+        return f.select("id", pl.col("sid").alias(name))
 
-    return at(starts, "out").join(at(ends, "in"), on="id", how="inner")
+    return side(starts, "out").join(side(ends, "in"), on="id", how="inner")
 
 
-def _flow_ids(keys: pl.DataFrame, pairs: list[pl.DataFrame | None]) -> pl.DataFrame:
-    """`out, in`: per slice (row = slice id) the ids of the flows that start at it and of those
-    that end at it (null where none)."""
+def _flow_ids(pairs: list[pl.DataFrame | None]) -> pl.DataFrame:
+    """`sid, out, in`: the slices where flows start or end, with the ids of the flows that
+    start at each (`out`) and of those that end at it (`in`; null where none)."""
     live = [
-        p.select("id", pl.col("out").cast(pl.UInt32), pl.col("in").cast(pl.UInt32))
+        p.select("id", pl.col("out").cast(pl.Int64), pl.col("in").cast(pl.Int64))
         for p in pairs
         if p is not None and p.height
     ]
-    if not live or keys.height == 0:
-        return pl.DataFrame(schema={"out": pl.List(pl.UInt64), "in": pl.List(pl.UInt64)})
+    ids = pl.List(pl.UInt64)
+    schema = pl.Schema([("sid", pl.Int64()), ("out", ids), ("in", ids)])
+    if not live:
+        return pl.DataFrame(schema=schema)
     p = pl.concat(live)
-    out = p.group_by("out").agg(pl.col("id").sort().alias("ids")).rename({"out": "sid"})
-    end = p.group_by("in").agg(pl.col("id").sort().alias("ids")).rename({"in": "sid"})
-    sid = keys.select("sid")
-    return sid.join(out, on="sid", how="left", maintain_order="left").select(
-        pl.col("ids").alias("out"),
-        sid.join(end, on="sid", how="left", maintain_order="left")["ids"].alias("in"),
-    )
+    out = p.group_by("out").agg(pl.col("id").sort().alias("o")).rename({"out": "sid"})
+    end = p.group_by("in").agg(pl.col("id").sort().alias("i")).rename({"in": "sid"})
+    both = out.join(end, on="sid", how="full", coalesce=True)
+    return both.select("sid", pl.col("o").alias("out"), pl.col("i").alias("in")).sort("sid")
 
 
-def _events(keys: pl.DataFrame) -> pl.DataFrame:
-    """`sid, blk, uuid, ts, typ`: a begin and an end per slice in the order that nests them: by
-    time; at one time ends first (innermost first), then begins (outermost first), an empty
-    slice's end right after its begin."""
+def _begins(
+    enc: pk.Packets, inp: Inputs, offsets: list[int], flows: pl.DataFrame, out: Buckets
+) -> None:
+    """The begins of the slices (`_ends`' columns): per slice its name, category and the rest
+    of its `TrackEvent` (annotations, flows), a batch of each kind at a time, into `out`."""
+    for k, spec in enumerate(_specs()):
+        df = inp.placed(k)
+        if df is None:
+            continue
+        for g in batches(df.with_row_index("_r")):
+            head = g.select(
+                (pl.col("start_ns") - inp.t0).cast(pl.Int64).alias("ts"),
+                pl.lit(1, pl.Int8).alias("k1"),
+                (inp.t0 - pl.col("end_ns")).cast(pl.Int64).alias("k2"),
+                (pl.col("_r").cast(pl.Int64) + offsets[k]).alias("k3"),
+                pl.lit(pk.BEGIN, pl.Int8).alias("typ"),
+                _tuuid(pl.col("_pid").cast(pl.Int64), pl.col("_tid").cast(pl.Int64)).alias("uuid"),
+                spec.name.cast(pl.String).alias("name"),
+                spec.cat.cast(pl.String).alias("cat"),
+            )
+            args = g.select(*[e.alias(f"a{j}") for j, (_, _, e) in enumerate(spec.args)])
+            more = pk.debug_annotations(enc, [(a, kind) for a, kind, _ in spec.args], args)
+            if flows.height:
+                sid = head["k3"]  # consecutive ids; `flows` is sorted by them
+                at = np.searchsorted(flows["sid"].to_numpy(), [sid[0], sid[-1] + 1])
+                f = head.select(pl.col("k3").alias("sid")).join(
+                    flows[int(at[0]) : int(at[1])], on="sid", how="left", maintain_order="left"
+                )
+                out_ids = pk.flow_fields(f["out"], pk.FLOW_OUT)
+                more = pk.join(more, out_ids, pk.flow_fields(f["in"], pk.FLOW_IN))
+            out.add(head.with_columns(pl.Series("more", more, pl.Binary)))
+
+
+def _ends(keys: pl.LazyFrame) -> pl.LazyFrame:
+    """`ts, k1, k2, k3, typ, uuid, name, cat, more`: the end of each slice, with the keys that
+    order the begins and ends so that they nest: by time; at one time ends first (innermost
+    first), then begins (outermost first), an empty slice's end right after its begin (`_begins`
+    gives the begins, with their slice's name, category and the rest of its `TrackEvent`)."""
     pos = pl.col("e") > pl.col("s")
     sid = pl.col("sid").cast(pl.Int64)
-    common = [pl.col("sid"), pl.col("blk"), pl.col("uuid")]
-    begins = keys.select(
-        *common,
-        pl.col("s").alias("ts"),
-        pl.lit(pk.BEGIN, pl.Int8).alias("typ"),
-        pl.lit(1, pl.Int8).alias("k1"),
-        (-pl.col("e")).alias("k2"),
-        sid.alias("k3"),
-    )
-    ends = keys.select(
-        *common,
+    return keys.select(
         pl.col("e").alias("ts"),
-        pl.lit(pk.END, pl.Int8).alias("typ"),
         pl.when(pos).then(0).otherwise(1).cast(pl.Int8).alias("k1"),
         (-pl.col("s")).alias("k2"),
         pl.when(pos).then(-sid).otherwise(sid).alias("k3"),
+        pl.lit(pk.END, pl.Int8).alias("typ"),
+        pl.col("uuid").cast(pl.UInt64),
+        pl.lit(None, pl.String).alias("name"),
+        pl.lit(None, pl.String).alias("cat"),
+        pl.lit(None, pl.Binary).alias("more"),
     )
-    order = ["ts", "k1", "k2", "k3", "typ"]
-    return pl.concat([begins, ends]).sort(order).select("sid", "blk", "uuid", "ts", "typ")
 
 
-def _chunk_fields(
-    enc: pk.Packets, sl: _Slices, flows: pl.DataFrame, chunk: pl.DataFrame
-) -> tuple[list[str], list[str], list[bytes]]:
-    """Name, category and the rest of the `TrackEvent` (annotations, flows) of each begin of
-    `chunk`, gathered from the input frames (an end's are empty)."""
-    n = chunk.height
-    names, cats, more = [""] * n, [""] * n, [b""] * n
-    begins = chunk.with_row_index("i").filter(pl.col("typ") == pk.BEGIN)
-    for k, spec in enumerate(_specs()):
-        b = begins.filter(pl.col("blk") == k)
-        df = sl.frames[k]
-        if b.height == 0 or df is None:
-            continue
-        g = df[(b["sid"].cast(pl.Int64) - sl.offsets[k]).to_numpy()]
-        args = g.select(*[e.alias(f"a{j}") for j, (_, _, e) in enumerate(spec.args)])
-        ann = pk.debug_annotations(enc, [(a, kind) for a, kind, _ in spec.args], args)
-        got = g.select(spec.name.cast(pl.String).alias("n"), spec.cat.cast(pl.String).alias("c"))
-        nms, cts = got["n"].to_list(), got["c"].to_list()
-        for i, nm, ct, a in zip(b["i"].to_list(), nms, cts, ann, strict=True):
-            names[i], cats[i], more[i] = nm, ct, a
-    if flows.height:
-        f = flows[begins["sid"].to_numpy()]
-        has = f.select(pl.col("out").is_not_null() | pl.col("in").is_not_null())[:, 0]
-        f = f.with_columns(begins["i"]).filter(has)
-        for i, out, end in zip(
-            f["i"].to_list(), f["out"].to_list(), f["in"].to_list(), strict=True
-        ):
-            more[i] += pk.flows(out, end)
-    return names, cats, more
+def _events(
+    enc: pk.Packets,
+    inp: Inputs,
+    offsets: list[int],
+    keys: pl.LazyFrame,
+    path_pairs: pl.DataFrame | None,
+    work: str,
+    rows: int,
+) -> Iterator[pl.DataFrame]:
+    """The begins and ends of the slices in order (`_ends`), `rows` or so at a time: dealt into
+    buckets by time, each sorted (`extsort`)."""
+    n = 2 * sum(_height(df) for df in inp.blocks if df is not None)
+    step = max(1, n // 4096)
+    sample = keys.select(pl.concat_list("s", "e").alias("t")).gather_every(step).explode("t")
+    buckets = Buckets(sample.collect()["t"].to_numpy(), n, "ts", work, extsort.BUCKET_ROWS)
+    for batch in batches(_ends(keys)):
+        buckets.add(batch)
+    _begins(enc, inp, offsets, _flow_ids([_launch_pairs(inp, offsets, work), path_pairs]), buckets)
+    yield from buckets.sorted(["ts", "k1", "k2", "k3", "typ"], None, rows)
 
 
-def _slice_chunks(enc: pk.Packets, sl: _Slices, flows: pl.DataFrame, rows: int) -> Iterator[bytes]:
-    """The begin and end packets of the slices, `rows` events at a time."""
-    for chunk in _events(sl.keys).iter_slices(rows):
-        names, cats, more = _chunk_fields(enc, sl, flows, chunk)
-        ts = pw.varints(chunk["ts"].to_numpy())
-        typ, uuid = chunk["typ"].to_list(), chunk["uuid"].to_list()
-        yield b"".join(
-            enc.end(ts[i], uuid[i])
-            if typ[i] == pk.END
-            else enc.event(ts[i], pk.BEGIN, uuid[i], names[i], cats[i], more[i])
-            for i in range(chunk.height)
-        )
+def _slice_chunks(enc: pk.Packets, events: Iterator[pl.DataFrame]) -> Iterator[pa.Buffer]:
+    """The begin and end packets of the slices, in order, a batch of `events` at a time."""
+    for chunk in events:
+        yield pk.slice_packets(enc, chunk)
 
 
 def _track_packets(
-    w: _Writer,
-    keys: pl.DataFrame,
+    inp: Inputs,
     marks: pl.DataFrame,
     counters: pl.DataFrame,
     devices: pl.DataFrame | None,
@@ -354,14 +346,12 @@ def _track_packets(
 ) -> bytes:
     """A descriptor per process and thread of the JSON export (named as it names them),
     processes first, and one per counter track."""
-    ids = [
-        f.select(pl.col("pid").cast(pl.Int64), pl.col(t).cast(pl.Int64).alias("tid")).unique()
-        for f, t in ((keys, "lane"), (marks, "tid"))
-        if f.height
-    ]
+    ids = [inp.placement.tracks.select("pid", "tid")]
+    if marks.height:
+        ids.append(marks.select("pid", "tid").unique())
     if counters.height:
         ids.append(counters.select("pid", pl.lit(None, pl.Int64).alias("tid")).unique())
-    meta = _metadata(ids, w.lanes, devices, sources)
+    meta = _metadata(ids, lanes_of(inp.placement), devices, sources)
     if meta.height == 0:
         return b""
     label = pl.col("args").struct.field("name").alias("label")
@@ -378,17 +368,21 @@ def _track_packets(
     return b"".join(out)
 
 
-def _marks(mk: pl.DataFrame | None, t0: int) -> pl.DataFrame:
+def _marks(mk: pl.LazyFrame | None, t0: int) -> pl.DataFrame:
     """Marks without an end: instants on the track their ranges would use."""
-    if mk is None or mk.height == 0:
+    if mk is None:
         return pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64})
-    return mk.filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_null()).select(
-        (pl.col("start_ns") - t0).alias("ts"),
-        _MARK_PID.cast(pl.Int64).alias("pid"),
-        _MARK_TID.cast(pl.Int64).alias("tid"),
-        _tuuid(_MARK_PID.cast(pl.Int64), _MARK_TID.cast(pl.Int64)).alias("uuid"),
-        pl.col("name").fill_null("").cast(pl.String),
-        pl.coalesce("category", pl.lit("marker")).cast(pl.String).alias("cat"),
+    return (
+        mk.filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_null())
+        .select(
+            (pl.col("start_ns") - t0).alias("ts"),
+            _MARK_PID.cast(pl.Int64).alias("pid"),
+            _MARK_TID.cast(pl.Int64).alias("tid"),
+            _tuuid(_MARK_PID.cast(pl.Int64), _MARK_TID.cast(pl.Int64)).alias("uuid"),
+            pl.col("name").fill_null("").cast(pl.String),
+            pl.coalesce("category", pl.lit("marker")).cast(pl.String).alias("cat"),
+        )
+        .collect()
     )
 
 
@@ -428,31 +422,27 @@ def write_perfetto_proto(
 ) -> None:
     """Write the trace `write_chrome_trace` would write, as a Perfetto protobuf trace, to
     `path`, through a temporary name renamed at the end."""
-    k, m, mk, s = _timed(_c(kernels)), _timed(_c(memcpy)), _c(markers), _c(gpu_samples)
-    a, o = _timed(_c(api_calls)), _timed(_c(ops))
-    if mk is not None and "stream_id" not in mk.columns:
-        mk = mk.with_columns(pl.lit(None, pl.Int64).alias("stream_id"))
-    frames = [(k, "start_ns"), (m, "start_ns"), (mk, "start_ns"), (s, "timestamp_ns")]
-    w = _Writer(_origin([*frames, (a, "start_ns"), (o, "start_ns")], origin_ns))
-    specs = _specs()
-    blocks = [k, m, a, o, _timed(mk)]
-    pids = [_DEV, _DEV, _HOST_PID, _HOST_PID, _MARK_PID]
-    placed = _tracks(w, [(df, p, sp.tid) for df, p, sp in zip(blocks, pids, specs, strict=True)])
-    sl = _slices(placed, w.t0)
-    del k, m, a, o, blocks, placed
-    pairs = [_launch_pairs(sl), _path_pairs(sl.keys, _c(critical_path), w.t0)]
-    flows = _flow_ids(sl.keys, pairs)
-    marks, counters = _marks(mk, w.t0), _counters(s, w.t0)
-    enc = pk.Packets(annotation_names())
-    head = [enc.first(), _track_packets(w, sl.keys, marks, counters, _c(devices), _c(sources))]
-    chunks: list[Iterator[bytes]] = []
-    if sl.keys.height:
-        chunks.append(_slice_chunks(enc, sl, flows, chunk_rows))
-    if marks.height:
-        chunks.append(pk.instant_chunks(enc, marks, chunk_rows))
-    if counters.height:
-        chunks.append(pk.counter_chunks(enc, counters, chunk_rows))
-    _write(path, head, chunks)
+    with tempfile.TemporaryDirectory(prefix="traceanalyze-pftrace-") as work:
+        frames = (kernels, memcpy, api_calls, ops, markers)
+        inp = inputs(frames, gpu_samples, origin_ns, work)
+        offsets, at = [], 0
+        for df in inp.blocks:
+            offsets.append(at)
+            at += 0 if df is None else _height(df)
+        keys = _keys(inp, offsets)
+        marks, counters = _marks(inp.markers, inp.t0), _counters(inp.samples, inp.t0)
+        enc = pk.Packets(annotation_names())
+        head = [enc.first(), _track_packets(inp, marks, counters, _c(devices), _c(sources))]
+        chunks: list[Iterator[bytes]] = []
+        if keys is not None and at:
+            cp = _path_pairs(keys, _c(critical_path), inp.t0)
+            events = _events(enc, inp, offsets, keys, cp, work, chunk_rows)
+            chunks.append(_slice_chunks(enc, events))
+        if marks.height:
+            chunks.append(pk.instant_chunks(enc, marks, chunk_rows))
+        if counters.height:
+            chunks.append(pk.counter_chunks(enc, counters, chunk_rows))
+        _write(path, head, chunks)
 
 
 def _write(path: str | os.PathLike[str], head: list[bytes], chunks: list[Iterator[bytes]]) -> None:
