@@ -283,10 +283,9 @@ def test_a_torn_or_tampered_entry_is_one_error_line_naming_it(two, how: str) -> 
 # --- an old store -------------------------------------------------------------------------------
 
 
-def test_a_layout_2_store_is_read_and_migrated_by_the_first_writer(tmp_path: Path) -> None:
-    """A store written before the log (its manifest lists every file, no `version`) is read as
-    it is; the first writer rewrites its manifest as layout 3's checkpoint at version 0 and
-    commits to the log from then on."""
+def layout_2_store(tmp_path: Path) -> tuple[Path, list[Path], dict[str, object]]:
+    """A store of two sources as layout 2 wrote it (a manifest listing every file, no log, no
+    version), the third log not ingested yet, and that manifest."""
     st = tmp_path / "st"
     a, b, c = logs(tmp_path, 3)
     ta.ingest([a, b], st)
@@ -298,6 +297,14 @@ def test_a_layout_2_store_is_read_and_migrated_by_the_first_writer(tmp_path: Pat
         p.unlink()
     (st / LOG).rmdir()
     (st / MARKER).write_text(json.dumps(old, indent=1))
+    return st, [a, b, c], old
+
+
+def test_a_layout_2_store_is_read_and_migrated_by_the_first_writer(tmp_path: Path) -> None:
+    """A store written before the log (its manifest lists every file, no `version`) is read as
+    it is; the first writer rewrites its manifest as layout 3's checkpoint at version 0 and
+    commits to the log from then on."""
+    st, (a, b, c), old = layout_2_store(tmp_path)
     debris = st / "iterations" / f"source_id={sid_of(a)}" / f"part-{'a' * 32}-{'b' * 32}.parquet"
     debris.write_bytes(b"a killed layout-2 writer's renamed file")
     assert Store(st).source_ids() == sorted([sid_of(a), sid_of(b)])
@@ -451,15 +458,7 @@ def test_a_log_directory_that_is_a_link_is_one_error_and_nothing_there_is_touche
 def test_sigkill_mid_migration_leaves_the_old_store_readable_and_the_next_writer_migrates(
     tmp_path: Path,
 ) -> None:
-    st = tmp_path / "st"
-    a, b, c = logs(tmp_path, 3)
-    ta.ingest([a, b], st)
-    Store(st).checkpoint()
-    doc = manifest(st)
-    old = {"layout": 2, "schema_version": doc["schema_version"], "sources": doc["sources"]}
-    for p in (st / LOG).iterdir():
-        p.unlink()
-    (st / MARKER).write_text(json.dumps(old))
+    st, (a, b, c), old = layout_2_store(tmp_path)
     r = run_py(INGEST, "100", str(st), str(c), env={KILL_ENV: "before-migration"})
     assert r.returncode == -signal.SIGKILL, r.stderr
     assert manifest(st) == old  # still the layout-2 store, as it was
