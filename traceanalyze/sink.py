@@ -4,8 +4,10 @@ A streaming reader yields `(table, frame)` chunks in any interleaving; `TableSin
 chunk to the schema, buffers it until the table's buffer reaches `ROW_GROUP_ROWS` rows or
 `ROW_GROUP_BYTES` bytes (or all tables' buffers together reach `ROW_GROUP_BYTES`: then the
 biggest), and then writes the buffer as one row group of
-`<dir>/<table>/source_id=<id>/part-<txn>.parquet`. Memory is bounded by one buffer per table, not
-by the input. Strings are written dictionary-encoded (Parquet's RLE_DICTIONARY pages), so a
+`<dir>/<table>/source_id=<id>/part-<txn>.parquet`. Memory is bounded by one buffer per table (and
+`_IN_FLIGHT` row groups being written), not by the input. Row groups are encoded and compressed
+on one writer thread (pyarrow releases the GIL there) while the reader makes the next chunks; a
+table's row groups keep their order (one thread, first in, first out). Strings are written dictionary-encoded (Parquet's RLE_DICTIONARY pages), so a
 kernel name repeated a million times is stored once per row group.
 
 Used by `Store.stage_stream` (every ingest, and `Store.stage` for whole `Tables`).
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,8 @@ from ._safefs import drop_others_write, makedirs
 
 ROW_GROUP_ROWS = 1 << 16
 ROW_GROUP_BYTES = 8 << 20
+# Row groups handed to the writer thread and not written yet, at most: the reader waits past this
+_IN_FLIGHT = 2
 
 
 class TableSink:
@@ -40,6 +46,8 @@ class TableSink:
         self._buf: dict[str, list[pl.DataFrame]] = {}
         self._buf_rows: dict[str, int] = {}
         self._buf_bytes: dict[str, int] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: deque[Future[None]] = deque()
 
     def path(self, table: str) -> Path:
         return self.root / table / f"source_id={self.source_id}" / f"part-{self.txn}.parquet"
@@ -101,13 +109,31 @@ class TableSink:
         # a chunk bigger than a row group (a reader that yields whole tables) is split
         per_row = max(data.nbytes // max(data.num_rows, 1), 1)
         size = max(min(ROW_GROUP_ROWS, ROW_GROUP_BYTES // per_row), 1)
-        writer.write_table(data, row_group_size=size)
+        while len(self._pending) >= _IN_FLIGHT:
+            self._pending.popleft().result()  # a write's error is raised here
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="traceanalyze-sink")
+        self._pending.append(self._pool.submit(writer.write_table, data, row_group_size=size))
+
+    def _drain(self, *, check: bool = True) -> None:
+        """Wait for the writer thread's row groups (raising the first error if `check`)."""
+        while self._pending:
+            fut = self._pending.popleft()
+            if check:
+                fut.result()
+            else:
+                with contextlib.suppress(Exception):  # the files are being thrown away
+                    fut.result()
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
 
     def close(self, *, keep_empty: tuple[str, ...] = ("sources",)) -> list[str]:
         """Write what is buffered, close and fsync every file; the tables written, in schema
         order. A table in `keep_empty` gets a file (with its schema) even with no rows."""
         for table in list(self._buf):
             self._flush(table)
+        self._drain()
         for table in keep_empty:
             if table not in self._writers:
                 empty = schema.empty(table).drop("source_id")
@@ -125,6 +151,7 @@ class TableSink:
 
     def abort(self) -> None:
         """Close the writers without caring for the files (the caller removes the directory)."""
+        self._drain(check=False)
         for writer in self._writers.values():
             with contextlib.suppress(Exception):  # the files are being thrown away
                 writer.close()
