@@ -73,8 +73,12 @@ _TABLES = ("kernels", "ops", "markers", "memcpy", "api_calls")  # read_kineto_js
 class _Spill:
     """One Arrow IPC stream file written chunk by chunk, read back in the same order."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, views: bool = False) -> None:
         self.path = path
+        # Arrow string views (polars' layout: no copy of the strings to write them) for frames
+        # whose strings are their own, compact; not for gathered parts of a frame (buckets),
+        # whose views would drag the whole frame's string buffers into every file
+        self._compat = pl.CompatLevel.newest() if views else None
         self.rows = self.nbytes = 0
         self.one_time = False  # a bucket whose rows all share one start time (see `_bounds`)
         self._writer: Any = None
@@ -84,7 +88,7 @@ class _Spill:
     def write(self, df: pl.DataFrame) -> None:
         if df.height == 0:
             return
-        data = df.to_arrow()
+        data = df.to_arrow(compat_level=self._compat)
         if self._writer is None:
             pa, ipc, pool, options = _arrow()
             self._schema = data.schema
@@ -152,7 +156,7 @@ class Spiller:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.spills = {t: _Spill(workdir / f"{t}.spill.arrow") for t in _TABLES}
+        self.spills = {t: _Spill(workdir / f"{t}.spill.arrow", views=True) for t in _TABLES}
         self._sample: dict[str, list[np.ndarray[Any, Any]]] = {t: [] for t in _TABLES}
         self._sampled: dict[str, int] = dict.fromkeys(_TABLES, 0)
         self._stride: dict[str, int] = dict.fromkeys(_TABLES, 1)
@@ -163,15 +167,17 @@ class Spiller:
         import numpy as np
 
         spill, stride = self.spills[table], self._stride[table]
-        # 1 row in `stride`, drawn at random and shuffled (seeded: the same file gives the same
-        # buckets), so that neither this pick nor the thinning by halves below (every other
-        # sample) aliases with a trace that repeats a few events periodically
-        n = -(-df.height // stride)
-        ts = df["ts"].sample(n=min(n, df.height), shuffle=True, seed=spill.rows)
+        # 1 row in `stride`, drawn at random in random order (seeded: the same file gives the
+        # same buckets), so that neither this pick nor the thinning by halves below (every other
+        # sample) aliases with a trace that repeats a few events periodically. A numpy draw and
+        # a gather: one polars query per batch (the ns), not two.
+        n = min(-(-df.height // stride), df.height)
+        pick = np.random.default_rng(spill.rows).choice(df.height, size=n, replace=False)
+        ts = df["ts"][pick].to_frame("ts")
         spill.write(df)
         # exact ns (relative to the base), so that a start time shared by many rows is a bound
         # itself: `_bounds` gives it a bucket of its own
-        keys = ts.to_frame("ts").select(_ns_int(_us_to_ns("ts")))["ts"].drop_nulls().to_numpy()
+        keys = ts.select(_ns_int(_us_to_ns("ts")))["ts"].drop_nulls().to_numpy()
         self._sample[table].append(keys)
         self._sampled[table] += len(keys)
         if self._sampled[table] > 2 * _SAMPLE_CAP:
