@@ -7,8 +7,9 @@ biggest), and then writes the buffer as one row group of
 `<dir>/<table>/source_id=<id>/part-<txn>.parquet`. Memory is bounded by one buffer per table (and
 `_IN_FLIGHT` row groups being written), not by the input. Row groups are encoded and compressed
 on one writer thread (pyarrow releases the GIL there) while the reader makes the next chunks; a
-table's row groups keep their order (one thread, first in, first out). Strings are written dictionary-encoded (Parquet's RLE_DICTIONARY pages), so a
-kernel name repeated a million times is stored once per row group.
+table's row groups keep their order (one thread, first in, first out). Strings are written
+dictionary-encoded (Parquet's RLE_DICTIONARY pages), so a kernel name repeated a million times is
+stored once per row group.
 
 Used by `Store.stage_stream` (every ingest, and `Store.stage` for whole `Tables`).
 """

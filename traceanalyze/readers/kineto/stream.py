@@ -28,7 +28,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,13 +70,48 @@ def _arrow() -> tuple[Any, Any, Any, Any]:
 
 
 _TABLES = ("kernels", "ops", "markers", "memcpy", "api_calls")  # read_kineto_json's order
+_IN_FLIGHT = 2  # spill writes queued on the writer thread, at most
+
+
+class _Writes:
+    """Spill writes done on one thread (pyarrow releases the GIL while it writes a file) while
+    the reader decodes the next batch; first in, first out, so every file keeps its order. At
+    most `_IN_FLIGHT` are queued (memory stays bounded); a write's error is raised by the next
+    `submit` or by `drain`."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: deque[Future[None]] = deque()
+
+    def submit(self, write: Callable[..., None], *args: Any) -> None:
+        while len(self._pending) >= _IN_FLIGHT:
+            self._pending.popleft().result()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="traceanalyze-spill")
+        self._pending.append(self._pool.submit(write, *args))
+
+    def drain(self, *, check: bool = True) -> None:
+        while self._pending:
+            fut = self._pending.popleft()
+            if check:
+                fut.result()
+            else:
+                with contextlib.suppress(Exception):  # the files are being thrown away
+                    fut.result()
+
+    def shutdown(self) -> None:
+        self.drain(check=False)
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
 
 
 class _Spill:
     """One Arrow IPC stream file written chunk by chunk, read back in the same order."""
 
-    def __init__(self, path: Path, *, views: bool = False) -> None:
+    def __init__(self, path: Path, *, writes: _Writes, views: bool = False) -> None:
         self.path = path
+        self._writes = writes
         # Arrow string views (polars' layout: no copy of the strings to write them) for frames
         # whose strings are their own, compact; not for gathered parts of a frame (buckets),
         # whose views would drag the whole frame's string buffers into every file
@@ -96,7 +133,7 @@ class _Spill:
             self._writer = ipc.new_stream(self._file, data.schema, options=options)
         elif data.schema != self._schema:
             data = data.cast(self._schema)
-        self._writer.write_table(data)
+        self._writes.submit(self._writer.write_table, data)
         self.rows += df.height
         self.nbytes += data.nbytes
 
@@ -106,6 +143,7 @@ class _Spill:
 
     def close(self) -> None:
         if self._writer is not None:
+            self._writes.drain()  # this file's writes (and any other's) done
             self._writer.close()
             self._file.close()
             self._writer = None
@@ -138,7 +176,12 @@ class _Spill:
         return frames[0] if frames else pl.DataFrame()
 
     def discard(self) -> None:
-        self.close()
+        if self._writer is not None:
+            self._writes.drain(check=False)
+            with contextlib.suppress(Exception):  # the file is being thrown away
+                self._writer.close()
+            self._file.close()
+            self._writer = None
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
@@ -156,7 +199,10 @@ class Spiller:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.spills = {t: _Spill(workdir / f"{t}.spill.arrow", views=True) for t in _TABLES}
+        self.writes = _Writes()
+        self.spills = {
+            t: _Spill(workdir / f"{t}.spill.arrow", writes=self.writes, views=True) for t in _TABLES
+        }
         self._sample: dict[str, list[np.ndarray[Any, Any]]] = {t: [] for t in _TABLES}
         self._sampled: dict[str, int] = dict.fromkeys(_TABLES, 0)
         self._stride: dict[str, int] = dict.fromkeys(_TABLES, 1)
@@ -202,7 +248,7 @@ class Spiller:
             if spill.rows == 0:
                 continue
             bounds = _bounds(self.sample(name), base_ns, spill)
-            buckets, steps = _deal(name, spill, base_ns, bounds, path, self.workdir)
+            buckets, steps = _deal(name, spill, base_ns, bounds, path, self.workdir, self.writes)
             if name in self.steps:
                 self.steps[name] = steps
             yield from _sorted(name, buckets, spill.rows_for(CHUNK_BYTES))
@@ -210,6 +256,7 @@ class Spiller:
     def discard(self) -> None:
         for spill in self.spills.values():
             spill.discard()
+        self.writes.shutdown()
 
 
 def timed(df: pl.DataFrame, base_ns: int) -> pl.DataFrame:
@@ -288,6 +335,7 @@ def _deal(
     bounds: np.ndarray[Any, Any],
     path: PathLike,
     workdir: Path,
+    writes: _Writes,
 ) -> tuple[list[_Spill | pl.DataFrame], pl.DataFrame | None]:
     """Pass 2 of one table: times, checks and per-row finishing, in file order; rows dealt into
     buckets by start time (one bucket: kept in memory, it is at most ~BUCKET_BYTES). Also the
@@ -298,7 +346,7 @@ def _deal(
     check = _TimeCheck(name, path)
     finish = None if name == "kernels" else _FINISH.get(name)  # kernel_id: after the sort
     buckets: list[_Spill] = [
-        _Spill(workdir / f"{name}.bucket{i}.arrow") for i in range(len(bounds) + 1)
+        _Spill(workdir / f"{name}.bucket{i}.arrow", writes=writes) for i in range(len(bounds) + 1)
     ]
     whole: list[pl.DataFrame] = []
     steps: list[pl.DataFrame] = []
