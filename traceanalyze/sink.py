@@ -58,7 +58,8 @@ class TableSink:
         directory holds it) and write a row group when the buffer is full."""
         df = schema.conform(table, df)
         if "source_id" in df.columns:
-            df = df.drop("source_id")
+            df = df.clone()  # a new frame sharing the columns: the caller's keeps its own
+            df.drop_in_place("source_id")  # no query
         self.rows[table] = self.rows.get(table, 0) + df.height
         if df.height == 0:
             return

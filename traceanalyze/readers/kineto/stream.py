@@ -219,11 +219,11 @@ class Spiller:
         # a gather: one polars query per batch (the ns), not two.
         n = min(-(-df.height // stride), df.height)
         pick = np.random.default_rng(spill.rows).choice(df.height, size=n, replace=False)
-        ts = df["ts"][pick].to_frame("ts")
-        spill.write(df)
         # exact ns (relative to the base), so that a start time shared by many rows is a bound
-        # itself: `_bounds` gives it a bucket of its own
-        keys = ts.select(_ns_int(_us_to_ns("ts")))["ts"].drop_nulls().to_numpy()
+        # itself: `_bounds` gives it a bucket of its own; the pick and the ns in one query
+        ts = df.select(_ns_int(_us_to_ns(pl.col("ts").gather(pick))))["ts"]
+        spill.write(df)
+        keys = (ts.drop_nulls() if ts.null_count() else ts).to_numpy()
         self._sample[table].append(keys)
         self._sampled[table] += len(keys)
         if self._sampled[table] > 2 * _SAMPLE_CAP:
