@@ -46,8 +46,8 @@ def small_buckets(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     written: list[Path] = []
     init = _kineto_stream._Spill.__init__
 
-    def spy(self: Any, path: Path) -> None:
-        init(self, path)
+    def spy(self: Any, path: Path, **kw: Any) -> None:
+        init(self, path, **kw)
         if ".bucket" in path.name:
             written.append(path)
 

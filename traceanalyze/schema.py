@@ -395,6 +395,8 @@ def conform(name: str, df: pl.DataFrame) -> pl.DataFrame:
     Extra columns are a reader bug (ValueError), not bad input.
     """
     t = table(name)
+    if df.columns == t.names and all(df.dtypes[i] == c.dtype for i, c in enumerate(t.columns)):
+        return df  # conformed already (a streamed chunk is conformed by the reader and the sink)
     known = set(t.names)  # once: `polars_schema` builds a new Schema on every access
     extra = [c for c in df.columns if c not in known]
     if extra:

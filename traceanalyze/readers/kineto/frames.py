@@ -27,7 +27,7 @@ from .structs import (
 # --- events -> frames ---------------------------------------------------------------------------
 
 
-def _us_to_ns(col: str) -> pl.Expr:
+def _us_to_ns(col: str | pl.Expr) -> pl.Expr:
     """Decimal µs text ('1712195495505583.123', '4.928', '7') -> ns as Int128, exactly.
 
     Polars parses the text straight into a 3-digit fixed-point decimal (never through float64);
@@ -38,7 +38,8 @@ def _us_to_ns(col: str) -> pl.Expr:
     digits adding the base time and the duration cannot overflow Int128. `_ns_int` casts to
     int64 last.
     """
-    return pl.col(col).cast(pl.Decimal(30, 3), strict=False).to_physical()
+    expr = pl.col(col) if isinstance(col, str) else col
+    return expr.cast(pl.Decimal(30, 3), strict=False).to_physical()
 
 
 def _ns_int(expr: pl.Expr) -> pl.Expr:

@@ -28,7 +28,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,13 +70,52 @@ def _arrow() -> tuple[Any, Any, Any, Any]:
 
 
 _TABLES = ("kernels", "ops", "markers", "memcpy", "api_calls")  # read_kineto_json's order
+_IN_FLIGHT = 2  # spill writes queued on the writer thread, at most
+
+
+class _Writes:
+    """Spill writes done on one thread (pyarrow releases the GIL while it writes a file) while
+    the reader decodes the next batch; first in, first out, so every file keeps its order. At
+    most `_IN_FLIGHT` are queued (memory stays bounded); a write's error is raised by the next
+    `submit` or by `drain`."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: deque[Future[None]] = deque()
+
+    def submit(self, write: Callable[..., None], *args: Any) -> None:
+        while len(self._pending) >= _IN_FLIGHT:
+            self._pending.popleft().result()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="traceanalyze-spill")
+        self._pending.append(self._pool.submit(write, *args))
+
+    def drain(self, *, check: bool = True) -> None:
+        while self._pending:
+            fut = self._pending.popleft()
+            if check:
+                fut.result()
+            else:
+                with contextlib.suppress(Exception):  # the files are being thrown away
+                    fut.result()
+
+    def shutdown(self) -> None:
+        self.drain(check=False)
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
 
 
 class _Spill:
     """One Arrow IPC stream file written chunk by chunk, read back in the same order."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, writes: _Writes, views: bool = False) -> None:
         self.path = path
+        self._writes = writes
+        # Arrow string views (polars' layout: no copy of the strings to write them) for frames
+        # whose strings are their own, compact; not for gathered parts of a frame (buckets),
+        # whose views would drag the whole frame's string buffers into every file
+        self._compat = pl.CompatLevel.newest() if views else None
         self.rows = self.nbytes = 0
         self.one_time = False  # a bucket whose rows all share one start time (see `_bounds`)
         self._writer: Any = None
@@ -84,7 +125,7 @@ class _Spill:
     def write(self, df: pl.DataFrame) -> None:
         if df.height == 0:
             return
-        data = df.to_arrow()
+        data = df.to_arrow(compat_level=self._compat)
         if self._writer is None:
             pa, ipc, pool, options = _arrow()
             self._schema = data.schema
@@ -92,7 +133,7 @@ class _Spill:
             self._writer = ipc.new_stream(self._file, data.schema, options=options)
         elif data.schema != self._schema:
             data = data.cast(self._schema)
-        self._writer.write_table(data)
+        self._writes.submit(self._writer.write_table, data)
         self.rows += df.height
         self.nbytes += data.nbytes
 
@@ -102,6 +143,7 @@ class _Spill:
 
     def close(self) -> None:
         if self._writer is not None:
+            self._writes.drain()  # this file's writes (and any other's) done
             self._writer.close()
             self._file.close()
             self._writer = None
@@ -134,7 +176,12 @@ class _Spill:
         return frames[0] if frames else pl.DataFrame()
 
     def discard(self) -> None:
-        self.close()
+        if self._writer is not None:
+            self._writes.drain(check=False)
+            with contextlib.suppress(Exception):  # the file is being thrown away
+                self._writer.close()
+            self._file.close()
+            self._writer = None
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
@@ -152,7 +199,10 @@ class Spiller:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.spills = {t: _Spill(workdir / f"{t}.spill.arrow") for t in _TABLES}
+        self.writes = _Writes()
+        self.spills = {
+            t: _Spill(workdir / f"{t}.spill.arrow", writes=self.writes, views=True) for t in _TABLES
+        }
         self._sample: dict[str, list[np.ndarray[Any, Any]]] = {t: [] for t in _TABLES}
         self._sampled: dict[str, int] = dict.fromkeys(_TABLES, 0)
         self._stride: dict[str, int] = dict.fromkeys(_TABLES, 1)
@@ -163,15 +213,17 @@ class Spiller:
         import numpy as np
 
         spill, stride = self.spills[table], self._stride[table]
-        # 1 row in `stride`, drawn at random and shuffled (seeded: the same file gives the same
-        # buckets), so that neither this pick nor the thinning by halves below (every other
-        # sample) aliases with a trace that repeats a few events periodically
-        n = -(-df.height // stride)
-        ts = df["ts"].sample(n=min(n, df.height), shuffle=True, seed=spill.rows)
-        spill.write(df)
+        # 1 row in `stride`, drawn at random in random order (seeded: the same file gives the
+        # same buckets), so that neither this pick nor the thinning by halves below (every other
+        # sample) aliases with a trace that repeats a few events periodically. A numpy draw and
+        # a gather: one polars query per batch (the ns), not two.
+        n = min(-(-df.height // stride), df.height)
+        pick = np.random.default_rng(spill.rows).choice(df.height, size=n, replace=False)
         # exact ns (relative to the base), so that a start time shared by many rows is a bound
-        # itself: `_bounds` gives it a bucket of its own
-        keys = ts.to_frame("ts").select(_ns_int(_us_to_ns("ts")))["ts"].drop_nulls().to_numpy()
+        # itself: `_bounds` gives it a bucket of its own; the pick and the ns in one query
+        ts = df.select(_ns_int(_us_to_ns(pl.col("ts").gather(pick))))["ts"]
+        spill.write(df)
+        keys = (ts.drop_nulls() if ts.null_count() else ts).to_numpy()
         self._sample[table].append(keys)
         self._sampled[table] += len(keys)
         if self._sampled[table] > 2 * _SAMPLE_CAP:
@@ -196,7 +248,7 @@ class Spiller:
             if spill.rows == 0:
                 continue
             bounds = _bounds(self.sample(name), base_ns, spill)
-            buckets, steps = _deal(name, spill, base_ns, bounds, path, self.workdir)
+            buckets, steps = _deal(name, spill, base_ns, bounds, path, self.workdir, self.writes)
             if name in self.steps:
                 self.steps[name] = steps
             yield from _sorted(name, buckets, spill.rows_for(CHUNK_BYTES))
@@ -204,6 +256,7 @@ class Spiller:
     def discard(self) -> None:
         for spill in self.spills.values():
             spill.discard()
+        self.writes.shutdown()
 
 
 def timed(df: pl.DataFrame, base_ns: int) -> pl.DataFrame:
@@ -242,18 +295,22 @@ class _TimeCheck:
         self.bad = self.no_dur = 0
 
     def add(self, df: pl.DataFrame) -> None:
-        bad = df.filter(
-            pl.col("ts").is_null()
-            | pl.col("start_ns").is_null()
-            | (pl.col("dur").is_not_null() & pl.col("end_ns").is_null())
-        )
-        if bad.height and self.first is None:
-            self.first = bad.row(0, named=True)
-        self.bad += bad.height
-        if "ph" in df.columns:  # instant events have no duration by definition
+        dur = df["dur"]
+        # As in `_check_times`, null counts (free) first: with no null start (then no null ts
+        # either) and end null exactly where dur is, every time converted and no query runs.
+        if df["start_ns"].null_count() or df["end_ns"].null_count() != dur.null_count():
+            bad = df.filter(
+                pl.col("ts").is_null()
+                | pl.col("start_ns").is_null()
+                | (pl.col("dur").is_not_null() & pl.col("end_ns").is_null())
+            )
+            if bad.height and self.first is None:
+                self.first = bad.row(0, named=True)
+            self.bad += bad.height
+        if dur.null_count() and "ph" in df.columns:  # instants have no duration by definition
             self.no_dur += df.filter(pl.col("ph") == "X")["dur"].null_count()
         else:
-            self.no_dur += df["dur"].null_count()
+            self.no_dur += dur.null_count()
 
     def done(self) -> None:
         if self.first is not None:
@@ -282,6 +339,7 @@ def _deal(
     bounds: np.ndarray[Any, Any],
     path: PathLike,
     workdir: Path,
+    writes: _Writes,
 ) -> tuple[list[_Spill | pl.DataFrame], pl.DataFrame | None]:
     """Pass 2 of one table: times, checks and per-row finishing, in file order; rows dealt into
     buckets by start time (one bucket: kept in memory, it is at most ~BUCKET_BYTES). Also the
@@ -292,7 +350,7 @@ def _deal(
     check = _TimeCheck(name, path)
     finish = None if name == "kernels" else _FINISH.get(name)  # kernel_id: after the sort
     buckets: list[_Spill] = [
-        _Spill(workdir / f"{name}.bucket{i}.arrow") for i in range(len(bounds) + 1)
+        _Spill(workdir / f"{name}.bucket{i}.arrow", writes=writes) for i in range(len(bounds) + 1)
     ]
     whole: list[pl.DataFrame] = []
     steps: list[pl.DataFrame] = []
