@@ -126,15 +126,17 @@ _CHUNK = 1 << 23
 
 def _chunks(path: PathLike) -> Iterator[bytes]:
     """The file's bytes in pieces of at most `_CHUNK`, gunzipped (every member, with ISA-L when
-    it is installed) when it is gzip."""
+    it is installed) when it is gzip. Pieces are no larger than the value bound either, so that a
+    value past it is seen whole in no piece and refused (`_stream`)."""
+    size = max(1, min(_CHUNK, current_limits().max_value_bytes))
     with open(path, "rb") as f:
         if f.read(2) != GZIP_MAGIC:
             f.seek(0)
-            while b := f.read(_CHUNK):
+            while b := f.read(size):
                 yield b
             return
         f.seek(0)
-        yield from gunzip_stream(f, path, out_chunk=_CHUNK, inflate=_inflate)
+        yield from gunzip_stream(f, path, out_chunk=size, inflate=_inflate)
 
 
 # The start of the events array, and a candidate boundary between two events. A candidate may
