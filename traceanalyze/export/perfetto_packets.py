@@ -334,17 +334,16 @@ def _flatten(lists: pl.Series) -> np.ndarray:
     return np.asarray(pc.list_flatten(arr).to_numpy(zero_copy_only=False))
 
 
-def flow_fields(ids: pl.Series, field: int) -> pa.Array:
-    """The `flow_ids` (`field` 47) or `terminating_flow_ids` (48) of each row: `ids` a list of
-    flow ids per row (null: none)."""
-    full = ids.fill_null([])
-    flat = _flatten(full).astype(np.uint64)
+def flow_fields(ids: np.ndarray, counts: np.ndarray, field: int) -> pa.Array:
+    """The `flow_ids` (`field` 47) or `terminating_flow_ids` (48) of each row: `counts` the
+    number of flows per row, `ids` their ids, row after row."""
+    flat = ids.astype(np.uint64)
     tag = np.frombuffer(pw.tag(field, pw.I64), dtype=np.uint8)
     elems = np.empty((flat.size, tag.size + 8), dtype=np.uint8)
     elems[:, : tag.size] = tag
     elems[:, tag.size :] = flat.astype("<u8").view(np.uint8).reshape(-1, 8)
-    starts = np.zeros(ids.len() + 1, dtype=np.int64)
-    np.cumsum(full.list.len().to_numpy(), out=starts[1:])
+    starts = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
     offsets = (starts * elems.shape[1]).astype(np.int32)
     data = pa.py_buffer(elems.tobytes())
-    return pa.Array.from_buffers(_BIN, ids.len(), [None, pa.py_buffer(offsets), data])
+    return pa.Array.from_buffers(_BIN, counts.size, [None, pa.py_buffer(offsets), data])

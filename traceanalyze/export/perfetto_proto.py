@@ -238,27 +238,42 @@ def _path_pairs(keys: pl.LazyFrame, cp: pl.DataFrame | None, t0: int) -> pl.Data
     return side(starts, "out").join(side(ends, "in"), on="id", how="inner")
 
 
-def _flow_ids(pairs: list[pl.DataFrame | None]) -> pl.DataFrame:
-    """`sid, out, in`: the slices where flows start or end, with the ids of the flows that
-    start at each (`out`) and of those that end at it (`in`; null where none)."""
+Ends = tuple[np.ndarray, np.ndarray]
+
+
+def _flow_ids(pairs: list[pl.DataFrame | None]) -> tuple[Ends, Ends] | None:
+    """The slices where flows start (`out`) and where they end (`in`): for each side, the
+    slice ids and the flow ids, sorted by slice id, then flow id (None where no flow)."""
     live = [
         p.select("id", pl.col("out").cast(pl.Int64), pl.col("in").cast(pl.Int64))
         for p in pairs
         if p is not None and p.height
     ]
-    ids = pl.List(pl.UInt64)
-    schema = pl.Schema([("sid", pl.Int64()), ("out", ids), ("in", ids)])
     if not live:
-        return pl.DataFrame(schema=schema)
+        return None
     p = pl.concat(live)
-    out = p.group_by("out").agg(pl.col("id").sort().alias("o")).rename({"out": "sid"})
-    end = p.group_by("in").agg(pl.col("id").sort().alias("i")).rename({"in": "sid"})
-    both = out.join(end, on="sid", how="full", coalesce=True)
-    return both.select("sid", pl.col("o").alias("out"), pl.col("i").alias("in")).sort("sid")
+
+    def side(col: str) -> Ends:
+        q = p.select(pl.col(col).alias("sid"), "id").drop_nulls("sid").sort("sid", "id")
+        return q["sid"].to_numpy(), q["id"].to_numpy()
+
+    return side("out"), side("in")
+
+
+def _flows_of(ends: Ends, first: int, n: int, field: int) -> pa.Array:
+    """The flow ids field (`field`) of the `n` slices from id `first` on."""
+    sids, ids = ends
+    lo, hi = np.searchsorted(sids, [first, first + n])
+    counts = np.bincount(sids[lo:hi] - first, minlength=n)
+    return pk.flow_fields(ids[lo:hi], counts, field)
 
 
 def _begins(
-    enc: pk.Packets, inp: Inputs, offsets: list[int], flows: pl.DataFrame, out: Buckets
+    enc: pk.Packets,
+    inp: Inputs,
+    offsets: list[int],
+    flows: tuple[Ends, Ends] | None,
+    out: Buckets,
 ) -> None:
     """The begins of the slices (`_ends`' columns): per slice its name, category and the rest
     of its `TrackEvent` (annotations, flows), a batch of each kind at a time, into `out`."""
@@ -279,14 +294,10 @@ def _begins(
             )
             args = g.select(*[e.alias(f"a{j}") for j, (_, _, e) in enumerate(spec.args)])
             more = pk.debug_annotations(enc, [(a, kind) for a, kind, _ in spec.args], args)
-            if flows.height:
-                sid = head["k3"]  # consecutive ids; `flows` is sorted by them
-                at = np.searchsorted(flows["sid"].to_numpy(), [sid[0], sid[-1] + 1])
-                f = head.select(pl.col("k3").alias("sid")).join(
-                    flows[int(at[0]) : int(at[1])], on="sid", how="left", maintain_order="left"
-                )
-                out_ids = pk.flow_fields(f["out"], pk.FLOW_OUT)
-                more = pk.join(more, out_ids, pk.flow_fields(f["in"], pk.FLOW_IN))
+            if flows is not None:
+                first = int(head["k3"][0])  # consecutive slice ids
+                out_ids = _flows_of(flows[0], first, head.height, pk.FLOW_OUT)
+                more = pk.join(more, out_ids, _flows_of(flows[1], first, head.height, pk.FLOW_IN))
             out.add(head.with_columns(pl.Series("more", more, pl.Binary)))
 
 
