@@ -275,8 +275,9 @@ def _begins(
     flows: tuple[Ends, Ends] | None,
     out: Buckets,
 ) -> None:
-    """The begins of the slices (`_ends`' columns): per slice its name, category and the rest
-    of its `TrackEvent` (annotations, flows), a batch of each kind at a time, into `out`."""
+    """The begins and ends of the slices (`_ends`), a batch of each kind at a time, into `out`:
+    per begin its slice's name, category and the rest of its `TrackEvent` (annotations,
+    flows); the ends from the same batch (the inputs read once for both)."""
     for k, spec in enumerate(_specs()):
         df = inp.placed(k)
         if df is None:
@@ -298,23 +299,26 @@ def _begins(
                 first = int(head["k3"][0])  # consecutive slice ids
                 out_ids = _flows_of(flows[0], first, head.height, pk.FLOW_OUT)
                 more = pk.join(more, out_ids, _flows_of(flows[1], first, head.height, pk.FLOW_IN))
-            out.add(head.with_columns(pl.Series("more", more, pl.Binary)))
+            begins = head.with_columns(pl.Series("more", more, pl.Binary))
+            out.add(pl.concat([begins, _ends(head)]))
 
 
-def _ends(keys: pl.LazyFrame) -> pl.LazyFrame:
-    """`ts, k1, k2, k3, typ, uuid, name, cat, more`: the end of each slice, with the keys that
-    order the begins and ends so that they nest: by time; at one time ends first (innermost
-    first), then begins (outermost first), an empty slice's end right after its begin (`_begins`
-    gives the begins, with their slice's name, category and the rest of its `TrackEvent`)."""
-    pos = pl.col("e") > pl.col("s")
-    sid = pl.col("sid").cast(pl.Int64)
-    return keys.select(
-        pl.col("e").alias("ts"),
+def _ends(begins: pl.DataFrame) -> pl.DataFrame:
+    """`ts, k1, k2, k3, typ, uuid, name, cat, more`: the end of each slice of `begins` (`ts`
+    its start, `k2` minus its end, `k3` its id), with the keys that order the begins and ends
+    so that they nest: by time; at one time ends first (innermost first), then begins
+    (outermost first), an empty slice's end right after its begin (`_begins` gives the begins,
+    with their slice's name, category and the rest of its `TrackEvent`)."""
+    end = -pl.col("k2")
+    pos = end > pl.col("ts")
+    sid = pl.col("k3")
+    return begins.select(
+        end.alias("ts"),
         pl.when(pos).then(0).otherwise(1).cast(pl.Int8).alias("k1"),
-        (-pl.col("s")).alias("k2"),
+        (-pl.col("ts")).alias("k2"),
         pl.when(pos).then(-sid).otherwise(sid).alias("k3"),
         pl.lit(pk.END, pl.Int8).alias("typ"),
-        pl.col("uuid").cast(pl.UInt64),
+        "uuid",
         pl.lit(None, pl.String).alias("name"),
         pl.lit(None, pl.String).alias("cat"),
         pl.lit(None, pl.Binary).alias("more"),
@@ -338,8 +342,6 @@ def _events(
     some = keys.select("s", "e").gather_every(step).collect()
     sample = np.concatenate([some["s"].to_numpy(), some["e"].to_numpy()])
     buckets = Buckets(sample, n, "ts", work, extsort.BUCKET_ROWS)
-    for batch in batches(_ends(keys)):
-        buckets.add(batch)
     _begins(enc, inp, offsets, _flow_ids([_launch_pairs(inp, offsets, work), path_pairs]), buckets)
     yield from buckets.sorted(["ts", "k1", "k2", "k3", "typ"], None, rows)
 
