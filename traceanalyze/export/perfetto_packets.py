@@ -209,9 +209,9 @@ def _sizes(a: pa.Array) -> np.ndarray:
 
 def _per_value(values: np.ndarray, encode: Callable[[int], bytes]) -> pa.Array:
     """`encode(v)` for each of `values`, computed once per distinct value."""
-    uniq, inv = np.unique(values, return_inverse=True)
-    table = pa.array([encode(int(u)) for u in uniq.tolist()], _BIN)
-    return table.take(pa.array(inv.reshape(-1)))
+    d = pc.dictionary_encode(pa.array(values))  # by hashing: no sort
+    table = pa.array([encode(int(u)) for u in d.dictionary.to_pylist()], _BIN)
+    return table.take(d.indices)
 
 
 class _Interned:
@@ -225,7 +225,8 @@ class _Interned:
         d = pc.dictionary_encode(texts).combine_chunks() if isinstance(texts, pa.ChunkedArray) \
             else pc.dictionary_encode(texts)  # fmt: skip
         codes = d.indices.to_numpy(zero_copy_only=False)
-        first = np.unique(codes, return_index=True)[1]
+        first = np.full(len(d.dictionary), codes.size, dtype=np.int64)
+        np.minimum.at(first, codes, np.arange(codes.size))  # where each text first appears
         new: dict[int, bytes] = {}
         fields = []
         for code, text in enumerate(d.dictionary.to_pylist()):

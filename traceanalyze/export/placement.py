@@ -10,12 +10,12 @@ Streamed: the slices' keys (`pid, tid, s, e, b, r`: track, times, block and row)
 of memory (`extsort`: dealt into spill files by ranges of start time, each range sorted by
 track, then start, longer first, block and row) and walked `BATCH_ROWS` at a time; per track its
 latest end and the stacks of its sub-tracks' open slices carry from one batch to the next (the
-tracks may take turns). Per batch, the tracks whose slices all nest on the track itself (the
-usual case) are found without a loop (`_nested`: no slice ends strictly inside a later one
-that starts before it ends, a range maximum over the ends); the others go through the loop, a slice that overlaps nothing on its track skipped. What stays
-in memory for the whole trace is what the answer holds: the rows placed on a sub-track (`n > 0`,
-few in real traces: kernels of one stream that really ran concurrently, ranges that cross) and
-the distinct tracks.
+tracks may take turns). Per batch, the tracks whose slices all nest on the track itself (the usual
+case) are found without a loop (`_nested`: no slice ends strictly inside a later one that starts
+before it ends, a range maximum over the ends); the others go through the loop, a slice that
+overlaps nothing on its track skipped. What stays in memory for the whole trace is what the answer
+holds: the rows placed on a sub-track (`n > 0`, few in real traces: kernels of one stream that
+really ran concurrently, ranges that cross) and the distinct tracks.
 """
 
 from __future__ import annotations
