@@ -335,8 +335,9 @@ def _events(
     rows: int,
 ) -> Iterator[pl.DataFrame]:
     """The begins and ends of the slices in order (`_ends`), `rows` or so at a time: dealt into
-    buckets by time, each sorted (`extsort`)."""
-    n = 2 * sum(_height(df) for df in inp.blocks if df is not None)
+    buckets by time, each sorted (`extsort`). `offsets`: each block's first slice id, then the
+    number of slices."""
+    n = 2 * offsets[-1]
     step = max(1, n // 4096)
     # every `step`-th slice's start and end (a list column per row, exploded, cost ~10x more)
     some = keys.select("s", "e").gather_every(step).collect()
@@ -444,6 +445,7 @@ def write_perfetto_proto(
         for df in inp.blocks:
             offsets.append(at)
             at += 0 if df is None else _height(df)
+        offsets.append(at)  # counted once (each count is a scan)
         keys = _keys(inp, offsets)
         marks, counters = _marks(inp.markers, inp.t0), _counters(inp.samples, inp.t0)
         enc = pk.Packets(annotation_names())
