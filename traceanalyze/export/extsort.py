@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import polars as pl
@@ -97,17 +98,28 @@ class Buckets:
     def sorted(
         self, by: Sequence[str], descending: Sequence[bool] | None, batch_rows: int
     ) -> Iterator[pl.DataFrame]:
-        """Each bucket in turn, sorted by `by`, `batch_rows` at a time; the spill files go."""
+        """Each bucket in turn, sorted by `by`, `batch_rows` at a time; the spill files go. The
+        next bucket is read and sorted in a thread while the caller works on this one (polars
+        and Arrow release the GIL): two buckets in memory at most."""
         for w in self.writers.values():
             w.close()
-        for i, p in enumerate(self.paths):
-            if i not in self.writers:
-                continue
-            with pa.memory_map(p) as src:
-                table = ipc.open_stream(src).read_all()
-            os.remove(p)
-            part = pl.from_arrow(table)
-            del table
-            assert isinstance(part, pl.DataFrame)
-            yield from part.sort(by, descending=descending or False).iter_slices(batch_rows)
-            del part
+        todo = [p for i, p in enumerate(self.paths) if i in self.writers]
+        with ThreadPoolExecutor(1) as pool:
+            ahead = [pool.submit(_read_sorted, p, by, descending) for p in todo[:1]]
+            for k in range(len(todo)):
+                part = ahead.pop().result()
+                if k + 1 < len(todo):
+                    ahead.append(pool.submit(_read_sorted, todo[k + 1], by, descending))
+                yield from part.iter_slices(batch_rows)
+                del part
+
+
+def _read_sorted(path: str, by: Sequence[str], descending: Sequence[bool] | None) -> pl.DataFrame:
+    """The rows of the spill file `path`, sorted by `by` (the file goes)."""
+    with pa.memory_map(path) as src:
+        table = ipc.open_stream(src).read_all()
+    os.remove(path)
+    part = pl.from_arrow(table)
+    del table
+    assert isinstance(part, pl.DataFrame)
+    return part.sort(by, descending=descending or False)

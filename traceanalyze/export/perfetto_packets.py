@@ -209,9 +209,9 @@ def _sizes(a: pa.Array) -> np.ndarray:
 
 def _per_value(values: np.ndarray, encode: Callable[[int], bytes]) -> pa.Array:
     """`encode(v)` for each of `values`, computed once per distinct value."""
-    uniq, inv = np.unique(values, return_inverse=True)
-    table = pa.array([encode(int(u)) for u in uniq.tolist()], _BIN)
-    return table.take(pa.array(inv.reshape(-1)))
+    d = pc.dictionary_encode(pa.array(values))  # by hashing: no sort
+    table = pa.array([encode(int(u)) for u in d.dictionary.to_pylist()], _BIN)
+    return table.take(d.indices)
 
 
 class _Interned:
@@ -225,7 +225,8 @@ class _Interned:
         d = pc.dictionary_encode(texts).combine_chunks() if isinstance(texts, pa.ChunkedArray) \
             else pc.dictionary_encode(texts)  # fmt: skip
         codes = d.indices.to_numpy(zero_copy_only=False)
-        first = np.unique(codes, return_index=True)[1]
+        first = np.full(len(d.dictionary), codes.size, dtype=np.int64)
+        np.minimum.at(first, codes, np.arange(codes.size))  # where each text first appears
         new: dict[int, bytes] = {}
         fields = []
         for code, text in enumerate(d.dictionary.to_pylist()):
@@ -334,17 +335,16 @@ def _flatten(lists: pl.Series) -> np.ndarray:
     return np.asarray(pc.list_flatten(arr).to_numpy(zero_copy_only=False))
 
 
-def flow_fields(ids: pl.Series, field: int) -> pa.Array:
-    """The `flow_ids` (`field` 47) or `terminating_flow_ids` (48) of each row: `ids` a list of
-    flow ids per row (null: none)."""
-    full = ids.fill_null([])
-    flat = _flatten(full).astype(np.uint64)
+def flow_fields(ids: np.ndarray, counts: np.ndarray, field: int) -> pa.Array:
+    """The `flow_ids` (`field` 47) or `terminating_flow_ids` (48) of each row: `counts` the
+    number of flows per row, `ids` their ids, row after row."""
+    flat = ids.astype(np.uint64)
     tag = np.frombuffer(pw.tag(field, pw.I64), dtype=np.uint8)
     elems = np.empty((flat.size, tag.size + 8), dtype=np.uint8)
     elems[:, : tag.size] = tag
     elems[:, tag.size :] = flat.astype("<u8").view(np.uint8).reshape(-1, 8)
-    starts = np.zeros(ids.len() + 1, dtype=np.int64)
-    np.cumsum(full.list.len().to_numpy(), out=starts[1:])
+    starts = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
     offsets = (starts * elems.shape[1]).astype(np.int32)
     data = pa.py_buffer(elems.tobytes())
-    return pa.Array.from_buffers(_BIN, ids.len(), [None, pa.py_buffer(offsets), data])
+    return pa.Array.from_buffers(_BIN, counts.size, [None, pa.py_buffer(offsets), data])

@@ -10,12 +10,12 @@ Streamed: the slices' keys (`pid, tid, s, e, b, r`: track, times, block and row)
 of memory (`extsort`: dealt into spill files by ranges of start time, each range sorted by
 track, then start, longer first, block and row) and walked `BATCH_ROWS` at a time; per track its
 latest end and the stacks of its sub-tracks' open slices carry from one batch to the next (the
-tracks may take turns). Per batch, the tracks whose slices all nest on the track itself (the
-usual case) are found without a loop (`_nested`: their begins and ends pair up as brackets do);
-the others go through the loop, a slice that overlaps nothing on its track skipped. What stays
-in memory for the whole trace is what the answer holds: the rows placed on a sub-track (`n > 0`,
-few in real traces: kernels of one stream that really ran concurrently, ranges that cross) and
-the distinct tracks.
+tracks may take turns). Per batch, the tracks whose slices all nest on the track itself (the usual
+case) are found without a loop (`_nested`: no slice ends strictly inside a later one that starts
+before it ends, a range maximum over the ends); the others go through the loop, a slice that
+overlaps nothing on its track skipped. What stays in memory for the whole trace is what the answer
+holds: the rows placed on a sub-track (`n > 0`, few in real traces: kernels of one stream that
+really ran concurrently, ranges that cross) and the distinct tracks.
 """
 
 from __future__ import annotations
@@ -183,6 +183,28 @@ class _Walk:
         return Placement(lanes, pl.DataFrame(rows, schema=schema, orient="row").sort("pid", "tid"))
 
 
+def _with_open(
+    seg: np.ndarray, s: np.ndarray, e: np.ndarray, chains: list[list[int]]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Track, start and end of the open slices (`chains`) and the batch's rows: per track its
+    open ones first (outermost first, starting before every time of the batch), then its rows
+    in order (placed, not sorted: the rows come sorted)."""
+    counts = np.fromiter((len(c) for c in chains), dtype=np.int64, count=len(chains))
+    n, m = s.size, int(counts.sum())
+    g_v = np.repeat(np.arange(len(chains)), counts)
+    e_v = np.fromiter((x for c in chains for x in c), dtype=np.int64, count=m)
+    before = np.cumsum(counts) - counts  # the open ones of the tracks before
+    d_v = np.arange(m) - before[g_v]
+    at_rows = np.arange(n) + before[seg] + counts[seg]
+    at_v = np.searchsorted(seg, np.arange(len(chains)))[g_v] + before[g_v] + d_v
+    g, s_, e_ = (np.empty(n + m, np.int64) for _ in range(3))
+    g[at_rows], g[at_v] = seg, g_v
+    lo = min(int(s.min()), int(e_v.min()) if m else int(s.min())) - 1 - m
+    s_[at_rows], s_[at_v] = s, lo + d_v
+    e_[at_rows], e_[at_v] = e, e_v
+    return g, s_, e_
+
+
 def _nested(
     seg: np.ndarray, s: np.ndarray, e: np.ndarray, chains: list[list[int]], last: np.ndarray
 ) -> tuple[np.ndarray, dict[int, list[int]]]:
@@ -190,53 +212,53 @@ def _nested(
     the track itself, given the ends of the slices still open there (`chains`, outermost
     first), without the loop; and for those, the ends open after their last start (`last`).
 
-    The slices (the open ones first) nest there exactly when their begins and ends, ordered as
-    the protobuf export orders them (by time; at one time ends before begins, innermost end
-    first, outermost begin first; an empty slice's end right after its begin), pair up as
-    brackets do: at each depth, a begin then the end of the same slice, and again."""
-    g_v = np.repeat(np.arange(len(chains)), [len(c) for c in chains])
-    d_v = np.concatenate([np.arange(len(c)) for c in chains]) if g_v.size else g_v
-    e_v = np.fromiter((x for c in chains for x in c), dtype=np.int64, count=g_v.size)
-    n, m = s.size, g_v.size
-    big_g = np.concatenate([seg, g_v])
-    big_s = np.concatenate([s, _NEG + d_v])  # the open ones start before, outermost first
-    big_e = np.concatenate([e, e_v])
-    order = np.lexsort((np.concatenate([np.arange(n) + m, d_v]), big_s, big_g))
-    g, s_, e_ = big_g[order], big_s[order], big_e[order]
-    q = np.arange(n + m)
-    pos = e_ > s_
-    ev_g = np.concatenate([g, g])
-    ev_q = np.concatenate([q, q])
-    typ = np.concatenate([np.ones(n + m, np.int8), np.full(n + m, 2, np.int8)])
-    keys = (
-        typ,
-        np.concatenate([q, np.where(pos, -q, q)]),
-        np.concatenate([-e_, -s_]),
-        np.concatenate([np.ones(n + m, np.int8), np.where(pos, 0, 1)]),
-        np.concatenate([s_, e_]),
-        ev_g,
-    )
-    ev = np.lexsort(keys)
-    t, qq, gg = typ[ev], ev_q[ev], ev_g[ev]
-    depth = np.cumsum(np.where(t == 1, 1, -1))  # each track balances: it ends at 0
-    level = np.where(t == 1, depth, depth + 1)
-    by = np.lexsort((np.arange(t.size), level, gg))
-    t, qq, gg, level = t[by], qq[by], gg[by], level[by]
-    k = t.size
-    new = np.ones(k, dtype=bool)
-    new[1:] = (gg[1:] != gg[:-1]) | (level[1:] != level[:-1])
-    first = np.maximum.accumulate(np.where(new, np.arange(k), 0))
-    even = (np.arange(k) - first) % 2 == 0
-    nxt = np.append(np.arange(1, k), k - 1)
-    good = (t == 1) & (t[nxt] == 2) & (qq[nxt] == qq) & ~new[nxt] & (np.arange(k) < k - 1)
+    The slices of a track (the open ones first, then in order of start, longer first) nest
+    exactly when none crosses another: no slice ends strictly inside a later one's span, after
+    its start and before its end. The later slices that start before slice i ends are the next
+    ones up to the first that starts at or after its end, so: the latest end among them (a
+    range maximum, from a sparse table) is at most i's end, for every i."""
+    g, s_, e_ = _with_open(seg, s, e, chains)
+    base = int(s_.min())
+    span = max(int(e_.max()), int(s_.max())) - base + 1
+    if len(chains) * span < (1 << 62):
+        bad = _crossed(g * span + (s_ - base), g * span + (e_ - base), e_)
+    else:  # times too far apart to pack the track with them: a track at a time
+        cut = np.flatnonzero(np.diff(g)) + 1
+        parts = zip(np.split(s_, cut), np.split(e_, cut), strict=True)
+        bad = np.concatenate([_crossed(a - a[0], b - a[0], b) for a, b in parts])
     ok = np.ones(len(chains), dtype=bool)
-    ok[np.unique(gg[even & ~good])] = False
+    ok[np.unique(g[bad])] = False
     after: dict[int, list[int]] = {}
     still = e_ > last[g]
     for i in np.flatnonzero(ok).tolist():
         ends = e_[(g == i) & still]
         after[i] = np.sort(ends)[::-1].tolist()
     return ok, after
+
+
+def _crossed(key_s: np.ndarray, key_e: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Per slice (`key_s`, `key_e`: start and end with the track packed in, ascending by
+    start; `e`: its end), whether a later slice of its track that starts before it ends
+    (strictly) ends after it."""
+    k = e.size
+    q = np.arange(k)
+    stop = np.searchsorted(key_s, key_e, side="left")  # the later ones: q + 1 .. stop - 1
+    width = np.maximum(stop - q - 1, 0)
+    top = np.full(k, np.iinfo(np.int64).min)  # none later: nothing crosses
+    live = np.flatnonzero(width)
+    if live.size == 0:
+        return np.zeros(k, dtype=bool)
+    level = np.floor(np.log2(width[live])).astype(np.int64)
+    table = [e]  # table[j][x]: the latest end of x .. x + 2^j - 1
+    for j in range(1, int(level.max()) + 1):
+        prev, h = table[-1], 1 << (j - 1)
+        table.append(np.maximum(prev[:-h], prev[h:]))
+    lo, hi = live + 1, stop[live] - (1 << level)
+    for j in np.unique(level).tolist():
+        at = level == j
+        t = table[j]
+        top[live[at]] = np.maximum(t[lo[at]], t[hi[at]])
+    return top > e
 
 
 def _nest(open_: list[list[int]], a: int, end: int) -> int:
