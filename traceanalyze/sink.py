@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ import polars as pl
 
 from . import schema
 from ._safefs import drop_others_write, makedirs
+from .background import BackgroundWrites
 
 ROW_GROUP_ROWS = 1 << 16
 ROW_GROUP_BYTES = 8 << 20
@@ -47,8 +46,7 @@ class TableSink:
         self._buf: dict[str, list[pl.DataFrame]] = {}
         self._buf_rows: dict[str, int] = {}
         self._buf_bytes: dict[str, int] = {}
-        self._pool: ThreadPoolExecutor | None = None
-        self._pending: deque[Future[None]] = deque()
+        self._writes = BackgroundWrites("traceanalyze-sink", _IN_FLIGHT)
 
     def path(self, table: str) -> Path:
         return self.root / table / f"source_id={self.source_id}" / f"part-{self.txn}.parquet"
@@ -111,24 +109,12 @@ class TableSink:
         # a chunk bigger than a row group (a reader that yields whole tables) is split
         per_row = max(data.nbytes // max(data.num_rows, 1), 1)
         size = max(min(ROW_GROUP_ROWS, ROW_GROUP_BYTES // per_row), 1)
-        while len(self._pending) >= _IN_FLIGHT:
-            self._pending.popleft().result()  # a write's error is raised here
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="traceanalyze-sink")
-        self._pending.append(self._pool.submit(writer.write_table, data, row_group_size=size))
+        # a write's error is raised by the next submit or by the drain
+        self._writes.submit(writer.write_table, data, row_group_size=size)
 
     def _drain(self, *, check: bool = True) -> None:
         """Wait for the writer thread's row groups (raising the first error if `check`)."""
-        while self._pending:
-            fut = self._pending.popleft()
-            if check:
-                fut.result()
-            else:
-                with contextlib.suppress(Exception):  # the files are being thrown away
-                    fut.result()
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        self._writes.shutdown(check=check)
 
     def close(self, *, keep_empty: tuple[str, ...] = ("sources",)) -> list[str]:
         """Write what is buffered, close and fsync every file; the tables written, in schema

@@ -28,14 +28,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections import deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ...background import BackgroundWrites
 from ...errors import MalformedInput
 from ..common.core import PathLike, warn
 from .frames import _FINISH, _ns_int, _us_to_ns
@@ -73,43 +72,10 @@ _TABLES = ("kernels", "ops", "markers", "memcpy", "api_calls")  # read_kineto_js
 _IN_FLIGHT = 2  # spill writes queued on the writer thread, at most
 
 
-class _Writes:
-    """Spill writes done on one thread (pyarrow releases the GIL while it writes a file) while
-    the reader decodes the next batch; first in, first out, so every file keeps its order. At
-    most `_IN_FLIGHT` are queued (memory stays bounded); a write's error is raised by the next
-    `submit` or by `drain`."""
-
-    def __init__(self) -> None:
-        self._pool: ThreadPoolExecutor | None = None
-        self._pending: deque[Future[None]] = deque()
-
-    def submit(self, write: Callable[..., None], *args: Any) -> None:
-        while len(self._pending) >= _IN_FLIGHT:
-            self._pending.popleft().result()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="traceanalyze-spill")
-        self._pending.append(self._pool.submit(write, *args))
-
-    def drain(self, *, check: bool = True) -> None:
-        while self._pending:
-            fut = self._pending.popleft()
-            if check:
-                fut.result()
-            else:
-                with contextlib.suppress(Exception):  # the files are being thrown away
-                    fut.result()
-
-    def shutdown(self) -> None:
-        self.drain(check=False)
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
-
-
 class _Spill:
     """One Arrow IPC stream file written chunk by chunk, read back in the same order."""
 
-    def __init__(self, path: Path, *, writes: _Writes, views: bool = False) -> None:
+    def __init__(self, path: Path, *, writes: BackgroundWrites, views: bool = False) -> None:
         self.path = path
         self._writes = writes
         # Arrow string views (polars' layout: no copy of the strings to write them) for frames
@@ -199,7 +165,8 @@ class Spiller:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.writes = _Writes()
+        # spill writes on one thread while the reader decodes the next batch
+        self.writes = BackgroundWrites("traceanalyze-spill", _IN_FLIGHT)
         self.spills = {
             t: _Spill(workdir / f"{t}.spill.arrow", writes=self.writes, views=True) for t in _TABLES
         }
@@ -339,7 +306,7 @@ def _deal(
     bounds: np.ndarray[Any, Any],
     path: PathLike,
     workdir: Path,
-    writes: _Writes,
+    writes: BackgroundWrites,
 ) -> tuple[list[_Spill | pl.DataFrame], pl.DataFrame | None]:
     """Pass 2 of one table: times, checks and per-row finishing, in file order; rows dealt into
     buckets by start time (one bucket: kept in memory, it is at most ~BUCKET_BYTES). Also the
