@@ -262,8 +262,6 @@ def timeline(
     --samples-from, or else the samples of another source of the same run (epoch origins,
     overlapping in time, matching devices).
     """
-    from .. import plot as plots
-
     if output is None and perfetto is None:
         raise click.UsageError("give -o FIGURE and/or --perfetto TRACE.json")
     if len(ds.source_ids()) > 1:  # ranks of one job: one process/lane per rank (cli.ranks)
@@ -287,6 +285,8 @@ def timeline(
         res.to_perfetto(perfetto)
         wrote(perfetto)
     if output is not None:
+        from .. import plot as plots  # matplotlib only when a figure is drawn (~0.7 s to import)
+
         plots.timeline(res, output)
         wrote(output)
 
