@@ -17,6 +17,7 @@ from ..dataset import Dataset, open_side
 from . import render
 from .common import (
     dataset_input,
+    draw,
     emit,
     error_line,
     figure_path,
@@ -140,12 +141,9 @@ def coreutil(
     needed metrics is reported on its own line after the others' rows (exit code 1); --verbose
     lists every metric name looked for.
     """
-    from .. import plot as plots
-
     res = ds.coreutil(weight=weight, by_kernel=by_kernel)
-    if plot is not None and res.table.height:
-        plots.coreutil(res, plot)
-        wrote(plot)
+    if res.table.height:
+        draw("coreutil", res, plot)
     if res.table.height or out_json or out_csv:
         emit(res.printed, out_json, out_csv)
     for file, reason, details in res.unanswered.select("file", "reason", "details").iter_rows():
@@ -284,11 +282,7 @@ def timeline(
     if perfetto is not None:
         res.to_perfetto(perfetto)
         wrote(perfetto)
-    if output is not None:
-        from .. import plot as plots  # matplotlib only when a figure is drawn (~0.7 s to import)
-
-        plots.timeline(res, output)
-        wrote(output)
+    draw("timeline", res, output)
 
 
 # --- attribute, variability ------------------------------------------------------------------
@@ -347,12 +341,8 @@ def variability(
     same run by epoch origins and device). Robust z on the median iteration time: 1.4826·MAD,
     or 1.2533·mean absolute deviation when the MAD is 0 (`z_scale`); outlier when |z| > 3.5.
     """
-    from .. import plot as plots
-
     res = ds.variability(warmup=warmup, top=top)
-    if plot is not None:
-        plots.variability(res, plot)
-        wrote(plot)
+    draw("variability", res, plot)
     if out_json or out_csv:
         emit(res.table, out_json, out_csv)
         return

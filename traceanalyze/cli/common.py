@@ -287,3 +287,14 @@ def table(df: Any) -> str:
 
 def wrote(path: Path) -> None:
     click.echo(f"wrote {path}", err=True)
+
+
+def draw(figure: str, result: Any, path: Path | None, **options: Any) -> None:
+    """`ta.plot.<figure>(result, path, **options)` when a path is given, and say so; matplotlib
+    (~0.7 s to import) is imported only then."""
+    if path is None:
+        return
+    from .. import plot as plots
+
+    getattr(plots, figure)(result, path, **options)
+    wrote(path)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 import polars as pl
 
-from .common import dataset_input, emit, figure_path, output_options, table, wrote
+from .common import dataset_input, draw, emit, figure_path, output_options, table
 
 if TYPE_CHECKING:
     from ..dataset import Dataset
@@ -63,10 +63,7 @@ def ops(
         raise click.UsageError("--plot draws operators: leave out --by kernel")
     df = ds.ops(by=by, top=top)
     if plot is not None:
-        from .. import plot as plots
-
-        plots.ops(df, plot, source=ds.one_source("ops --plot"))
-        wrote(plot)
+        draw("ops", df, plot, source=ds.one_source("ops --plot"))
     emit(df, out_json, out_csv)
 
 
@@ -176,11 +173,7 @@ def roofline(
     A separate command from `mfu`: its input is per-kernel counters, not iterations.
     """
     res = ds.roofline(gpu=gpu, peak_tflops=peak_tflops)
-    if output is not None:
-        from .. import plot as plots
-
-        plots.roofline(res, output, bandwidth_gbps=bandwidth_gbps)
-        wrote(output)
+    draw("roofline", res, output, bandwidth_gbps=bandwidth_gbps)
     emit(res.points, out_json, out_csv)
 
 

@@ -14,7 +14,7 @@ import polars as pl
 
 from ..dataset import Dataset
 from . import render
-from .common import dataset_input, emit, output_options, wrote
+from .common import dataset_input, draw, emit, output_options, wrote
 
 _SHOWN = [
     "rank",
@@ -70,11 +70,7 @@ def stragglers(
     docs/stragglers.md.
     """
     res = ds.stragglers(job=job, align=align)
-    if plot is not None:
-        from .. import plot as plots
-
-        plots.stragglers(res, plot)
-        wrote(plot)
+    draw("stragglers", res, plot)
     if perfetto is not None:
         res.to_perfetto(perfetto)
         wrote(perfetto)
@@ -104,7 +100,6 @@ def ranks_timeline(
     """`timeline` over several sources: when they are ranks of one job (collectives on at
     least two ranks), draw them on one time base and return True; otherwise False, and the
     one-source timeline says what it needs."""
-    from .. import plot as plots
     from ..errors import NotAnswerable
 
     try:
@@ -119,9 +114,7 @@ def ranks_timeline(
     if perfetto is not None:
         res.to_perfetto(perfetto)
         wrote(perfetto)
-    if output is not None:
-        plots.ranks_timeline(res, output, max_bars=max_bars)
-        wrote(output)
+    draw("ranks_timeline", res, output, max_bars=max_bars)
     return True
 
 

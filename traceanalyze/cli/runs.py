@@ -16,13 +16,13 @@ import click
 
 from ..dataset import Dataset
 from .common import (
+    draw,
     emit,
     format_option,
     misuse_is_usage,
     output_options,
     store_option,
     verbose_option,
-    wrote,
 )
 
 __all__ = ["runs", "scaling", "history"]
@@ -113,12 +113,8 @@ def scaling(ds: Dataset, by: str | None, plot: Path | None, out_json: bool, out_
     efficiency = (tp_N / N) / (tp_min / N_min) within each group; time to train is the median of
     the converged runs; global batch per accelerator = global batch / N.
     """
-    from .. import plot as plots
-
     res = ds.scaling(by=_columns(by))
-    if plot is not None:
-        plots.scaling(res, plot)
-        wrote(plot)
+    draw("scaling", res, plot)
     emit(res.table, out_json, out_csv)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from ..dataset import Dataset
-from .common import dataset_input, emit, figure_path, output_options, table, wrote
+from .common import dataset_input, draw, emit, figure_path, output_options, table
 
 # --- launches --------------------------------------------------------------------------------
 
@@ -107,11 +107,7 @@ def idle(
     window minus busy time.
     """
     df = ds.idle()
-    if plot is not None:
-        from .. import plot as plots
-
-        plots.idle(df, plot)
-        wrote(plot)
+    draw("idle", df, plot)
     emit(df, out_json, out_csv)
 
 
@@ -144,11 +140,7 @@ def overlap(
     launch calls' correlation ids), whole, not clipped to the host's step window.
     """
     df = ds.overlap()
-    if plot is not None:
-        from .. import plot as plots
-
-        plots.overlap(df, plot)
-        wrote(plot)
+    draw("overlap", df, plot)
     emit(df, out_json, out_csv)
 
 
