@@ -7,29 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-
-from traceanalyze.cli import main
 
 from .conftest import fixture, shared
-
-ERR = "traceanalyze: error: "
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args))
-
-
-def one_error(r, *needles: str) -> str:
-    """The result is exit 1 with exactly one error line holding every needle, no traceback."""
-    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
-    assert r.exit_code == 1, (r.exit_code, r.output)
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith(ERR), r.stderr
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
-    return lines[0]
-
+from .test_cli_first_hour import invoke, one_error  # the one-error-line checks
 
 # --- mfu: the image size from the run's manifest ---------------------------------------------
 
