@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,11 @@ _IN_FLIGHT = 2
 class TableSink:
     """Per-table Parquet writers under `root`, opened on a table's first non-empty chunk."""
 
-    def __init__(self, root: Path, source_id: str, txn: str) -> None:
+    def __init__(self, root: Path, source_id: str | Callable[[], str], txn: str) -> None:
+        """`source_id` may be a call that gives it (`store_hashing`): asked when the first
+        writer opens, or by `source()`, not before."""
         self.root = root
-        self.source_id = source_id
+        self._source_id = source_id
         self.txn = txn
         self.rows: dict[str, int] = {}
         self._writers: dict[str, Any] = {}
@@ -48,8 +51,13 @@ class TableSink:
         self._buf_bytes: dict[str, int] = {}
         self._writes = BackgroundWrites("traceanalyze-sink", _IN_FLIGHT)
 
+    def source(self) -> str:
+        if callable(self._source_id):
+            self._source_id = self._source_id()
+        return self._source_id
+
     def path(self, table: str) -> Path:
-        return self.root / table / f"source_id={self.source_id}" / f"part-{self.txn}.parquet"
+        return self.root / table / f"source_id={self.source()}" / f"part-{self.txn}.parquet"
 
     def write(self, table: str, df: pl.DataFrame) -> None:
         """Buffer one chunk of `table` (conformed to the schema; `source_id` is dropped: the

@@ -219,7 +219,7 @@ class Store:
 
     def stage_stream(
         self,
-        source_id: str,
+        source_id: str | Callable[[], str],
         produce: Callable[[Path], Iterable[tuple[str, pl.DataFrame]]],
         *,
         replace_existing: bool = False,
@@ -228,7 +228,8 @@ class Store:
         groups as they come (`sink.TableSink`): memory is bounded by a row group per table, not
         by the source. `produce(workdir)` makes the chunks; `workdir` is an empty directory in
         this transaction's staging for the reader's spill files, removed with the staging.
-        Returns the Staged and the rows per table."""
+        `source_id` may be a call that gives it, asked once the first row group is written
+        (`store_hashing`). Returns the Staged and the rows per table."""
         from .sink import TableSink
 
         kill_point("stage-start")
@@ -254,7 +255,8 @@ class Store:
             raise
         counts = {t: sink.rows.get(t, 0) for t in schema.TABLE_NAMES}
         root = str(self.root)
-        return Staged(source_id, txn, root, tuple(written), replace_existing, created_root), counts
+        sid = sink.source()
+        return Staged(sid, txn, root, tuple(written), replace_existing, created_root), counts
 
     def discard(self, staged: Staged) -> None:
         """Drop a staged source (nothing if it was committed). The store directory is removed only
@@ -466,25 +468,31 @@ def stage_file(
     options: dict[str, Any] | None = None,
     sha256: str | None = None,
     on_start: Callable[[str], None] | None = None,
+    skip: Callable[[str], bool] | None = None,
 ) -> tuple[Staged | None, IngestResult]:
     """Parse one file and stage it in `store` (nothing visible until `store.commit`).
 
-    Returns (None, result "unchanged") when its source is already committed and not `force`;
-    else the Staged and a result whose status ("ingested"/"replaced") `commit` may still turn
-    into "unchanged" (another writer committed it first). Safe to call in worker processes.
+    Returns (None, result "unchanged") when its source is already committed and not `force`,
+    or `skip(source_id)` is true (a file seen earlier in the same call); else the Staged and a
+    result whose status ("ingested"/"replaced") `commit` may still turn into "unchanged"
+    (another writer committed it first). A big file not hashed yet is hashed while it is read
+    (`store_hashing`). Safe to call in worker processes.
     """
     from .readers import options_for
     from .readers import stream as _stream_one
+    from .store_hashing import HASH_ALONGSIDE_BYTES, stage_hashing
 
     p = os.fspath(path)
+    opts = options_for(fmt, options or {})
+    if sha256 is None and os.path.getsize(p) >= HASH_ALONGSIDE_BYTES:
+        return stage_hashing(p, fmt, store, force=force, options=opts, on_start=on_start, skip=skip)
     sha = sha256 or file_sha256(p)
     sid = source_id_for(sha)
     present = store.has_source(sid)
-    if present and not force:
+    if (present and not force) or (skip is not None and skip(sid)):
         return None, IngestResult(p, sid, fmt, "unchanged", {})
     if on_start is not None:
         on_start(p)
-    opts = options_for(fmt, options or {})
     staged, counts = store.stage_stream(
         sid,
         lambda work: _stream_one(p, format=fmt, sha256=sha, workdir=work, **opts),
@@ -547,18 +555,16 @@ def ingest(
     seen: set[str] = set()
     try:
         for path, fmt in todo:
-            sha = file_sha256(path)
-            sid = source_id_for(sha)
-            if sid in seen:
-                item: tuple[Staged | None, IngestResult] = (
-                    None,
-                    IngestResult(path, sid, fmt, "unchanged", {}),
-                )
-            else:
-                seen.add(sid)
-                item = stage_file(
-                    path, fmt, st, force=force, options=options, sha256=sha, on_start=on_start
-                )
+            item = stage_file(
+                path,
+                fmt,
+                st,
+                force=force,
+                options=options,
+                on_start=on_start,
+                skip=seen.__contains__,
+            )
+            seen.add(item[1].source_id)
             staged.append(item)
             if on_result is not None:
                 on_result(item[1])

@@ -25,6 +25,9 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import re
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -188,14 +191,29 @@ def _sha256_of(path: PathLike, stopped: Callable[[], bool]) -> str:
     return h.hexdigest()
 
 
-# Files from this size on are hashed in a thread while their reader reads them.
+# Files from this size on are hashed in a thread while their reader reads them; from the second
+# size on, by a process of its own that the thread waits for.
 _HASH_IN_THREAD_BYTES = 8 << 20
+_HASH_IN_PROCESS_BYTES = 64 << 20
+# What that process runs (`python -S -P -c`: the standard library only); as `_sha256_of`.
+_HASH_CODE = (
+    "import hashlib, sys\nh = hashlib.sha256()\nb = bytearray(1 << 20)\nv = memoryview(b)\n"
+    "with open(sys.argv[1], 'rb', buffering=0) as f:\n"
+    "    while n := f.readinto(b):\n        h.update(v[:n])\nprint(h.hexdigest())\n"
+)
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
-class _Sha256:
+class Sha256Thread:
     """A file's SHA-256, from a thread that runs while the reader reads the file: file reads and
     `hashlib` updates release the GIL, so on a 490 MB nsys export the 0.4 s of hashing leaves
     the critical path. Small files are hashed at once (a thread would cost more than it saves).
+
+    A big file is hashed by a process of its own (`_HASH_CODE`), the thread only waiting for it:
+    a reader that holds the GIL through long C calls (msgspec decodes 8 MiB of JSON per call)
+    starves a hashing thread, which needs the GIL back after every 1 MiB; on a 1 GB Kineto trace
+    the hash then ended after most of the read instead of after ~1 s. Where no process can be
+    started (or it fails: the file became unreadable), the thread hashes, and says why it fails.
     """
 
     def __init__(self, path: PathLike) -> None:
@@ -203,11 +221,13 @@ class _Sha256:
         self._error: BaseException | None = None
         self._stop = False
         self._thread: threading.Thread | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         try:
-            small = os.path.getsize(path) < _HASH_IN_THREAD_BYTES
+            size = os.path.getsize(path)
         except OSError:
-            small = True  # hashed at once, so its error is raised here, before any read
-        if small:
+            size = 0  # hashed at once, so its error is raised here, before any read
+        self._big = size >= _HASH_IN_PROCESS_BYTES
+        if size < _HASH_IN_THREAD_BYTES:
             self._run(path)
             if self._error is not None:
                 raise self._error
@@ -219,9 +239,28 @@ class _Sha256:
 
     def _run(self, path: PathLike) -> None:
         try:
-            self._digest = _sha256_of(path, lambda: self._stop)
+            digest = self._in_process(path) if self._big else None
+            self._digest = digest or _sha256_of(path, lambda: self._stop)
         except BaseException as e:  # handed to the caller by result()
             self._error = e
+
+    def _in_process(self, path: PathLike) -> str | None:
+        argv = [sys.executable, "-S", "-P", "-c", _HASH_CODE, os.fspath(path)]
+        try:
+            self._proc = proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+            )
+        except OSError:
+            return None
+        if self._stop:
+            proc.kill()
+        out, _ = proc.communicate()
+        text = out.decode("ascii", "replace").strip()
+        return text if proc.returncode == 0 and _HEX64.fullmatch(text) else None
+
+    def done(self) -> bool:
+        """The hash is in (or failed): `result()` does not wait."""
+        return self._thread is None or not self._thread.is_alive()
 
     def result(self) -> str:
         if self._thread is not None:
@@ -234,6 +273,8 @@ class _Sha256:
     def cancel(self) -> None:
         """Stop hashing (the read failed) and wait for the thread."""
         self._stop = True
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
         if self._thread is not None:
             self._thread.join()
 
@@ -295,7 +336,7 @@ def read(
     `TraceanalyzeError` subclass naming the file.
     """
     format = _resolve(path, format, options)
-    hashing = None if sha256 else _Sha256(path)
+    hashing = None if sha256 else Sha256Thread(path)
     try:
         # a reader's entry point names the file too; this covers what is raised outside it
         with naming_errors(format, path):
@@ -313,7 +354,7 @@ def stream(
     path: PathLike,
     format: str | None = None,
     *,
-    sha256: str | None = None,
+    sha256: str | Callable[[], str] | None = None,
     workdir: Path | None = None,
     **options: Any,
 ) -> Iterator[tuple[str, pl.DataFrame]]:
@@ -321,21 +362,24 @@ def stream(
     the `sources` row comes last. Concatenated per table they equal `read()`'s tables (row
     order included). Readers with a `stream_<slug>` hold a bounded amount of the file at a
     time (spilling to `workdir`, a temporary directory by default); others are read whole.
-    This is what `ingest` writes from, one Parquet row group after another."""
+    This is what `ingest` writes from, one Parquet row group after another. `sha256` may be a
+    call that gives it (a hash computed meanwhile, `store_hashing`): asked at the first chunk."""
     format = _resolve(path, format, options)
-    sha = sha256 or file_sha256(path)
-    sid = source_id_for(sha)
-    lit = pl.lit(sid, dtype=pl.String).alias("source_id")
+    known = file_sha256(path) if sha256 is None else sha256
+    get_sha: Callable[[], str] = known if callable(known) else lambda: str(known)
+    lit: pl.Expr | None = None
     sources: list[pl.DataFrame] = []
     with naming_errors(format, path):
         for name, df in READERS[format].stream(path, workdir, **options):
             if name == "sources":
                 sources.append(df)
             elif df.height:
+                if lit is None:
+                    lit = pl.lit(source_id_for(get_sha()), dtype=pl.String).alias("source_id")
                 yield name, schema.conform(name, df.with_columns(lit))
         src = pl.concat(sources, how="diagonal_relaxed") if sources else None
         tables = Tables.build(**({} if src is None else {"sources": src}))
-        done = finalize(tables, path=Path(path), format=format, sha256=sha)
+        done = finalize(tables, path=Path(path), format=format, sha256=get_sha())
     yield "sources", done.sources
 
 

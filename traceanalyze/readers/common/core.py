@@ -10,6 +10,7 @@ import types
 import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, BinaryIO, ParamSpec, TypeVar
 
@@ -389,6 +390,46 @@ def reader_entry(slug: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
         return read
 
     return wrap
+
+
+class ReadStopped(Exception):
+    """A read stopped because its caller asked (`stop_reading_when`), not because of the file:
+    e.g. `ingest` learned from the hash, computed meanwhile, that the store has the file."""
+
+
+# (stop, settled) of the innermost `stop_reading_when` block
+_STOP: ContextVar[tuple[Callable[[], bool], Callable[[], bool]] | None] = ContextVar(
+    "traceanalyze_read_stop", default=None
+)
+
+
+@contextlib.contextmanager
+def stop_reading_when(
+    stop: Callable[[], bool], settled: Callable[[], bool] = lambda: True
+) -> Iterator[None]:
+    """Readers that poll `check_stop` between pieces of a file raise ReadStopped once `stop()`
+    is true, in this block (this thread and context). `settled()` says that `stop()` can no
+    longer become true (`read_settled`)."""
+    token = _STOP.set((stop, settled))
+    try:
+        yield
+    finally:
+        _STOP.reset(token)
+
+
+def check_stop() -> None:
+    """Raise ReadStopped when the block's `stop_reading_when` condition holds (cheap: a reader
+    calls it per piece of ~8 MiB)."""
+    conditions = _STOP.get()
+    if conditions is not None and conditions[0]():
+        raise ReadStopped()
+
+
+def read_settled() -> bool:
+    """No `stop_reading_when` is in force, or its read can no longer be stopped: extra work
+    for this read (a helper process) is worth starting now, not wasted."""
+    conditions = _STOP.get()
+    return conditions is None or conditions[1]()
 
 
 @contextlib.contextmanager

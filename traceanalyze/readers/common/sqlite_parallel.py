@@ -133,7 +133,7 @@ def worker_sql(sql: str, alias: str, lo: int, hi: int) -> str:
     return f"{sql} WHERE {alias} BETWEEN {int(lo):d} AND {int(hi):d}"
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """SIGKILL this worker when its parent goes (Linux); exit now if it is already gone."""
     if sys.platform.startswith("linux"):
         import ctypes
@@ -184,7 +184,7 @@ def _pyarrow_without_numpy() -> Any:
 
 
 def _worker(argv: list[str]) -> int:
-    _die_with_parent()
+    die_with_parent()
     if len(argv) != 7:
         print(
             "usage: _sqlite_parallel.py PATH SQL ROWID_ALIAS LO HI BATCH_ROWS OUT", file=sys.stderr

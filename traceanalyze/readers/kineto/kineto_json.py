@@ -76,9 +76,17 @@ import polars as pl
 
 from ...errors import MalformedInput
 from ...tables import Tables
-from ..common.core import GZIP_MAGIC, PathLike, head_bytes, reader_entry
+from ..common.core import (
+    GZIP_MAGIC,
+    PathLike,
+    check_stop,
+    head_bytes,
+    read_settled,
+    reader_entry,
+)
 from ..common.limits import current_limits, gunzip_stream, too_large_value
 from ..common.stream import stream_entry
+from . import split
 from .frames import (
     _BUILDERS,
     _FINISH,
@@ -124,12 +132,27 @@ def sniff(path: PathLike) -> bool:
 _CHUNK = 1 << 23
 
 
-def _chunks(path: PathLike) -> Iterator[bytes]:
+def _chunks(path: PathLike, start: int = 0, end: int | None = None) -> Iterator[bytes]:
     """The file's bytes in pieces of at most `_CHUNK`, gunzipped (every member, with ISA-L when
     it is installed) when it is gzip. Pieces are no larger than the value bound either, so that a
-    value past it is seen whole in no piece and refused (`_stream`)."""
+    value past it is seen whole in no piece and refused (`_stream`). `start`/`end` (a plain
+    file's byte range, end exclusive) are for the split read (`kineto.split`). Between pieces,
+    the caller's `stop_reading_when` is asked (`check_stop`)."""
+    for piece in _pieces(path, start, end):
+        check_stop()
+        yield piece
+
+
+def _pieces(path: PathLike, start: int, end: int | None) -> Iterator[bytes]:
     size = max(1, min(_CHUNK, current_limits().max_value_bytes))
     with open(path, "rb") as f:
+        if start or end is not None:
+            f.seek(start)
+            left = (end - start) if end is not None else -1
+            while left and (b := f.read(size if left < 0 else min(size, left))):
+                left = left - len(b) if left > 0 else left
+                yield b
+            return
         if f.read(2) != GZIP_MAGIC:
             f.seek(0)
             while b := f.read(size):
@@ -183,52 +206,94 @@ def _range_events(decoded: Any) -> list[Any]:
     return [e for e in events if isinstance(e.cat, str) and e.cat.lower() == _RANGE]
 
 
-def _stream(path: PathLike, parts: _Parts) -> None:
-    """Decode the trace batch by batch (`_CHUNK`, 8 MiB of text) without holding the whole text,
-    handing each batch's frames to `parts`.
+class _EventText:
+    """The events array decoded batch by batch (`_CHUNK`, 8 MiB of text) as its bytes are fed,
+    without holding the whole text; each batch's frames go to `parts`.
 
     `pending` always starts with `[` followed by the next undecoded event, so a batch is decoded
-    in place: the byte after its last event is set to `]` for the decode and restored.
+    in place: the byte after its last event is set to `]` for the decode and restored. `start`
+    > 0: the text fed begins with an event at that file offset, inside the array (the second
+    part of a split read, `kineto.split`).
     """
-    pending = bytearray()
-    consumed = 0  # file offset of pending[1]
-    in_events = False
-    # `pending` holds one undecoded event at most (and a chunk): past the bound it is one giant
-    # value (a 2 GB string) or no event boundary at all; refused before it fills memory.
-    lim = current_limits()
-    for chunk in _chunks(path):
-        if len(pending) > lim.max_value_bytes:
-            _oversized(path, pending, consumed, in_events, lim)
+
+    def __init__(self, path: PathLike, parts: _Parts, start: int = 0) -> None:
+        self.path, self.parts = path, parts
+        self.pending = bytearray(b"[" if start else b"")
+        self.consumed = start  # file offset of pending[1]
+        self.in_events = start > 0
+        # `pending` holds one undecoded event at most (and a chunk): past the bound it is one
+        # giant value (a 2 GB string) or no event boundary at all; refused before it fills memory.
+        self.lim = current_limits()
+
+    def feed(self, chunk: bytes) -> None:
+        pending, parts = self.pending, self.parts
+        if len(pending) > self.lim.max_value_bytes:
+            _oversized(self.path, pending, self.consumed, self.in_events, self.lim)
         pending += chunk
-        if not in_events:
+        if not self.in_events:
             if pending.startswith(b"\xef\xbb\xbf"):  # a UTF-8 BOM (Windows editors)
                 del pending[:3]
             m = _ARRAY_START.search(pending)
             if m is None:
-                continue
+                return
             # Header keys before the array (deviceProperties, distributedInfo): close the array
             # and the object and decode them as a document without events.
-            parts.docs.append(_decode_doc(path, bytes(pending[: m.end()]) + b"]}", 0))
-            consumed = m.end()
+            parts.docs.append(_decode_doc(self.path, bytes(pending[: m.end()]) + b"]}", 0))
+            self.consumed = m.end()
             del pending[: m.end() - 1]  # keep the `[`
-            in_events = True
+            self.in_events = True
         used = _decode_front(pending, parts)
         if used:
-            consumed += used
+            self.consumed += used
             del pending[1 : 1 + used]
-    if not in_events:
-        # No events array: decode what is there for the decoder's own message (empty, garbage,
-        # a JSON document without traceEvents).
-        _decode_doc(path, bytes(pending), 0)
-        raise MalformedInput("no traceEvents array", path=path)
-    # The last events, `]`, and any trailing keys (baseTimeNanoseconds is often last): reopen
-    # the object around them and decode it as a document.
-    prefix = b'{"traceEvents":'
-    tail = prefix + bytes(pending)
-    doc = _decode_doc(path, tail, consumed - len(prefix) - 1)
-    parts.add_events(doc.traceEvents, tail, _RANGE_DOC_DECODER)
-    doc.traceEvents = []
-    parts.docs.append(doc)
+
+    def close_at_boundary(self) -> bool:
+        """The text fed so far ends with a whole event, the last before a boundary the split
+        read chose: decode what is pending as one batch. False (nothing changed) when it does
+        not decode: the boundary was not between two events of the array."""
+        if not self.in_events:
+            return False
+        if len(self.pending) == 1:
+            return True
+        self.pending += b"]"
+        with memoryview(self.pending) as raw:
+            events = _decode_batch(raw, self.parts)
+            if events is not None:
+                self.parts.add_events(events, raw, _RANGE_DECODER)
+        if events is None:
+            del self.pending[-1]
+            return False
+        self.pending = bytearray(b"[")
+        return True
+
+    def restart_at(self, offset: int) -> None:
+        """After `close_at_boundary`: the next bytes fed are the event at `offset`."""
+        self.consumed = offset
+
+    def finish(self) -> None:
+        """The last events, `]`, and any trailing keys (baseTimeNanoseconds is often last):
+        reopen the object around them and decode it as a document."""
+        path, parts = self.path, self.parts
+        if not self.in_events:
+            # No events array: decode what is there for the decoder's own message (empty,
+            # garbage, a JSON document without traceEvents).
+            _decode_doc(path, bytes(self.pending), 0)
+            raise MalformedInput("no traceEvents array", path=path)
+        prefix = b'{"traceEvents":'
+        tail = prefix + bytes(self.pending)
+        doc = _decode_doc(path, tail, self.consumed - len(prefix) - 1)
+        parts.add_events(doc.traceEvents, tail, _RANGE_DOC_DECODER)
+        doc.traceEvents = []
+        parts.docs.append(doc)
+
+
+def _stream(path: PathLike, parts: _Parts, start: int = 0) -> None:
+    """Decode the trace (from the event at `start`, for the second part of a split read) to its
+    end, handing each batch's frames to `parts`."""
+    text = _EventText(path, parts, start)
+    for chunk in _chunks(path, start):
+        text.feed(chunk)
+    text.finish()
 
 
 def _oversized(
@@ -327,10 +392,17 @@ def _line_at(path: PathLike, offset: int) -> int:
     return lines
 
 
-def _decode(path: PathLike, parts: _Parts) -> None:
-    """`_stream`, with the decoder's own failures on hostile bytes turned into MalformedInput."""
+def _decode(path: PathLike, parts: _Parts, workdir: Path | None = None) -> None:
+    """`_stream` (split over two processes for a big plain file when `parts` spills to
+    `workdir`, see `kineto.split`), with the decoder's own failures on hostile bytes turned into
+    MalformedInput."""
     try:
-        _stream(path, parts)
+        cut = split.plan(path) if workdir is not None and parts.spiller is not None else None
+        if cut is None:
+            _stream(path, parts)
+        else:
+            assert workdir is not None
+            _stream_split(path, parts, cut, workdir)
     except RecursionError:
         # msgspec decodes nested values recursively: a hostile or broken file nesting arrays or
         # objects ~10,000 deep exhausts the stack. No Kineto trace nests more than a few levels.
@@ -341,6 +413,53 @@ def _decode(path: PathLike, parts: _Parts) -> None:
         raise MalformedInput(
             f"not valid JSON text: bytes that are not UTF-8 ({e.reason}) in a string", path=path
         ) from None
+
+
+def _stream_split(path: PathLike, parts: _Parts, cut: split.Plan, workdir: Path) -> None:
+    """`_stream` with the part from `cut.helper_start` on decoded by a helper process meanwhile,
+    started once the read is settled (`read_settled`); where the helper cannot be used, this
+    process reads on from the cut (`kineto.split`)."""
+    text = _EventText(path, parts)
+    helper: split.Helper | None = None
+    tried = adopted = at_boundary = False
+    try:
+        for chunk in _chunks(path, 0, cut.main_end):
+            if not tried and read_settled():
+                helper, tried = split.start_helper(path, cut.helper_start, workdir), True
+            text.feed(chunk)
+        at_boundary = text.close_at_boundary()
+        meta = helper.result() if at_boundary and helper is not None else None
+        if meta is not None:
+            assert parts.spiller is not None
+            parts.spiller.adopt(meta.rows, meta.nbytes, meta.samples, split.TAG)
+            parts.ranges += meta.ranges
+            parts.docs += meta.docs
+            adopted = True
+            return
+    finally:
+        if helper is not None:
+            helper.close(keep=adopted)
+    if at_boundary:
+        text.restart_at(cut.helper_start)
+    for chunk in _chunks(path, cut.helper_start if at_boundary else cut.main_end):
+        text.feed(chunk)
+    text.finish()
+
+
+def helper_pass(path: PathLike, start: int, workdir: Path, tag: str) -> bytes:
+    """The helper's side of a split read (`kineto.split`): pass 1 from the event at `start` to
+    the end, spilled into `workdir` under `tag`; returns its meta."""
+    spiller = Spiller(workdir, tag=tag)
+    try:
+        parts = _Parts(spiller)
+        _stream(path, parts, start)
+        spiller.close()
+        return split.meta_of(parts)
+    except BaseException:
+        spiller.discard()
+        raise
+    finally:
+        spiller.writes.shutdown()
 
 
 @dataclass(frozen=True)
@@ -433,7 +552,7 @@ def stream_kineto_json(path: PathLike, *, workdir: Path) -> Iterator[tuple[str, 
     spiller = Spiller(workdir)
     try:
         parts = _Parts(spiller)
-        _decode(path, parts)
+        _decode(path, parts, workdir)
         head = _head(parts, path)
         yield from spiller.tables(head.base_ns, path)
     finally:

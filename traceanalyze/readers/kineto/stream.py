@@ -87,6 +87,8 @@ class _Spill:
         self._writer: Any = None
         self._file: Any = None
         self._schema: Any = None
+        # the files read back, in order: this one once written, then any adopted (`adopt`)
+        self.files: list[Path] = []
 
     def write(self, df: pl.DataFrame) -> None:
         if df.height == 0:
@@ -97,11 +99,19 @@ class _Spill:
             self._schema = data.schema
             self._file = pa.OSFile(str(self.path), "wb", memory_pool=pool)
             self._writer = ipc.new_stream(self._file, data.schema, options=options)
+            self.files.insert(0, self.path)
         elif data.schema != self._schema:
             data = data.cast(self._schema)
         self._writes.submit(self._writer.write_table, data)
         self.rows += df.height
         self.nbytes += data.nbytes
+
+    def adopt(self, path: Path, rows: int, nbytes: int) -> None:
+        """Read `path` (a spill of the same table written by the helper of a split read,
+        `kineto.split`) after this one's rows, as if they had been written here."""
+        self.files.append(path)
+        self.rows += rows
+        self.nbytes += nbytes
 
     def rows_for(self, nbytes: int) -> int:
         """How many rows of this spill take about `nbytes` (at least 1024)."""
@@ -121,25 +131,28 @@ class _Spill:
         rows = self.rows_for(CHUNK_BYTES) if rows is None else rows
         if self.rows == 0:
             return
-        group: list[pa.RecordBatch] = []
-        n = 0
-        # read, not memory-mapped: mapped pages count in the RSS until the file is closed
         pa, ipc, pool, _ = _arrow()
-        src = pa.OSFile(str(self.path), memory_pool=pool)
-        with src, ipc.open_stream(src, memory_pool=pool) as reader:
-            for batch in reader:
-                group.append(batch)
-                n += batch.num_rows
-                if n >= rows:
-                    yield _frame(group)
-                    group, n = [], 0
-            if group:
-                yield _frame(group)
-        self.path.unlink()
+        for path in self.files:
+            group: list[Any] = []
+            n = 0
+            # read, not memory-mapped: mapped pages count in the RSS until the file is closed
+            src = pa.OSFile(str(path), memory_pool=pool)
+            with src, ipc.open_stream(src, memory_pool=pool) as reader:
+                if self._schema is None:
+                    self._schema = reader.schema
+                for batch in reader:
+                    group.append(batch)
+                    n += batch.num_rows
+                    if n >= rows:
+                        yield _frame(group, self._schema)
+                        group, n = [], 0
+                if group:
+                    yield _frame(group, self._schema)
+            path.unlink()
 
     def read(self) -> pl.DataFrame:
         frames = list(self.chunks(_INT64_MAX))
-        return frames[0] if frames else pl.DataFrame()
+        return pl.concat(frames) if frames else pl.DataFrame()
 
     def discard(self) -> None:
         if self._writer is not None:
@@ -148,12 +161,16 @@ class _Spill:
                 self._writer.close()
             self._file.close()
             self._writer = None
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+        for path in {self.path, *self.files}:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
 
 
-def _frame(batches: list[pa.RecordBatch]) -> pl.DataFrame:
-    df = pl.from_arrow(_arrow()[0].Table.from_batches(batches))
+def _frame(batches: list[pa.RecordBatch], schema: pa.Schema) -> pl.DataFrame:
+    table = _arrow()[0].Table.from_batches(batches)
+    if table.schema != schema:  # an adopted spill whose first batch typed a column otherwise
+        table = table.cast(schema)
+    df = pl.from_arrow(table)
     assert isinstance(df, pl.DataFrame)
     return df
 
@@ -163,12 +180,13 @@ class Spiller:
     text) appends to the table's spill and samples `ts`; `tables` sorts every table once the
     base time is known; `discard` removes what is left."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, tag: str = "") -> None:
         self.workdir = workdir
         # spill writes on one thread while the reader decodes the next batch
         self.writes = BackgroundWrites("traceanalyze-spill", _IN_FLIGHT)
         self.spills = {
-            t: _Spill(workdir / f"{t}.spill.arrow", writes=self.writes, views=True) for t in _TABLES
+            t: _Spill(workdir / f"{tag}{t}.spill.arrow", writes=self.writes, views=True)
+            for t in _TABLES
         }
         self._sample: dict[str, list[np.ndarray[Any, Any]]] = {t: [] for t in _TABLES}
         self._sampled: dict[str, int] = dict.fromkeys(_TABLES, 0)
@@ -198,6 +216,27 @@ class Spiller:
             self._sample[table], self._sampled[table] = [thin], len(thin)
             self._stride[table] = stride * 2
 
+    def close(self) -> None:
+        """Every spill written out (the helper of a split read hands them over then)."""
+        for spill in self.spills.values():
+            spill.close()
+
+    def adopt(
+        self,
+        rows: dict[str, int],
+        nbytes: dict[str, int],
+        samples: dict[str, list[int]],
+        tag: str,
+    ) -> None:
+        """Append the spills and samples of a split read's helper (`kineto.split`), written
+        under `tag` in this workdir, to this pass 1: its rows come after every row added here."""
+        import numpy as np
+
+        for t, spill in self.spills.items():
+            if rows.get(t):
+                spill.adopt(self.workdir / f"{tag}{t}.spill.arrow", rows[t], nbytes[t])
+                self._sample[t].append(np.asarray(samples.get(t, []), dtype=np.int64))
+
     def sample(self, table: str) -> np.ndarray[Any, Any]:
         """The sampled start times of `table`, in ns relative to the base, sorted."""
         import numpy as np
@@ -208,8 +247,7 @@ class Spiller:
     def tables(self, base_ns: int, path: PathLike) -> Iterator[tuple[str, pl.DataFrame]]:
         """Every table as `read_kineto_json` has it, sorted, in chunks; in its order of tables,
         so that the first bad time raises the same error. Fills `steps`."""
-        for spill in self.spills.values():
-            spill.close()
+        self.close()
         for name in _TABLES:
             spill = self.spills[name]
             if spill.rows == 0:

@@ -1,0 +1,87 @@
+"""Stage a big file while its SHA-256 is computed, for `store.stage_file` (every ingest).
+
+A source's id is its file's SHA-256, and `ingest` skips a file whose id the store (or an earlier
+file of the same call) already has. Hashing before reading costs the whole file once more before
+the read starts (~0.7-1 s per GB on the project's 2-core machine, SHA-NI included). From
+`HASH_ALONGSIDE_BYTES` on, the hash is computed in a thread instead (file reads and `hashlib`
+release the GIL) while the reader reads:
+
+* nothing needs the id before the first chunk: the sink names a table's directory by the source
+  when it opens its first writer (`sink.TableSink`), and `readers.stream` asks for the hash at
+  its first chunk, waiting for it if need be;
+* once the hash is in, a reader that polls `check_stop` (the Kineto reader, every 8 MiB) stops
+  as soon as the file turns out to be known: skipping a 1 GB trace costs about the hash, as
+  before; a reader that does not poll is stopped at its first chunk;
+* a file found to be known gets the result "unchanged", and what was staged for it is dropped;
+* extra work for the read (the Kineto reader's helper process, `kineto.split`) starts once the
+  hash is in and the file is not known (`read_settled`), so that skipping a file costs no
+  more than it did: the hash on one core and the read begun meanwhile on the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+if TYPE_CHECKING:
+    from .store import IngestResult, Staged, Store
+
+# Smaller files are hashed first: a thread would cost more than it saves.
+HASH_ALONGSIDE_BYTES = 64 << 20
+
+
+def stage_hashing(
+    path: str,
+    fmt: str,
+    store: Store,
+    *,
+    force: bool,
+    options: dict[str, Any],
+    on_start: Callable[[str], None] | None,
+    skip: Callable[[str], bool] | None,
+) -> tuple[Staged | None, IngestResult]:
+    """`stage_file` for a file not hashed yet: read it and hash it at once (module docstring).
+    `skip(source_id)` true: the caller has the source already (as the store having it)."""
+    from .readers import Sha256Thread, source_id_for
+    from .readers import stream as stream_one
+    from .readers.common.core import ReadStopped, stop_reading_when
+    from .store import IngestResult
+
+    hashing = Sha256Thread(path)
+    known: list[bool] = []  # whether to skip, once the hash is in
+
+    def sid() -> str:
+        return source_id_for(hashing.result())
+
+    def is_known() -> bool:
+        if not known:
+            s = sid()
+            known.append(bool(skip is not None and skip(s)) or (not force and store.has_source(s)))
+        return known[0]
+
+    def produce(work: Path) -> Iterator[tuple[str, pl.DataFrame]]:
+        for item in stream_one(path, format=fmt, sha256=hashing.result, workdir=work, **options):
+            if is_known():
+                raise ReadStopped()
+            yield item
+
+    if on_start is not None:
+        on_start(path)
+    try:
+        with stop_reading_when(
+            lambda: hashing.done() and is_known(), lambda: hashing.done() and not is_known()
+        ):
+            staged, counts = store.stage_stream(sid, produce, replace_existing=force)
+    except ReadStopped:
+        return None, IngestResult(path, sid(), fmt, "unchanged", {})
+    except BaseException:
+        hashing.cancel()
+        raise
+    if is_known():  # no chunk at all came, so nothing asked
+        store.discard(staged)
+        return None, IngestResult(path, sid(), fmt, "unchanged", {})
+    status = "replaced" if store.has_source(sid()) else "ingested"
+    return staged, IngestResult(path, sid(), fmt, status, counts)
