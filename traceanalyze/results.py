@@ -5,8 +5,9 @@ them (`traceanalyze.plot`), notebooks read their fields.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -95,7 +96,8 @@ class Timeline:
     """The data behind the timeline picture of one source, for the window
     `[start_ns, end_ns]` (the source's clock; `first_ns` is the trace's first event).
 
-    `lanes`: `analyses.timeline.lanes` (one lane per device/stream/activity, with `name`).
+    `lanes`: `analyses.timeline.lanes` (one lane per device/stream/activity, with `name`),
+    made by `make_lanes` when first read (the figure reads it; the Perfetto export does not).
     `iterations`: `iteration, start_ns, end_ns` of every iteration. `samples`: telemetry for the
     window with the held value on each side (a `label` column when it comes from another file).
     `top_kernels`: `name, total_ms, launch_count` of the kernels with the most time in the window
@@ -112,7 +114,7 @@ class Timeline:
     end_ns: int
     first_ns: int
     title: str
-    lanes: pl.DataFrame
+    make_lanes: Callable[[], pl.DataFrame] = field(repr=False, compare=False)
     iterations: pl.DataFrame
     samples: pl.DataFrame
     top_kernels: pl.DataFrame
@@ -125,6 +127,10 @@ class Timeline:
     devices: pl.DataFrame | None = field(default=None, repr=False)
     sources: pl.DataFrame | None = field(default=None, repr=False)
     critical_path: pl.DataFrame | None = field(default=None, repr=False)
+
+    @functools.cached_property
+    def lanes(self) -> pl.DataFrame:
+        return self.make_lanes()
 
     def with_critical_path(self, events: pl.DataFrame | None) -> Timeline:
         """This timeline with the critical path's events (`CriticalPath.events`) of its source

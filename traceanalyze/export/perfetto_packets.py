@@ -14,6 +14,7 @@ uuid 1, name 2, process 3, parent_uuid 5, counter 8; `ProcessDescriptor` pid 1, 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -244,31 +245,60 @@ def slice_packets(enc: Packets, chunk: pl.DataFrame) -> pa.Buffer:
     """The packets of a chunk of slice events (`ts, typ, uuid, name, cat, more`; a begin's
     `name`, `cat`, `more`: its name, category and the rest of its `TrackEvent`), in order, as
     `Packets.event` and `Packets.end` write them one at a time."""
+    return slice_bytes(enc, slice_names(enc, chunk))
+
+
+@dataclass(frozen=True)
+class SliceNames:
+    """A chunk of slice events with its begins' names and categories interned (`slice_names`):
+    what `slice_bytes` needs besides the encoder's fixed parts."""
+
+    chunk: pl.DataFrame
+    b_rows: np.ndarray
+    e_rows: np.ndarray
+    begins: pa.Table | None  # name, cat, more of the begins
+    names: pa.Array | None
+    cats: pa.Array | None
+    interned: pa.Array | None  # per begin, the InternedData its names and categories need
+
+
+def slice_names(enc: Packets, chunk: pl.DataFrame) -> SliceNames:
+    """The part of `slice_packets` that must run chunk after chunk, in the order of the output:
+    interning names and categories (an iid is defined where its text first appears)."""
     is_end = (chunk["typ"] == END).to_numpy()
+    b_rows, e_rows = np.flatnonzero(~is_end), np.flatnonzero(is_end)
+    if not b_rows.size:
+        return SliceNames(chunk, b_rows, e_rows, None, None, None, None)
+    b = chunk[b_rows].select("name", "cat", "more").to_arrow()
+    names, new_n = _Interned(enc, enc.names, _I_NAMES, _E_NAME).column(b["name"])
+    cats, new_c = _Interned(enc, enc.cats, _I_CATS, _E_CAT).column(b["cat"])
+    rows = sorted(set(new_n) | set(new_c))
+    extra = [b""] + [pw.ld(_P_INTERNED, new_n.get(r, b"") + new_c.get(r, b"")) for r in rows]
+    at = np.zeros(b_rows.size, dtype=np.int64)
+    at[rows] = np.arange(1, len(rows) + 1)
+    interned = pa.array(extra, _BIN).take(pa.array(at))
+    return SliceNames(chunk, b_rows, e_rows, b, names, cats, interned)
+
+
+def slice_bytes(enc: Packets, s: SliceNames) -> pa.Buffer:
+    """The rest of `slice_packets`: it reads only the encoder's per-track bytes (a cache of a
+    pure function), so chunks may be encoded here on several threads at once."""
+    chunk, b_rows, e_rows = s.chunk, s.b_rows, s.e_rows
     ts = _varint_array(chunk["ts"].to_numpy())
     uuid = chunk["uuid"].to_numpy()
-    b_rows, e_rows = np.flatnonzero(~is_end), np.flatnonzero(is_end)
     parts = []
-    if b_rows.size:
-        b = chunk[b_rows].select("name", "cat", "more").to_arrow()
-        names, new_n = _Interned(enc, enc.names, _I_NAMES, _E_NAME).column(b["name"])
-        cats, new_c = _Interned(enc, enc.cats, _I_CATS, _E_CAT).column(b["cat"])
-        rows = sorted(set(new_n) | set(new_c))
-        extra = [b""] + [pw.ld(_P_INTERNED, new_n.get(r, b"") + new_c.get(r, b"")) for r in rows]
-        at = np.zeros(b_rows.size, dtype=np.int64)
-        at[rows] = np.arange(1, len(rows) + 1)
-        interned = pa.array(extra, _BIN).take(pa.array(at))
+    if s.begins is not None:
         te = (
             _TYPE[BEGIN],
             _per_value(uuid[b_rows], enc.track),
-            names,
-            cats,
-            pc.cast(b["more"].combine_chunks(), _BIN),
+            s.names,
+            s.cats,
+            pc.cast(s.begins["more"].combine_chunks(), _BIN),
         )
         te_size = sum(len(x) if isinstance(x, bytes) else _sizes(x) for x in te)
         event = (pw.tag(_P_EVENT, pw.LEN), _varint_array(np.asarray(te_size)), *te)
         ts_b = ts.take(pa.array(b_rows))
-        parts.append(_framed(_PACKET, _TS, ts_b, _NEEDS, interned, *event))
+        parts.append(_framed(_PACKET, _TS, ts_b, _NEEDS, s.interned, *event))
     if e_rows.size:
         tail = _per_value(uuid[e_rows], enc.end_tail)
         parts.append(_framed(_PACKET, _TS, ts.take(pa.array(e_rows)), tail))

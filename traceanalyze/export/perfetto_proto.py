@@ -46,12 +46,14 @@ import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import BinaryIO
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from ..background import ordered_map, prefetch
 from ..errors import TraceanalyzeError
 from . import extsort
 from . import perfetto_packets as pk
@@ -277,7 +279,16 @@ def _begins(
 ) -> None:
     """The begins and ends of the slices (`_ends`), a batch of each kind at a time, into `out`:
     per begin its slice's name, category and the rest of its `TrackEvent` (annotations,
-    flows); the ends from the same batch (the inputs read once for both)."""
+    flows); the ends from the same batch (the inputs read once for both). A batch is made on a
+    thread of its own while the one before is dealt into `out` (the order they are dealt in
+    does not matter: each bucket is sorted by keys that are unique per event)."""
+    for df in prefetch(_begin_batches(enc, inp, offsets, flows), "traceanalyze-pftrace"):
+        out.add(df)
+
+
+def _begin_batches(
+    enc: pk.Packets, inp: Inputs, offsets: list[int], flows: tuple[Ends, Ends] | None
+) -> Iterator[pl.DataFrame]:
     for k, spec in enumerate(_specs()):
         df = inp.placed(k)
         if df is None:
@@ -300,7 +311,7 @@ def _begins(
                 out_ids = _flows_of(flows[0], first, head.height, pk.FLOW_OUT)
                 more = pk.join(more, out_ids, _flows_of(flows[1], first, head.height, pk.FLOW_IN))
             begins = head.with_columns(pl.Series("more", more, pl.Binary))
-            out.add(pl.concat([begins, _ends(head)]))
+            yield pl.concat([begins, _ends(head)])
 
 
 def _ends(begins: pl.DataFrame) -> pl.DataFrame:
@@ -348,9 +359,14 @@ def _events(
 
 
 def _slice_chunks(enc: pk.Packets, events: Iterator[pl.DataFrame]) -> Iterator[pa.Buffer]:
-    """The begin and end packets of the slices, in order, a batch of `events` at a time."""
-    for chunk in events:
-        yield pk.slice_packets(enc, chunk)
+    """The begin and end packets of the slices, in order, a batch of `events` at a time. The
+    events are made (built, dealt, sorted: polars) on a thread of their own, and the batches'
+    bytes made (pyarrow, numpy) on two more, so that the work overlaps on two cores; only the
+    interning of names runs batch after batch, here (`perfetto_packets.slice_names`). Safe:
+    making the events reads only the encoder's fixed annotation names, and making bytes only
+    its per-track bytes (a cache of a pure function)."""
+    named = (pk.slice_names(enc, c) for c in prefetch(events, "traceanalyze-pftrace"))
+    yield from ordered_map(partial(pk.slice_bytes, enc), named, "traceanalyze-pftrace-bytes")
 
 
 def _track_packets(
