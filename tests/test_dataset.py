@@ -193,7 +193,11 @@ def test_one_source_analyses_say_so_as_misuse(tmp_path: Path) -> None:
     # Iteration 1 of source a is [100, 200) ms: gemm (10 ms) and relu (5 ms) in it.
     assert (t.start_ns, t.end_ns) == (100_000_000, 200_000_000)
     assert t.top_kernels.rows() == [("gemm", 10.0, 1), ("relu", 5.0, 1)]
+    # the figure's lanes are made when first read, not for an export (Timeline.make_lanes)
+    t.to_perfetto(tmp_path / "t.pftrace")
+    assert "lanes" not in vars(t)
     assert set(t.lanes["name"].drop_nulls()) == {"gemm", "relu"}
+    assert t.lanes is t.lanes  # made once
 
 
 def test_summary_result_matches_hand_counts() -> None:

@@ -119,8 +119,12 @@ class Helper:
         self.workdir = workdir
         self._err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in `close`)
         lim = current_limits()
+        # this very package first on the helper's path (a checkout run without installing it)
+        here = str(Path(__file__).resolve().parents[3])
+        path_env = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
         env = {
             **os.environ,
+            "PYTHONPATH": path_env,
             PARENT_ENV: str(os.getpid()),
             "OPENBLAS_NUM_THREADS": "1",
             # the limits in force here (they may come from `input_limits(...)`, not the env)
