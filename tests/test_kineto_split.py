@@ -290,19 +290,75 @@ def test_rejected_cut_removes_a_finished_helpers_files(
     assert split.META in files and "part1.kernels.spill.arrow" in files
 
 
-def _damaged_in_helper_part(tmp_path: Path) -> tuple[Path, int]:
-    text = _plain(tmp_path, RESNET).read_bytes()
-    cut = split.plan(tmp_path / RESNET.removesuffix(".gz"), min_bytes=0)
+def test_cut_in_an_array_after_the_events(tmp_path: Path, split_on: Spy) -> None:
+    """The events end before the middle; deviceProperties, a long array of objects, comes after
+    them: the planned `},{` lies there. The helper may well decode those objects as events,
+    but this process does not confirm the cut, and reads on itself."""
+    doc = json.loads(gzip.decompress(shared(f"kineto_json/{TRITON}").read_bytes()))
+    devices = doc["deviceProperties"] * 40
+    text = (
+        '{"schemaVersion": 1, "traceEvents": '
+        + json.dumps(doc["traceEvents"], indent=1)
+        + ', "deviceProperties": '
+        + json.dumps(devices, indent=1)
+        + f', "baseTimeNanoseconds": {doc["baseTimeNanoseconds"]}}}'
+    ).encode()
+    path = tmp_path / "devices_last.json"
+    path.write_bytes(text)
+    got = _assert_same(path, tmp_path)
+    [start] = split_on.starts
+    assert start > text.index(b'"deviceProperties"')
+    assert split_on.results == [] and split_on.kept == [False]
+    assert got["devices"].height == len(devices)
+    assert got["kernels"].height == 1
+
+
+def test_cut_in_a_nested_array_of_objects(
+    tmp_path: Path, split_on: Spy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `},{` between two objects of an event's args (`"inputs": [{...}, {...}]`): this
+    process's part is unbalanced there, the cut is not confirmed."""
+    events = [
+        _kernel(i, f"k{i % 5}")[:-2] + ', "inputs": [{"a": 1}, {"b": 2}]}}' for i in range(300)
+    ]
+    text = ('{"traceEvents": [\n' + ",\n".join(events) + "\n]}").encode()
+    path = tmp_path / "nested.json"
+    path.write_bytes(text)
+    assert json.loads(text)["traceEvents"][150]["args"]["inputs"] == [{"a": 1}, {"b": 2}]
+    brace = text.index(b'{"a": 1}, {"b": 2}', len(text) // 2) + len(b'{"a": 1}')
+    monkeypatch.setattr(split, "plan", lambda p: split.Plan(brace, brace + 2))
+    got = _assert_same(path, tmp_path)
+    assert got["kernels"].height == 300
+    assert split_on.starts == [brace + 2]
+    assert split_on.results == [] and split_on.kept == [False]
+
+
+def _damaged(tmp_path: Path, where: str) -> tuple[Path, int]:
+    """The ResNet-50 trace with a garbled event in the helper's part or in this process's, or
+    cut short in the helper's part; the file and the offset of the damage."""
+    plain = _plain(tmp_path, RESNET)
+    text = plain.read_bytes()
+    cut = split.plan(plain, min_bytes=0)
     assert cut is not None
-    mid = text.index(b'"ph": "X", "cat": "cuda_runtime"', cut.helper_start + 1_000_000)
-    bad = text[:mid] + b'"ph": "X", "cat": ]]' + text[mid + 32 :]
+    if where == "truncated":
+        at = (cut.helper_start + len(text)) // 2
+        bad = text[:at]
+    else:
+        after = cut.helper_start + 1_000_000 if where == "helper" else 3_000_000
+        at = text.index(b'"ph": "X", "cat": "cuda_runtime"', after)
+        assert (at > cut.helper_start) == (where == "helper")
+        bad = text[:at] + b'"ph": "X", "cat": ]]' + text[at + 32 :]
     path = tmp_path / "damaged.json"
     path.write_bytes(bad)
-    return path, mid
+    return path, at
 
 
-def test_helper_fails_on_a_damaged_event(tmp_path: Path, split_on: Spy) -> None:
-    path, mid = _damaged_in_helper_part(tmp_path)
+@pytest.mark.parametrize("where", ["helper", "main", "truncated"])
+def test_damaged_event_same_error(tmp_path: Path, split_on: Spy, where: str) -> None:
+    """A damaged event in the helper's part makes the helper fail (this process reads on from
+    the cut); in this process's part, the cut is not confirmed. The error is the one-process
+    read's, at the same byte."""
+    path, at = _damaged(tmp_path, where)
     with pytest.raises(MalformedInput) as whole:
         read_kineto_json(path)
     work = tmp_path / "work"
@@ -310,9 +366,12 @@ def test_helper_fails_on_a_damaged_event(tmp_path: Path, split_on: Spy) -> None:
     with pytest.raises(MalformedInput) as streamed:
         _streamed(path, work)
     assert str(streamed.value) == str(whole.value)
-    assert f"byte {mid + 18} of the JSON text" in str(whole.value)
-    assert len(split_on.starts) == 1 and split_on.starts[0] < mid
-    assert split_on.results == [None], "the helper did not fail"
+    assert streamed.value.line == whole.value.line
+    if where != "truncated":
+        assert f"byte {at + 18} of the JSON text" in str(whole.value)
+    assert len(split_on.starts) == 1
+    # the helper failed (its result None), or was not asked (the cut not confirmed)
+    assert split_on.results == ([] if where == "main" else [None])
     assert split_on.kept == [False]
     assert list(work.iterdir()) == []
 
