@@ -20,7 +20,8 @@ import polars as pl
 import pytest
 
 from traceanalyze import schema
-from traceanalyze.errors import MalformedInput
+from traceanalyze.errors import InputTooLarge, MalformedInput
+from traceanalyze.readers.common.limits import input_limits
 from traceanalyze.readers.kineto import split
 from traceanalyze.readers.kineto import stream as kstream
 from traceanalyze.readers.kineto.kineto_json import read_kineto_json, stream_kineto_json
@@ -373,6 +374,29 @@ def test_damaged_event_same_error(tmp_path: Path, split_on: Spy, where: str) -> 
     # the helper failed (its result None), or was not asked (the cut not confirmed)
     assert split_on.results == ([] if where == "main" else [None])
     assert split_on.kept == [False]
+    assert list(work.iterdir()) == []
+
+
+def test_value_over_the_callers_limit_in_the_helpers_part(tmp_path: Path, split_on: Spy) -> None:
+    """A 2 MiB kernel name past the cut, read under `input_limits(max_value_bytes=1 MiB)` (not
+    the environment's): the helper reads under that limit too, fails, and the error is the
+    one-process read's."""
+    text = _plain(tmp_path, RESNET).read_bytes()
+    at = text.index(b'"cat": "kernel", "name": "', len(text) * 9 // 10) + 26
+    bad = text[:at] + b"x" * (2 << 20) + text[at:]
+    path = tmp_path / "long_name.json"
+    path.write_bytes(bad)
+    cut = split.plan(path, min_bytes=0)
+    assert cut is not None and cut.helper_start < at
+    work = tmp_path / "work"
+    work.mkdir()
+    with input_limits(max_value_bytes=1 << 20):
+        with pytest.raises(InputTooLarge) as whole:
+            read_kineto_json(path)
+        with pytest.raises(InputTooLarge) as streamed:
+            _streamed(path, work)
+    assert str(streamed.value) == str(whole.value)
+    assert split_on.results == [None], "the helper read past the caller's limit"
     assert list(work.iterdir()) == []
 
 

@@ -15,6 +15,7 @@ import hashlib
 import itertools
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import pytest
 import traceanalyze as ta
 import traceanalyze.store_hashing as store_hashing
 from traceanalyze import readers, schema
+from traceanalyze.errors import MalformedInput
 from traceanalyze.readers.common.core import ReadStopped, read_settled, stop_reading_when
 from traceanalyze.readers.kineto import kineto_json, split
 from traceanalyze.readers.kineto import stream as kstream
@@ -117,6 +119,38 @@ def test_second_ingest_unchanged_store_untouched(
     assert st.table("sources")["sha256"].to_list() == [_sha(path)]
 
 
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "nsys_sqlite/nsysai_mock_torch_tiny_nsys2026.1.sqlite",
+        "ncu_csv/roofline_ncu2026.2_rtx5070_saxpy_long.csv",
+        "nvprof_csv/magus_matrixMul_gtx1080ti_gputrace.csv",
+    ],
+)
+def test_readers_that_do_not_poll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, alongside: None, rel: str
+) -> None:
+    """Readers without `check_stop`: the same rows as a hash-first ingest; a known file is
+    stopped at its first chunk, "unchanged", the store untouched."""
+    path = shared(rel)
+    st = Store(tmp_path / "along")
+    [res] = ta.ingest(path, st)
+    assert (res.status, res.source_id) == ("ingested", _sha(path)[:16])
+    monkeypatch.setattr(store_hashing, "HASH_ALONGSIDE_BYTES", 1 << 62)
+    first = Store(tmp_path / "first")
+    [want] = ta.ingest(path, first)
+    assert res.counts == want.counts
+    got, expected = _stored(st), _stored(first)
+    assert set(got) == set(expected) and got
+    for t, df in expected.items():
+        assert got[t].equals(df), t
+    monkeypatch.setattr(store_hashing, "HASH_ALONGSIDE_BYTES", 0)
+    before = _listing(st.root)
+    [again] = ta.ingest(path, st)
+    assert (again.status, again.counts) == ("unchanged", {})
+    assert _listing(st.root) == before
+
+
 def test_known_file_stops_its_read_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spill_adds: list[str]
 ) -> None:
@@ -171,6 +205,37 @@ def test_split_read_while_hashing(
             assert st.table(t).select(df.columns).equals(df), t
     assert st.table("sources")["sha256"].to_list() == [_sha(path)]
     assert not (st.root / STAGING).exists()
+
+
+def test_bad_file_while_hashing_same_error_store_untouched(
+    tmp_path: Path, alongside: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broken event: the reader's error, as `ta.read` gives it; nothing staged or committed,
+    no hashing thread or process left."""
+    procs: list[subprocess.Popen[bytes]] = []
+    real = subprocess.Popen
+
+    def spy(argv: list[str], **kw: Any) -> Any:
+        procs.append(real(argv, **kw))
+        return procs[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", spy)
+    text = gzip.decompress(shared(RESNET).read_bytes())
+    mid = text.index(b'"ph": "X", "cat": "cuda_runtime"', 9_000_000)
+    path = tmp_path / "bad.json"
+    path.write_bytes(text[:mid] + b'"ph": "X", "cat": ]]' + text[mid + 32 :])
+    with pytest.raises(MalformedInput) as whole:
+        ta.read(path)
+    st = Store(tmp_path / "store")
+    ta.ingest(shared(TRITON), st)
+    before = _listing(st.root)
+    del procs[:]
+    with pytest.raises(MalformedInput) as ingested:
+        ta.ingest(path, st)
+    assert str(ingested.value) == str(whole.value)
+    assert _listing(st.root) == before
+    assert procs and all(p.poll() is not None for p in procs)
+    assert not [t for t in threading.enumerate() if t.name == "traceanalyze-sha256"]
 
 
 # --- stop_reading_when / check_stop / read_settled ---------------------------------------------
