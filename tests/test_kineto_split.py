@@ -236,6 +236,61 @@ def test_ties_across_the_cut_keep_file_order(tmp_path: Path, split_on: Spy) -> N
     assert got["kernels"]["correlation_id"].to_list() == order
 
 
+def test_tables_on_one_side_of_the_cut_only(
+    tmp_path: Path, split_on: Spy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ops, markers and kernels before the cut, the copies after it: a table whose rows all
+    come from the helper (no spill of this process's own), and tables the helper has none of."""
+    ops = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"aten::op{i % 5}",
+            "pid": 1,
+            "tid": 2,
+            "ts": 5000 - i,
+            "dur": 2.5,
+            "args": {"External id": i},
+        }
+        for i in range(2000)
+    ]
+    marks = [
+        {"ph": "i", "cat": "user_annotation", "name": f"mark{i}", "pid": 1, "tid": 2, "ts": i}
+        for i in range(50)
+    ]
+    kernels = [json.loads(_kernel(i, f"k{i % 3}")) for i in range(1000)]
+    copies = [
+        {
+            "ph": "X",
+            "cat": "gpu_memcpy",
+            "name": "Memcpy HtoD (Pageable -> Device)",
+            "pid": 0,
+            "tid": 7,
+            "ts": 900 + i % 11,
+            "dur": 1,
+            "args": {"device": 0, "stream": 7, "correlation": 10_000 + i, "bytes": 64},
+        }
+        for i in range(1000)
+    ]
+    events = ops + marks + kernels + copies
+    text = json.dumps({"schemaVersion": 1, "traceEvents": events}, indent=0).encode()
+    path = tmp_path / "sides.json"
+    path.write_bytes(text)
+    helper_start = text.rindex(b"{", 0, text.index(b'"gpu_memcpy"'))
+    main_end = text.rindex(b"}", 0, helper_start) + 1
+    monkeypatch.setattr(split, "plan", lambda p: split.Plan(main_end, helper_start))
+    got = _assert_same(path, tmp_path)
+    [meta] = split_on.results
+    assert meta is not None
+    assert _cats(_helper_part(text, helper_start)["traceEvents"], "gpu_memcpy") == 1000
+    assert {t: n for t, n in meta.rows.items() if n} == {"memcpy": 1000}
+    assert got["kernels"].height == got["memcpy"].height == 1000
+    assert got["ops"]["external_id"].to_list() == list(range(1999, -1, -1))
+    # copies sorted stably by start: the expected order computed from the events
+    order = sorted(range(1000), key=lambda i: 900 + i % 11)
+    assert got["memcpy"]["correlation_id"].to_list() == [10_000 + i for i in order]
+
+
 # --- the cut not usable: inside a string, helper failing or not starting -----------------------
 
 
