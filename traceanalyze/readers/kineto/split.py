@@ -146,16 +146,16 @@ class Helper:
             return None
 
     def close(self, *, keep: bool = False) -> None:
-        """Kill the helper if it still runs; remove its files unless `keep` (adopted)."""
+        """Kill the helper if it still runs; remove its files, but for its spills when `keep`
+        (adopted: they are removed once read back). Its meta is read by then: always removed."""
         if self.proc is not None:
             if self.proc.poll() is None:
                 self.proc.kill()
             self.proc.wait()
             self.proc = None
         self._err.close()
-        if not keep:
-            for f in self.workdir.glob(TAG + "*"):
-                f.unlink(missing_ok=True)
+        for f in [self.workdir / META] if keep else self.workdir.glob(TAG + "*"):
+            f.unlink(missing_ok=True)
 
 
 def start_helper(path: PathLike, start: int, workdir: Path) -> Helper | None:
