@@ -556,3 +556,18 @@ def test_no_helper_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case
     else:
         _assert_same(path, tmp_path)
     assert started == []
+
+
+def test_helper_without_the_safe_path_flag_and_a_relative_path(
+    tmp_path: Path, split_on: Spy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python 3.10 has no `-P`: the helper then runs in its work directory (where `-m` puts the
+    current directory on sys.path), so a path relative to the caller's directory must reach it
+    whole. A `json.py` in the caller's directory must not be imported by the helper."""
+    monkeypatch.setattr(split, "SAFE_PATH", [])
+    path = _plain(tmp_path, RESNET)
+    (tmp_path / "json.py").write_text("raise SystemExit('the shadow json module was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    _assert_same(Path(path.name), tmp_path)
+    [meta] = split_on.results
+    assert meta is not None, "the helper failed"

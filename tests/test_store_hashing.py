@@ -371,3 +371,33 @@ def test_sha256_when_the_process_fails(
     path = shared(CUPTI)
     assert readers.Sha256Thread(path).result() == _sha(path)
     assert len(popen_calls) == 1
+
+
+def test_hash_process_without_the_safe_path_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python 3.10 has no `-P`: the hashing process then runs in the standard library's
+    directory, so a `hashlib.py` in the caller's directory is not the one it imports, and a
+    relative path still names the file."""
+    monkeypatch.setattr(readers, "SAFE_PATH", [])
+    monkeypatch.setattr(readers, "_HASH_IN_THREAD_BYTES", 0)
+    monkeypatch.setattr(readers, "_HASH_IN_PROCESS_BYTES", 0)
+    data = tmp_path / "trace.bin"
+    data.write_bytes(b"0123456789" * 100_000)
+    (tmp_path / "hashlib.py").write_text("raise SystemExit(3)\n")
+    monkeypatch.chdir(tmp_path)
+    used: list[list[str]] = []
+    real = subprocess.Popen
+
+    def spy(argv: list[str], *a: Any, **k: Any) -> Any:
+        used.append(list(argv))
+        return real(argv, *a, **k)
+
+    def no_fallback(*a: Any) -> str:
+        raise AssertionError("hashed by the thread: the hashing process failed")
+
+    monkeypatch.setattr(subprocess, "Popen", spy)
+    monkeypatch.setattr(readers, "_sha256_of", no_fallback)
+    h = readers.Sha256Thread("trace.bin")
+    assert h.result() == hashlib.sha256(data.read_bytes()).hexdigest()
+    assert used and "-P" not in used[0]

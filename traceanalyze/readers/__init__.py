@@ -40,7 +40,7 @@ import polars as pl
 from .. import schema
 from ..errors import MalformedInput, TraceanalyzeError, UnknownFormat, UnsupportedOption
 from ..tables import Tables
-from .common.core import PathLike, naming_errors
+from .common.core import SAFE_PATH, PathLike, naming_errors
 from .common.job import collect_job
 from .common.limits import gzip_damage
 
@@ -245,10 +245,16 @@ class Sha256Thread:
             self._error = e
 
     def _in_process(self, path: PathLike) -> str | None:
-        argv = [sys.executable, "-S", "-P", "-c", _HASH_CODE, os.fspath(path)]
+        argv = [sys.executable, "-S", *SAFE_PATH, "-c", _HASH_CODE, os.path.abspath(path)]
         try:
+            # in the standard library's own directory: on Python 3.10 (no -P), `-c` puts the
+            # current directory on sys.path, and there `hashlib` is the real one
             self._proc = proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                cwd=os.path.dirname(os.__file__),
             )
         except OSError:
             return None

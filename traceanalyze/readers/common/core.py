@@ -6,6 +6,7 @@ import contextlib
 import functools
 import importlib
 import os
+import sys
 import types
 import warnings
 import zlib
@@ -390,6 +391,14 @@ def reader_entry(slug: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
         return read
 
     return wrap
+
+
+# `-P` (Python 3.11+) for the helper processes readers start: neither the script's directory nor
+# the current one goes on their sys.path, so no file there can shadow a module they import.
+# Python 3.10 has no such flag (it refuses it: every helper would fail): there, helpers started
+# with `-m` or `-c` are run in a directory chosen for it (`cwd`), and a script's own directory
+# (readers/common) holds no module named like one of the standard library's.
+SAFE_PATH: list[str] = ["-P"] if sys.version_info >= (3, 11) else []
 
 
 class ReadStopped(Exception):

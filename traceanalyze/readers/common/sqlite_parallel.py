@@ -270,9 +270,13 @@ def _unnamed_file(directory: str | None) -> int:
 # --- parent -----------------------------------------------------------------------------------
 
 
+# As `core.SAFE_PATH` (this file runs as a script too, so it imports nothing of the package).
+SAFE_PATH: list[str] = ["-P"] if sys.version_info >= (3, 11) else []
+
+
 def worker_command() -> list[str]:
     """The worker command line prefix: this file run by the same interpreter."""
-    return [sys.executable, "-P", str(Path(__file__).resolve())]
+    return [sys.executable, *SAFE_PATH, str(Path(__file__).resolve())]
 
 
 def read_ranges(

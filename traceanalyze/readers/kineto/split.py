@@ -41,7 +41,7 @@ from typing import Any
 
 import msgspec
 
-from ..common.core import GZIP_MAGIC, PathLike, read_settled
+from ..common.core import GZIP_MAGIC, SAFE_PATH, PathLike, read_settled
 from ..common.limits import current_limits
 from ..common.sqlite_parallel import PARENT_ENV, default_workers, die_with_parent
 from .structs import _Device, _Dist, _RangeEvent
@@ -130,9 +130,17 @@ class Helper:
             # the limits in force here (they may come from `input_limits(...)`, not the env)
             "TRACEANALYZE_MAX_VALUE_BYTES": str(lim.max_value_bytes),
         }
-        argv = [sys.executable, "-P", "-m", __name__, os.fspath(path), str(start), str(workdir)]
+        where = [os.path.abspath(path), str(start), os.path.abspath(workdir)]
+        argv = [sys.executable, *SAFE_PATH, "-m", __name__, *where]
+        # run in the work directory (this read's own): on Python 3.10, without -P, `-m` puts
+        # the current directory on sys.path
         self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=self._err, stderr=self._err, env=env
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._err,
+            stderr=self._err,
+            env=env,
+            cwd=os.path.abspath(workdir),
         )
 
     def result(self) -> Meta | None:
