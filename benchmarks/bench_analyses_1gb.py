@@ -43,6 +43,7 @@ of resident memory (default 12000, polled every 0.2 s) and the table says so.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -141,10 +142,8 @@ def _tree_rss_mb(pid: int) -> float:
         q = todo.pop()
         total += _rss_mb(q)
         for task in Path(f"/proc/{q}/task").glob("*"):
-            try:
+            with contextlib.suppress(OSError):  # the process or thread has just ended
                 todo += [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                pass
     return total
 
 

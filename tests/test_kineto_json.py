@@ -15,7 +15,7 @@ import pytest
 
 import traceanalyze as ta
 from traceanalyze.errors import MalformedInput
-from traceanalyze.readers.kineto import kineto_json
+from traceanalyze.readers.kineto import decode
 from traceanalyze.readers.kineto.kineto_json import read_kineto_json, sniff
 
 from .conftest import shared
@@ -310,7 +310,7 @@ def test_stdlib_zlib_fallback_gives_the_same_tables(monkeypatch: pytest.MonkeyPa
 
     p = shared("kineto_json/hta_triton_a100_trace.json.gz")
     fast = read_kineto_json(p)
-    monkeypatch.setattr(kineto_json, "_inflate", zlib)
+    monkeypatch.setattr(decode, "_inflate", zlib)
     slow = read_kineto_json(p)
     for name, df in fast.items():
         assert df.equals(slow[name]), name
@@ -321,8 +321,8 @@ def test_small_batches_give_the_same_tables(monkeypatch: pytest.MonkeyPatch) -> 
     # (`{lambda()#1}`) and arg lists; results must not depend on where batches end.
     p = shared("kineto_json/hta_alexnet_a100_param_benchmark_trace.json.gz")
     whole = read_kineto_json(p)
-    monkeypatch.setattr(kineto_json, "_CHUNK", 333)
-    monkeypatch.setattr(kineto_json, "_CUT_WINDOW", 500)
+    monkeypatch.setattr(decode, "_CHUNK", 333)
+    monkeypatch.setattr(decode, "_CUT_WINDOW", 500)
     small = read_kineto_json(p)
     for name, df in whole.items():
         assert df.equals(small[name]), name
@@ -332,7 +332,7 @@ def test_brace_patterns_inside_strings(write, monkeypatch: pytest.MonkeyPatch) -
     ev = [{"ph": "X", "cat": "cpu_op", "name": f'op}}, {{"ph": "X"{i}', "pid": 1, "tid": 1,
            "ts": i, "dur": 1, "args": {"External id": i, "x": [{"a": 1}, {"b": 2}]}}
           for i in range(200)]  # fmt: skip
-    monkeypatch.setattr(kineto_json, "_CHUNK", 97)
+    monkeypatch.setattr(decode, "_CHUNK", 97)
     t = read_kineto_json(write("b.json", _trace(ev)))
     assert t.ops["name"].to_list() == [e["name"] for e in ev]
     assert t.ops["external_id"].to_list() == list(range(200))
@@ -369,7 +369,7 @@ def test_error_in_a_later_batch_names_its_line(write, monkeypatch: pytest.Monkey
     p = write("late.json", text)
     bad = text.index("oops")
     for chunk in (1 << 21, 500):
-        monkeypatch.setattr(kineto_json, "_CHUNK", chunk)
+        monkeypatch.setattr(decode, "_CHUNK", chunk)
         with pytest.raises(MalformedInput) as e:
             read_kineto_json(p)
         assert e.value.line == text.count("\n", 0, bad) + 1 == 203

@@ -505,7 +505,8 @@ def test_no_process_can_be_started(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(subprocess, "Popen", boom)
     _assert_same(_plain(tmp_path, CUPTI), tmp_path)
-    assert len(tried) == 1 and tried[0][1:4] == ["-P", "-m", split.__name__]
+    [argv] = tried
+    assert argv[1:-3] == [*split.SAFE_PATH, "-m", split.__name__]
 
 
 # --- never split -------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """`ta.read` hashes a large file in a thread while its reader reads it (readers/__init__.py
-`Sha256Thread`): the `sources.sha256` is the file's, whichever way it was hashed, and a read that fails
-leaves no hashing thread behind.
+`Sha256Thread`): the `sources.sha256` is the file's, whichever way it was hashed, and a read that
+fails leaves no hashing thread behind.
 
 Expected digests come from `hashlib` over the file's bytes, read here independently.
 """

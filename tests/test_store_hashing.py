@@ -27,7 +27,7 @@ import traceanalyze.store_hashing as store_hashing
 from traceanalyze import readers, schema
 from traceanalyze.errors import MalformedInput
 from traceanalyze.readers.common.core import ReadStopped, read_settled, stop_reading_when
-from traceanalyze.readers.kineto import kineto_json, split
+from traceanalyze.readers.kineto import decode, split
 from traceanalyze.readers.kineto import stream as kstream
 from traceanalyze.readers.kineto.kineto_json import read_kineto_json, stream_kineto_json
 from traceanalyze.store import STAGING, Store
@@ -261,7 +261,7 @@ def test_stop_in_the_middle_of_a_split_read(
 ) -> None:
     """1 MiB pieces, the condition true at the 4th: the read stops there; this process's spills,
     and the helper's if it had started, are removed."""
-    monkeypatch.setattr(kineto_json, "_CHUNK", 1 << 20)
+    monkeypatch.setattr(decode, "_CHUNK", 1 << 20)
     monkeypatch.setattr(split, "SPLIT_MIN_BYTES", 0)
     monkeypatch.setattr(split, "default_workers", lambda: 2)
     path = tmp_path / "resnet.json"

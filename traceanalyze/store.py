@@ -485,7 +485,10 @@ def stage_file(
     p = os.fspath(path)
     opts = options_for(fmt, options or {})
     if sha256 is None and os.path.getsize(p) >= HASH_ALONGSIDE_BYTES:
-        return stage_hashing(p, fmt, store, force=force, options=opts, on_start=on_start, skip=skip)
+        staged_, sid_, status, counts_ = stage_hashing(
+            p, fmt, store, force=force, options=opts, on_start=on_start, skip=skip
+        )
+        return staged_, IngestResult(p, sid_, fmt, status, counts_)
     sha = sha256 or file_sha256(p)
     sid = source_id_for(sha)
     present = store.has_source(sid)

@@ -20,35 +20,49 @@ release the GIL) while the reader reads:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import polars as pl
-
-if TYPE_CHECKING:
-    from .store import IngestResult, Staged, Store
 
 # Smaller files are hashed first: a thread would cost more than it saves.
 HASH_ALONGSIDE_BYTES = 64 << 20
 
 
+class _Store(Protocol):
+    """What this module needs of `store.Store` (named here, not imported: `store` imports this)."""
+
+    def has_source(self, source_id: str) -> bool: ...
+
+    def stage_stream(
+        self,
+        source_id: str | Callable[[], str],
+        produce: Callable[[Path], Iterable[tuple[str, pl.DataFrame]]],
+        *,
+        replace_existing: bool = False,
+    ) -> tuple[Any, dict[str, int]]: ...
+
+    def discard(self, staged: Any) -> None: ...
+
+
 def stage_hashing(
     path: str,
     fmt: str,
-    store: Store,
+    store: _Store,
     *,
     force: bool,
     options: dict[str, Any],
     on_start: Callable[[str], None] | None,
     skip: Callable[[str], bool] | None,
-) -> tuple[Staged | None, IngestResult]:
+) -> tuple[Any, str, str, dict[str, int]]:
     """`stage_file` for a file not hashed yet: read it and hash it at once (module docstring).
-    `skip(source_id)` true: the caller has the source already (as the store having it)."""
+    `skip(source_id)` true: the caller has the source already (as the store having it).
+    Returns the Staged (None when the source is known), its id, the status ("unchanged",
+    "ingested", "replaced") and the rows per table."""
     from .readers import Sha256Thread, source_id_for
     from .readers import stream as stream_one
     from .readers.common.core import ReadStopped, stop_reading_when
-    from .store import IngestResult
 
     hashing = Sha256Thread(path)
     known: list[bool] = []  # whether to skip, once the hash is in
@@ -76,12 +90,11 @@ def stage_hashing(
         ):
             staged, counts = store.stage_stream(sid, produce, replace_existing=force)
     except ReadStopped:
-        return None, IngestResult(path, sid(), fmt, "unchanged", {})
+        return None, sid(), "unchanged", {}
     except BaseException:
         hashing.cancel()
         raise
     if is_known():  # no chunk at all came, so nothing asked
         store.discard(staged)
-        return None, IngestResult(path, sid(), fmt, "unchanged", {})
-    status = "replaced" if store.has_source(sid()) else "ingested"
-    return staged, IngestResult(path, sid(), fmt, status, counts)
+        return None, sid(), "unchanged", {}
+    return staged, sid(), "replaced" if store.has_source(sid()) else "ingested", counts

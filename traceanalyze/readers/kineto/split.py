@@ -188,15 +188,37 @@ def meta_of(parts: Any) -> bytes:
     )
 
 
+# --- the helper's side --------------------------------------------------------------------------
+
+
+def helper_pass(path: PathLike, start: int, workdir: Path) -> bytes:
+    """Pass 1 from the event at `start` to the end, spilled into `workdir` under `TAG`; the
+    meta (`Meta`) as JSON."""
+    from .decode import _Parts, _stream
+    from .stream import Spiller
+
+    spiller = Spiller(workdir, tag=TAG)
+    try:
+        parts = _Parts(spiller)
+        _stream(path, parts, start)
+        spiller.close()
+        return meta_of(parts)
+    except BaseException:
+        spiller.discard()
+        raise
+    finally:
+        spiller.writes.shutdown()
+
+
 def _main(argv: list[str]) -> int:
+    """Exit 0 once `META` is written (a temporary name renamed); anything else is a failure,
+    and the caller reads the part itself."""
     die_with_parent()
     if len(argv) != 3:
-        print("usage: python -m traceanalyze.readers.kineto.split PATH START DIR", file=sys.stderr)
+        print(f"usage: python -m {__name__} PATH START WORKDIR", file=sys.stderr)
         return 2
-    from .kineto_json import helper_pass
-
     path, start, workdir = argv[0], int(argv[1]), Path(argv[2])
-    meta = helper_pass(path, start, workdir, TAG)
+    meta = helper_pass(path, start, workdir)
     tmp = workdir / (META + ".tmp")
     tmp.write_bytes(meta)
     tmp.rename(workdir / META)
