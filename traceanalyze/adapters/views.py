@@ -127,6 +127,7 @@ def timeline(
     from ..analyses import timeline as tl
 
     sid = ds.one_source("the timeline")
+    tl.check_max_bars(max_bars)
     names = ds.names()
     k, m, o, mk, it = (ds.scan(t) for t in ("kernels", "memcpy", "ops", "markers", "iterations"))
     first = tl.extent(k, m, o, mk, it)

@@ -143,6 +143,13 @@ def _act(label: str) -> pl.Expr:
 _KEYS = ["device_id", "stream_id", "activity"]
 
 
+def check_max_bars(max_bars: int) -> None:
+    """`max_bars` is at least 1 (checked when the timeline is asked for, before the lanes are
+    made: they are made when the figure reads them)."""
+    if max_bars < 1:
+        raise UsageProblem(f"max_bars (--max-bars) must be at least 1, got {max_bars}")
+
+
 def lanes(
     kernels: Frame,
     memcpy: Frame | None,
@@ -169,8 +176,7 @@ def lanes(
     `max_bars`), only the times of one that is binned, so memory follows the largest lane, not
     the trace.
     """
-    if max_bars < 1:
-        raise UsageProblem(f"max_bars (--max-bars) must be at least 1, got {max_bars}")
+    check_max_bars(max_bars)
     by_act = _intervals(kernels, memcpy, ops, markers)
     t0, t1 = _span(by_act, start_ns, end_ns)
     s, e = pl.col("start_ns"), pl.col("end_ns")
