@@ -8,6 +8,7 @@ import pytest
 from traceanalyze import schema
 from traceanalyze.analyses.timeline import (
     ANNOTATION_ROWS_MAX,
+    check_window,
     extent,
     iteration_spans,
     lanes,
@@ -43,6 +44,39 @@ def test_cpu_ops_lane_per_thread_and_window_clipping() -> None:
 def test_nothing_to_draw_says_why() -> None:
     with pytest.raises(NotAnswerable, match="no kernels, copies, CPU ops or markers"):
         lanes(schema.empty("kernels"), schema.empty("memcpy"), ops=schema.empty("ops"))
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "empty"),
+    [
+        (0, 30, False),
+        (21, 24, False),
+        (40, 50, False),  # the instant on the window's end
+        (50, 60, False),  # and on its start
+        (30, 40, True),
+        (51, 99, True),
+    ],
+)
+def test_check_window_refuses_what_lanes_refuses(start: int, end: int, empty: bool) -> None:
+    """`Dataset.timeline` checks the window up front (`check_window`) and makes the figure's
+    lanes only when they are read: both must refuse the same windows. Ops at [0, 20), [22, 23)
+    and [5, 30); an instant marker at 50 (an instant on the window's start or end is in it)."""
+    ops = schema.conform(
+        "ops",
+        pl.DataFrame({"thread_id": [7, 7, 9], "start_ns": [0, 22, 5], "end_ns": [20, 23, 30]}),
+    )
+    marks = schema.conform(
+        "markers", pl.DataFrame({"thread_id": [7], "start_ns": [50], "end_ns": [50]})
+    )
+    k, m = schema.empty("kernels"), schema.empty("memcpy")
+    refused = []
+    for check in (lanes, check_window):
+        try:
+            check(k, m, ops=ops, markers=marks, start_ns=start, end_ns=end)
+        except NotAnswerable as e:
+            assert "no kernels, copies, CPU ops or markers" in str(e)
+            refused.append(check.__name__)
+    assert refused == (["lanes", "check_window"] if empty else [])
 
 
 # --- windows: overlap, not start-in-window; the default window spans everything exported -----

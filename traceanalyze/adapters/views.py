@@ -127,12 +127,13 @@ def timeline(
     from ..analyses import timeline as tl
 
     sid = ds.one_source("the timeline")
-    tl.check_max_bars(max_bars)
+    tl.check_max_bars(max_bars)  # before any work
     names = ds.names()
     k, m, o, mk, it = (ds.scan(t) for t in ("kernels", "memcpy", "ops", "markers", "iterations"))
     first = tl.extent(k, m, o, mk, it)
     t0, t1 = _window(ds, first, start_ms, end_ms, iteration, None if whole else work_span(k, m, o))
     samples_all = samples_for(ds, sid, samples_from)
+    tl.check_window(k, m, o, mk, start_ns=t0, end_ns=t1, max_bars=max_bars)
     kernels = tl.overlapping(k, t0, t1).collect()
     file = source_name(names, sid)
     where = file.replace("\\", "/").rsplit("/", 1)[-1]

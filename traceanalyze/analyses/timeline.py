@@ -143,6 +143,40 @@ def _act(label: str) -> pl.Expr:
 _KEYS = ["device_id", "stream_id", "activity"]
 
 
+def _windowed(
+    kernels: Frame,
+    memcpy: Frame | None,
+    ops: Frame | None,
+    markers: Frame | None,
+    start_ns: int | None,
+    end_ns: int | None,
+) -> tuple[dict[str, pl.LazyFrame], int, int]:
+    """The intervals per activity that the window shows (`lanes`), and the window."""
+    by_act = _intervals(kernels, memcpy, ops, markers)
+    t0, t1 = _span(by_act, start_ns, end_ns)
+    s, e = pl.col("start_ns"), pl.col("end_ns")
+    inside = ((e > t0) & (s < t1)) | ((e == s) & s.is_between(t0, t1))
+    return {k: f.filter(inside) for k, f in by_act.items()}, t0, t1
+
+
+def check_window(
+    kernels: Frame,
+    memcpy: Frame | None,
+    ops: Frame | None = None,
+    markers: Frame | None = None,
+    *,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    max_bars: int = 1500,
+) -> None:
+    """What `lanes` would refuse, found without making them (they are made when a figure reads
+    them): `max_bars` below 1, or nothing in the window (NotAnswerable)."""
+    check_max_bars(max_bars)
+    by_act, _, _ = _windowed(kernels, memcpy, ops, markers, start_ns, end_ns)
+    if pl.concat([f.select("start_ns").head(1) for f in by_act.values()]).collect().height == 0:
+        raise NotAnswerable("no kernels, copies, CPU ops or markers in the window")
+
+
 def check_max_bars(max_bars: int) -> None:
     """`max_bars` is at least 1 (checked when the timeline is asked for, before the lanes are
     made: they are made when the figure reads them)."""
@@ -177,12 +211,9 @@ def lanes(
     the trace.
     """
     check_max_bars(max_bars)
-    by_act = _intervals(kernels, memcpy, ops, markers)
-    t0, t1 = _span(by_act, start_ns, end_ns)
+    by_act, t0, t1 = _windowed(kernels, memcpy, ops, markers, start_ns, end_ns)
     s, e = pl.col("start_ns"), pl.col("end_ns")
-    inside = ((e > t0) & (s < t1)) | ((e == s) & s.is_between(t0, t1))
     clip = [s.clip(t0, t1), e.clip(t0, t1)]
-    by_act = {k: f.filter(inside) for k, f in by_act.items()}
     parts = list(by_act.values())
     counts = pl.concat([f.group_by(_KEYS).agg(pl.len().alias("n")) for f in parts]).collect()
     if counts.height == 0:
