@@ -365,7 +365,7 @@ def _slice_chunks(enc: pk.Packets, events: Iterator[pl.DataFrame]) -> Iterator[p
     interning of names runs batch after batch, here (`perfetto_packets.slice_names`). Safe:
     making the events reads only the encoder's fixed annotation names, and making bytes only
     its per-track bytes (a cache of a pure function)."""
-    named = (pk.slice_names(enc, c) for c in prefetch(events, "traceanalyze-pftrace"))
+    named = (pk.slice_names(enc, c) for c in prefetch(events, "traceanalyze-pftrace", ahead=1))
     yield from ordered_map(partial(pk.slice_bytes, enc), named, "traceanalyze-pftrace-bytes")
 
 
