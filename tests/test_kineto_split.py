@@ -24,9 +24,10 @@ from traceanalyze.errors import InputTooLarge, MalformedInput
 from traceanalyze.readers.common.limits import input_limits
 from traceanalyze.readers.kineto import split
 from traceanalyze.readers.kineto import stream as kstream
-from traceanalyze.readers.kineto.kineto_json import read_kineto_json, stream_kineto_json
+from traceanalyze.readers.kineto.kineto_json import read_kineto_json
 
 from .conftest import shared
+from .test_kineto_stream import streamed_tables
 
 RESNET = "hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz"
 CUPTI = "hta_cupti_range_profiler_a100_trace.json.gz"
@@ -82,20 +83,13 @@ def split_on(monkeypatch: pytest.MonkeyPatch) -> Spy:
     return spy
 
 
-def _streamed(path: Path, workdir: Path) -> dict[str, pl.DataFrame]:
-    parts: dict[str, list[pl.DataFrame]] = {}
-    for name, df in stream_kineto_json(path, workdir=workdir):
-        parts.setdefault(name, []).append(df)
-    return {k: pl.concat(v, how="diagonal_relaxed") for k, v in parts.items()}
-
-
 def _assert_same(path: Path, tmp_path: Path) -> dict[str, pl.DataFrame]:
     """Every table of the stream equals the one-process read's, row order included; the
     workdir is empty afterwards (spills, adopted helper spills and helper files gone)."""
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     whole = read_kineto_json(path)
-    got = _streamed(path, work)
+    got = streamed_tables(path, work)
     for name, df in whole.items():
         if name == "sources":
             cols = ["tool", "rank", "world_size"]
@@ -107,6 +101,22 @@ def _assert_same(path: Path, tmp_path: Path) -> dict[str, pl.DataFrame]:
     assert set(got) <= {n for n, df in whole.items() if df.height}
     assert list(work.iterdir()) == [], "files left in the workdir"
     return got
+
+
+def _same_error(
+    path: Path, tmp_path: Path, exc: type[Exception] = MalformedInput
+) -> tuple[Any, Any]:
+    """The one-process read and the split stream of `path` raise the same `exc`, message for
+    message; the stream leaves its workdir empty. Returns both errors (read, stream)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(exc) as whole:
+        read_kineto_json(path)
+    with pytest.raises(exc) as streamed:
+        streamed_tables(path, work)
+    assert str(streamed.value) == str(whole.value)
+    assert list(work.iterdir()) == []
+    return whole.value, streamed.value
 
 
 def _helper_part(text: bytes, start: int) -> dict[str, Any]:
@@ -415,21 +425,14 @@ def test_damaged_event_same_error(tmp_path: Path, split_on: Spy, where: str) -> 
     the cut); in this process's part, the cut is not confirmed. The error is the one-process
     read's, at the same byte."""
     path, at = _damaged(tmp_path, where)
-    with pytest.raises(MalformedInput) as whole:
-        read_kineto_json(path)
-    work = tmp_path / "work"
-    work.mkdir()
-    with pytest.raises(MalformedInput) as streamed:
-        _streamed(path, work)
-    assert str(streamed.value) == str(whole.value)
-    assert streamed.value.line == whole.value.line
+    whole, streamed = _same_error(path, tmp_path)
+    assert streamed.line == whole.line
     if where != "truncated":
-        assert f"byte {at + 18} of the JSON text" in str(whole.value)
+        assert f"byte {at + 18} of the JSON text" in str(whole)
     assert len(split_on.starts) == 1
     # the helper failed (its result None), or was not asked (the cut not confirmed)
     assert split_on.results == ([] if where == "main" else [None])
     assert split_on.kept == [False]
-    assert list(work.iterdir()) == []
 
 
 def test_value_over_the_callers_limit_in_the_helpers_part(tmp_path: Path, split_on: Spy) -> None:
@@ -443,16 +446,9 @@ def test_value_over_the_callers_limit_in_the_helpers_part(tmp_path: Path, split_
     path.write_bytes(bad)
     cut = split.plan(path, min_bytes=0)
     assert cut is not None and cut.helper_start < at
-    work = tmp_path / "work"
-    work.mkdir()
     with input_limits(max_value_bytes=1 << 20):
-        with pytest.raises(InputTooLarge) as whole:
-            read_kineto_json(path)
-        with pytest.raises(InputTooLarge) as streamed:
-            _streamed(path, work)
-    assert str(streamed.value) == str(whole.value)
+        _same_error(path, tmp_path, InputTooLarge)
     assert split_on.results == [None], "the helper read past the caller's limit"
-    assert list(work.iterdir()) == []
 
 
 def test_bad_times_on_both_sides_same_error(tmp_path: Path, split_on: Spy) -> None:
@@ -467,17 +463,10 @@ def test_bad_times_on_both_sides_same_error(tmp_path: Path, split_on: Spy) -> No
         text = text[:ts] + b'"ts": "soon", "x": ' + text[ts + 6 :]
     path = tmp_path / "bad_ts.json"
     path.write_bytes(text)
-    with pytest.raises(MalformedInput) as whole:
-        read_kineto_json(path)
-    work = tmp_path / "work"
-    work.mkdir()
-    with pytest.raises(MalformedInput) as streamed:
-        _streamed(path, work)
-    assert str(streamed.value) == str(whole.value)
-    assert "'soon'" in str(whole.value) and "(2 such events)" in str(whole.value)
+    whole, _ = _same_error(path, tmp_path)
+    assert "'soon'" in str(whole) and "(2 such events)" in str(whole)
     [meta] = split_on.results
     assert meta is not None and split_on.starts[0] < second
-    assert list(work.iterdir()) == []
 
 
 def test_helper_cannot_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

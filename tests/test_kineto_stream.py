@@ -55,7 +55,8 @@ def small_buckets(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     return written
 
 
-def _chunks(path: Path, workdir: Path) -> dict[str, pl.DataFrame]:
+def streamed_tables(path: Path, workdir: Path) -> dict[str, pl.DataFrame]:
+    """`stream_kineto_json`'s chunks concatenated per table."""
     parts: dict[str, list[pl.DataFrame]] = {}
     for name, df in stream_kineto_json(path, workdir=workdir):
         parts.setdefault(name, []).append(df)
@@ -64,7 +65,7 @@ def _chunks(path: Path, workdir: Path) -> dict[str, pl.DataFrame]:
 
 def _assert_same(path: Path, workdir: Path) -> dict[str, pl.DataFrame]:
     whole = read_kineto_json(path)
-    got = _chunks(path, workdir)
+    got = streamed_tables(path, workdir)
     for name, df in whole.items():
         if df.height == 0 or name == "sources":
             assert name == "sources" or name not in got, name
@@ -232,7 +233,7 @@ def test_bad_time_same_error_and_warning(tmp_path: Path, small_buckets: list[Pat
     work = tmp_path / "work"
     work.mkdir()
     with pytest.raises(MalformedInput) as streamed:
-        _chunks(path, work)
+        streamed_tables(path, work)
     assert str(streamed.value) == str(whole.value)
     assert "'soon'" in str(whole.value) and "(2 such events)" in str(whole.value)
     assert streamed.value.table == "kernels"
@@ -243,7 +244,7 @@ def test_bad_time_same_error_and_warning(tmp_path: Path, small_buckets: list[Pat
     with pytest.warns(UserWarning) as w_read:
         read_kineto_json(path)
     with pytest.warns(UserWarning) as w_stream:
-        _chunks(path, work)
+        streamed_tables(path, work)
     assert [str(w.message) for w in w_stream] == [str(w.message) for w in w_read]
     assert "7 complete event(s) without dur" in str(w_read[0].message)
 

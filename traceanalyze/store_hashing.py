@@ -20,6 +20,7 @@ release the GIL) while the reader reads:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -65,16 +66,15 @@ def stage_hashing(
     from .readers.common.core import ReadStopped, stop_reading_when
 
     hashing = Sha256Thread(path)
-    known: list[bool] = []  # whether to skip, once the hash is in
 
     def sid() -> str:
         return source_id_for(hashing.result())
 
+    @functools.cache
     def is_known() -> bool:
-        if not known:
-            s = sid()
-            known.append(bool(skip is not None and skip(s)) or (not force and store.has_source(s)))
-        return known[0]
+        """Whether to skip the file (asked once the hash is in, answered once)."""
+        s = sid()
+        return bool(skip is not None and skip(s)) or (not force and store.has_source(s))
 
     def produce(work: Path) -> Iterator[tuple[str, pl.DataFrame]]:
         for item in stream_one(path, format=fmt, sha256=hashing.result, workdir=work, **options):

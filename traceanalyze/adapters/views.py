@@ -133,7 +133,7 @@ def timeline(
     first = tl.extent(k, m, o, mk, it)
     t0, t1 = _window(ds, first, start_ms, end_ms, iteration, None if whole else work_span(k, m, o))
     samples_all = samples_for(ds, sid, samples_from)
-    tl.check_window(k, m, o, mk, start_ns=t0, end_ns=t1, max_bars=max_bars)
+    tl.check_window(k, m, o, mk, start_ns=t0, end_ns=t1)
     kernels = tl.overlapping(k, t0, t1).collect()
     file = source_name(names, sid)
     where = file.replace("\\", "/").rsplit("/", 1)[-1]

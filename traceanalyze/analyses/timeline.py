@@ -167,11 +167,10 @@ def check_window(
     *,
     start_ns: int | None = None,
     end_ns: int | None = None,
-    max_bars: int = 1500,
 ) -> None:
-    """What `lanes` would refuse, found without making them (they are made when a figure reads
-    them): `max_bars` below 1, or nothing in the window (NotAnswerable)."""
-    check_max_bars(max_bars)
+    """What `lanes` would refuse for its window, found without making them (they are made when
+    a figure reads them): nothing in the window (NotAnswerable). `check_max_bars` is the
+    other."""
     by_act, _, _ = _windowed(kernels, memcpy, ops, markers, start_ns, end_ns)
     if pl.concat([f.select("start_ns").head(1) for f in by_act.values()]).collect().height == 0:
         raise NotAnswerable("no kernels, copies, CPU ops or markers in the window")

@@ -241,17 +241,12 @@ class _Interned:
         return pa.array(fields, _BIN).take(d.indices), new
 
 
-def slice_packets(enc: Packets, chunk: pl.DataFrame) -> pa.Buffer:
-    """The packets of a chunk of slice events (`ts, typ, uuid, name, cat, more`; a begin's
-    `name`, `cat`, `more`: its name, category and the rest of its `TrackEvent`), in order, as
-    `Packets.event` and `Packets.end` write them one at a time."""
-    return slice_bytes(enc, slice_names(enc, chunk))
-
-
 @dataclass(frozen=True)
 class SliceNames:
-    """A chunk of slice events with its begins' names and categories interned (`slice_names`):
-    what `slice_bytes` needs besides the encoder's fixed parts."""
+    """A chunk of slice events (`ts, typ, uuid, name, cat, more`; a begin's `name`, `cat`,
+    `more`: its name, category and the rest of its `TrackEvent`) with its begins' names and
+    categories interned (`slice_names`): what `slice_bytes` needs to write its packets, in
+    order, as `Packets.event` and `Packets.end` write them one at a time."""
 
     chunk: pl.DataFrame
     b_rows: np.ndarray
@@ -263,7 +258,7 @@ class SliceNames:
 
 
 def slice_names(enc: Packets, chunk: pl.DataFrame) -> SliceNames:
-    """The part of `slice_packets` that must run chunk after chunk, in the order of the output:
+    """The part of a chunk's packets that must run chunk after chunk, in the output's order:
     interning names and categories (an iid is defined where its text first appears)."""
     is_end = (chunk["typ"] == END).to_numpy()
     b_rows, e_rows = np.flatnonzero(~is_end), np.flatnonzero(is_end)
@@ -281,8 +276,9 @@ def slice_names(enc: Packets, chunk: pl.DataFrame) -> SliceNames:
 
 
 def slice_bytes(enc: Packets, s: SliceNames) -> pa.Buffer:
-    """The rest of `slice_packets`: it reads only the encoder's per-track bytes (a cache of a
-    pure function), so chunks may be encoded here on several threads at once."""
+    """The packets of a chunk (`SliceNames`), its names interned. This reads only the encoder's
+    per-track bytes (a cache of a pure function), so chunks may be encoded here on several
+    threads at once."""
     chunk, b_rows, e_rows = s.chunk, s.b_rows, s.e_rows
     ts = _varint_array(chunk["ts"].to_numpy())
     uuid = chunk["uuid"].to_numpy()

@@ -35,9 +35,9 @@ streamed placement (`export.placement`). Each slice's end (its order keys and tr
 (with its name, category and the rest of its `TrackEvent`: annotations and flow ids, encoded
 then) are dealt into spill files by ranges of time (`extsort.Buckets`); each range is read back,
 sorted and encoded, `chunk_rows` events at a time, in Arrow arrays (`perfetto_packets`
-`slice_packets`: no Python loop per event). What spans the trace: the ids of the flows (per
-slice where one starts or ends: one per launched kernel or copy), the interned names (they
-grow with the distinct names, not the events), and what the placement keeps.
+`slice_names`, `slice_bytes`: no Python loop per event). What spans the trace: the ids of the
+flows (per slice where one starts or ends: one per launched kernel or copy), the interned names
+(they grow with the distinct names, not the events), and what the placement keeps.
 """
 
 from __future__ import annotations
