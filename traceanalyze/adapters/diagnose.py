@@ -1,0 +1,182 @@
+"""`Dataset.diagnose`: the frames the rules read (`analyses.diagnose.Inputs`), the rules, and
+each finding's what-if replayed by the critical path over the same frames `critical-path`
+reads, so that `traceanalyze critical-path SAME_INPUT --what-if SPEC --json` gives
+mean(path_ms − predicted_ms) = the finding's `saving_ms_per_iteration`."""
+
+from __future__ import annotations
+
+import shlex
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import polars as pl
+
+from ..analyses import diagnose as dg
+from ..analyses.critical_path import critical_path
+from ..analyses.ops import host_ops
+from ..errors import TraceanalyzeError
+from ..results import Diagnosis
+from . import DatasetView
+
+_CP_TABLES = ("kernels", "memcpy", "api_calls", "ops", "markers", "iterations")
+_KERNEL_COLS = (
+    "source_id",
+    "device_id",
+    "stream_id",
+    "correlation_id",
+    "name",
+    "start_ns",
+    "end_ns",
+)
+
+
+def _path(
+    ds: DatasetView,
+    names: dict[str, str],
+    what_if: tuple[str, ...] = (),
+    iteration: int | None = None,
+) -> Any:
+    return critical_path(
+        *(ds.scan(t) for t in _CP_TABLES),
+        names=names,
+        what_if=what_if,
+        by_event=not what_if,
+        iteration=iteration,
+    )
+
+
+def saving(ds: DatasetView, spec: str, iterations: list[int]) -> float:
+    """mean(path_ms − predicted_ms) with `spec` replayed on each iteration alone (the
+    `critical-path --iteration N` replay: the carry, the wait on earlier iterations' GPU work,
+    keeps its length, so a saving never compounds across iterations); one replay of the whole
+    window for a source without iterations."""
+    names = ds.names()
+    todo: list[int | None] = list(iterations) or [None]
+    runs = [_path(ds, names, (spec,), n).iterations for n in todo]
+    it = pl.concat(runs, how="diagonal_relaxed")
+    return float((it["path_ms"] - it["predicted_ms"]).mean() or 0.0)
+
+
+def _stragglers(ds: DatasetView) -> tuple[pl.DataFrame, tuple[str, ...]] | None:
+    from ..analyses.stragglers import identify, stragglers
+
+    ranks = identify(ds.scan("sources"), ds.scan("kernels"), ds.scan("ops"), ds.scan("markers"))
+    if ranks["rank"].drop_nulls().n_unique() < 2:
+        return None
+    try:
+        res = stragglers(
+            ds.scan_all("sources"),
+            ds.scan("kernels"),
+            ds.scan("ops"),
+            ds.scan("markers"),
+            ds.scan_all("gpu_samples"),
+            api_calls=ds.scan("api_calls"),
+            gpu_metrics=ds.scan_all("gpu_metrics"),
+        )
+    except TraceanalyzeError:
+        return None
+    return res.ranks, res.causes
+
+
+def _telemetry(ds: DatasetView) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+    from ..analyses import telemetry as tel
+
+    samples = ds.scan_all("gpu_samples").collect()
+    if samples.is_empty():
+        return None, None
+    try:
+        a = tel.attribute_kernels(
+            ds.scan("kernels"), samples.lazy(), sources=ds.scan_all("sources")
+        )
+    except TraceanalyzeError:
+        return None, samples
+    return a, samples
+
+
+def inputs(ds: DatasetView) -> dg.Inputs:
+    """Everything the rules read, collected once."""
+    from ..analyses.overlap import comm_overlap
+
+    names = ds.names()
+    cp = _path(ds, names)
+    ev = cp.events if cp.events is not None else pl.DataFrame()
+    if ev.height:
+        ev = ev.filter(pl.col("scenario") == "trace")
+    k = ds.scan("kernels").select(_KERNEL_COLS).collect()
+    with warnings.catch_warnings():
+        # "nothing to overlap" and the like: `not_checked` says it once, in its place
+        warnings.simplefilter("ignore")
+        ov = comm_overlap(
+            ds.scan("kernels"),
+            ds.scan("memcpy"),
+            ds.scan("iterations"),
+            api_calls=ds.scan("api_calls"),
+            names=names,
+        )
+        strag = _stragglers(ds)
+        attribute, samples = _telemetry(ds)
+    return dg.Inputs(
+        path=cp.iterations,
+        path_events=ev,
+        kernels=k,
+        memcpy=ds.scan("memcpy").collect(),
+        api_calls=ds.scan("api_calls")
+        .select("source_id", "correlation_id", "name", "start_ns", "end_ns", "duration_ns")
+        .collect(),
+        host=host_ops(ds.scan("ops"), ds.scan("markers")),
+        devices=ds.scan("devices").collect(),
+        iterations=ds.scan("iterations").collect(),
+        overlap=ov if ov.height and float(ov["comm_ns"].sum() or 0) > 0 else None,
+        stragglers=strag,
+        attribute=attribute,
+        samples=samples,
+        names=names,
+    )
+
+
+def command_args(ds: DatasetView) -> tuple[str, ...]:
+    """The input as command-line arguments (files, or --store DIR, and the filters)."""
+    args: list[str] = ["--store", ds.origin] if ds.is_store else ds.origin.split(", ")
+    for s in ds.source_filter:
+        args += ["--source", s]
+    for d in ds.device_filter:
+        args += ["--device", str(d)]
+    return tuple(args)
+
+
+def diagnose(ds: DatasetView, *, replay: bool = True) -> Diagnosis:
+    """The rules over `ds`; each finding's what-if replayed (`replay=False`: no savings)."""
+    inp = inputs(ds)
+    found, skipped = dg.run(inp)
+    its = inp.path["iteration"].drop_nulls().unique().sort().to_list()
+    savings = {spec: saving(ds, spec, its) for spec in dg.specs(found)} if replay else {}
+    findings = dg.finalize(found, savings, inp.mean_path_ms)
+    return Diagnosis(
+        verdict=dg.verdict(inp),
+        findings=tuple(findings),
+        not_checked=tuple(skipped),
+        iterations=with_names(inp.path, inp.names),
+        inputs=command_args(ds),
+    )
+
+
+def with_names(df: pl.DataFrame, names: Mapping[str, str]) -> pl.DataFrame:
+    from ..analyses.naming import with_file
+
+    return with_file(df, dict(names))
+
+
+def reproduce(d: Diagnosis, what_if: str | None) -> str:
+    """The command that reproduces a finding's saving (or the diagnosis itself): the mean of
+    path_ms − predicted_ms over its rows, one `--iteration N` run per iteration."""
+    args = " ".join(shlex.quote(a) for a in d.inputs)
+    if what_if is None:
+        return f"traceanalyze diagnose {args} --json"
+    its = d.iterations["iteration"].drop_nulls().unique().sort().to_list()
+    each = f" --iteration N  # N in {', '.join(map(str, its))}" if its else ""
+    spec = shlex.quote(what_if)
+    return f"traceanalyze critical-path {args} --what-if {spec} --json{each}"
+
+
+__all__ = ["command_args", "diagnose", "inputs", "reproduce", "saving"]
