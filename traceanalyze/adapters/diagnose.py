@@ -5,7 +5,6 @@ mean(path_ms − predicted_ms) = the finding's `saving_ms_per_iteration`."""
 
 from __future__ import annotations
 
-import shlex
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -167,16 +166,4 @@ def with_names(df: pl.DataFrame, names: Mapping[str, str]) -> pl.DataFrame:
     return with_file(df, dict(names))
 
 
-def reproduce(d: Diagnosis, what_if: str | None) -> str:
-    """The command that reproduces a finding's saving (or the diagnosis itself): the mean of
-    path_ms − predicted_ms over its rows, one `--iteration N` run per iteration."""
-    args = " ".join(shlex.quote(a) for a in d.inputs)
-    if what_if is None:
-        return f"traceanalyze diagnose {args} --json"
-    its = d.iterations["iteration"].drop_nulls().unique().sort().to_list()
-    each = f" --iteration N  # N in {', '.join(map(str, its))}" if its else ""
-    spec = shlex.quote(what_if)
-    return f"traceanalyze critical-path {args} --what-if {spec} --json{each}"
-
-
-__all__ = ["command_args", "diagnose", "inputs", "reproduce", "saving"]
+__all__ = ["command_args", "diagnose", "inputs", "saving"]

@@ -56,24 +56,30 @@ def diagnose(
 
 
 def _text(d: object) -> str:
+    """The diagnosis as wrapped text (lines within the tables' 120 columns)."""
+    import textwrap
+
     from ..results import Diagnosis
 
     assert isinstance(d, Diagnosis)
+    wrap = textwrap.TextWrapper(width=render.WIDTH or 120, subsequent_indent="   ")
     v = d.verdict
     shares = ", ".join(f"{k} {s} %" for k, s in v["shares_pct"].items() if s is not None)
     lines = [
         f"verdict: {v['bound']}-bound ({shares} of the iterations' own critical path); "
-        f"median iteration {v['median_iteration_ms']} ms, {v['iterations']} iteration(s)",
+        f"median iteration {v['median_iteration_ms']} ms, {v['iterations'] or 'no'} "
+        "iteration(s) (none: one window from the first to the last event)",
         "",
     ]
     for i, f in enumerate(d.findings, 1):
         saving = "—" if f.saving_ms is None else f"{f.saving_ms:.2f} ms ({f.saving_pct:.1f} %)"
-        lines.append(f"{i}. [{f.severity}] {f.rule}: {f.title}")
-        lines.append(f"   saving/iteration: {saving}; what-if: {f.what_if or '—'}")
-        lines.append(f"   advice: {f.advice}")
+        lines += wrap.wrap(f"{i}. [{f.severity}] {f.rule}: {f.title}")
+        lines += wrap.wrap(f"   saving/iteration: {saving}; what-if: {f.what_if or '—'}")
+        lines += wrap.wrap(f"   advice: {f.advice}")
     if d.not_checked:
-        lines += ["", "not checked:"] + [f"  {r}: {why}" for r, why in d.not_checked]
-    return "\n".join(lines)
+        lines += ["", "not checked:"]
+        lines += [x for r, why in d.not_checked for x in wrap.wrap(f"  {r}: {why}")]
+    return "\n".join(wrap.fill(x) if len(x) > wrap.width else x for x in lines)
 
 
 __all__ = ["diagnose"]

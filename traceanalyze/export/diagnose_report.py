@@ -8,14 +8,27 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..outpaths import check_output
 from .diagnose_svg import finding_figure, path_split
 
-if TYPE_CHECKING:
-    from ..results import Diagnosis
+# `results.Diagnosis` (not imported: results imports this module for its methods)
+Diagnosis = Any
+
+
+def reproduce(d: Diagnosis, what_if: str | None) -> str:
+    """The command that reproduces a finding's saving (or the diagnosis itself): the mean of
+    path_ms − predicted_ms over its rows, one `--iteration N` run per iteration."""
+    args = " ".join(shlex.quote(a) for a in d.inputs)
+    if what_if is None:
+        return f"traceanalyze diagnose {args} --json"
+    its = d.iterations["iteration"].drop_nulls().unique().sort().to_list()
+    each = f" --iteration N  # N in {', '.join(map(str, its))}" if its else ""
+    spec = shlex.quote(what_if)
+    return f"traceanalyze critical-path {args} --what-if {spec} --json{each}"
 
 
 def _saving(f: dict[str, Any]) -> str:
@@ -43,8 +56,6 @@ def _evidence_rows(ev: dict[str, Any]) -> list[tuple[str, str]]:
 
 def markdown(d: Diagnosis) -> str:
     """The report as Markdown."""
-    from ..adapters.diagnose import reproduce
-
     out = ["# traceanalyze diagnose", "", *_head(d), ""]
     fs = [f.to_dict() for f in d.findings]
     out += ["| # | severity | rule | saving | finding |", "|---|---|---|---|---|"]
@@ -91,8 +102,6 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
 
 def html(d: Diagnosis) -> str:
     """The report as one HTML page (figures inline SVG)."""
-    from ..adapters.diagnose import reproduce
-
     fs = [f.to_dict() for f in d.findings]
     parts = ["<h1>traceanalyze diagnose</h1>"] + [f"<p>{_md_bold(escape(x))}</p>" for x in _head(d)]
     summary = [
@@ -157,4 +166,4 @@ def write_html(d: Diagnosis, path: str | os.PathLike[str]) -> None:
     os.replace(tmp, p)
 
 
-__all__ = ["html", "markdown", "write_html"]
+__all__ = ["html", "markdown", "reproduce", "write_html"]

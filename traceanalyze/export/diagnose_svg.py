@@ -24,7 +24,7 @@ W, ROW, LEFT = 720, 22, 230
 
 def _svg(height: int, body: list[str], title: str) -> str:
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{W}" height="{height}" '
+        f'<svg role="img" width="{W}" height="{height}" '
         f'viewBox="0 0 {W} {height}" font-family="sans-serif" font-size="11">'
         f"<title>{escape(title)}</title>{''.join(body)}</svg>"
     )
@@ -115,7 +115,8 @@ def finding_figure(f: dict[str, Any]) -> str | None:
         return bars(
             [(str(e["name"]), float(e["duration_ms"])) for e in ev["top"]], "ms", "longest events"
         )
-    return None
+    totals = [(k, float(v)) for k, v in ev.items() if k.endswith("_ms") and v is not None]
+    return bars(totals, "ms", "the totals the rule used") if totals else None
 
 
 __all__ = ["bars", "finding_figure", "path_split"]

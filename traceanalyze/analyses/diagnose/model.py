@@ -114,7 +114,7 @@ def family_regex(fam: str) -> str:
     return "^(void )?" + re.escape(fam) + r"($|[<(])"
 
 
-def ms(x: float | None, digits: int = 3) -> float | None:
+def ms(x: float | None, digits: int = 6) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
