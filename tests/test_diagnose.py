@@ -414,3 +414,10 @@ def test_report_html_is_self_contained_and_markdown_says_the_same(
     for f in nsys2.findings:
         assert f.title in md
     assert "critical-path" in md and "--what-if" in md
+
+
+def test_a_store_of_the_run_gives_the_same_findings(nsys2: Diagnosis, tmp_path: Path) -> None:
+    ta.ingest([shared(NSYS2)], tmp_path / "store")
+    d = ta.open(store=tmp_path / "store").diagnose()
+    assert [(f.rule, f.title) for f in d.findings] == [(f.rule, f.title) for f in nsys2.findings]
+    assert d.inputs == ("--store", str(tmp_path / "store"))

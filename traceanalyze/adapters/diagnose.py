@@ -93,9 +93,24 @@ def _telemetry(ds: DatasetView) -> tuple[pl.DataFrame | None, pl.DataFrame | Non
     return a, samples
 
 
+def _overlap(ds: DatasetView, names: dict[str, str]) -> pl.DataFrame | None:
+    from ..analyses.overlap import comm_overlap
+
+    try:
+        ov = comm_overlap(
+            ds.scan("kernels"),
+            ds.scan("memcpy"),
+            ds.scan("iterations"),
+            api_calls=ds.scan("api_calls"),
+            names=names,
+        )
+    except TraceanalyzeError:  # no GPU work at all (a CPU run)
+        return None
+    return ov if ov.height and float(ov["comm_ns"].sum() or 0) > 0 else None
+
+
 def inputs(ds: DatasetView) -> dg.Inputs:
     """Everything the rules read, collected once."""
-    from ..analyses.overlap import comm_overlap
 
     names = ds.names()
     cp = _path(ds, names)
@@ -106,13 +121,7 @@ def inputs(ds: DatasetView) -> dg.Inputs:
     with warnings.catch_warnings():
         # "nothing to overlap" and the like: `not_checked` says it once, in its place
         warnings.simplefilter("ignore")
-        ov = comm_overlap(
-            ds.scan("kernels"),
-            ds.scan("memcpy"),
-            ds.scan("iterations"),
-            api_calls=ds.scan("api_calls"),
-            names=names,
-        )
+        ov = _overlap(ds, names)
         strag = _stragglers(ds)
         attribute, samples = _telemetry(ds)
     return dg.Inputs(
@@ -126,7 +135,7 @@ def inputs(ds: DatasetView) -> dg.Inputs:
         host=host_ops(ds.scan("ops"), ds.scan("markers")),
         devices=ds.scan("devices").collect(),
         iterations=ds.scan("iterations").collect(),
-        overlap=ov if ov.height and float(ov["comm_ns"].sum() or 0) > 0 else None,
+        overlap=ov,
         stragglers=strag,
         attribute=attribute,
         samples=samples,
