@@ -43,7 +43,10 @@ def _head(d: Diagnosis) -> list[str]:
     return [
         f"**Verdict: {v['bound']}-bound** ({shares} of the iterations' own critical path)",
         f"Median iteration {v['median_iteration_ms']} ms; median critical path "
-        f"{v['median_path_ms']} ms over {v['iterations']} iteration(s).",
+        f"{v['median_path_ms']} ms over "
+        + (
+            f"{v['iterations']} iteration(s)." if v["iterations"] else "one window (no iterations)."
+        ),
     ]
 
 
@@ -91,7 +94,7 @@ _STYLE = """body{font-family:sans-serif;max-width:60em;margin:1em auto;padding:0
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;
 text-align:left;vertical-align:top;font-size:90%}td.v{max-width:40em;overflow-wrap:anywhere}
 .high{color:#b00}.medium{color:#b60}.low{color:#555}.info{color:#357}
-pre{background:#f4f4f4;padding:.5em;overflow-x:auto}figure{margin:.5em 0}"""
+pre{background:#f4f4f4;padding:.5em;white-space:pre-wrap;overflow-wrap:anywhere}figure{margin:.5em 0}"""
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:
@@ -125,12 +128,7 @@ def html(d: Diagnosis) -> str:
             f'<h2 id="f{i}">{i}. {escape(f["rule"])} <span class="{sev}">({sev})</span></h2>'
         )
         parts.append(f"<p>{escape(f['title'])}</p><p><b>Advice:</b> {escape(f['advice'])}</p>")
-        parts.append(
-            _table(
-                ["evidence", "value"],
-                [[escape(k), escape(v)] for k, v in _evidence_rows(f["evidence"])],
-            )
-        )
+        parts.append(_table(["evidence", "value"], _html_evidence(f["evidence"])))
         fig = finding_figure(f)
         if fig:
             parts.append(f"<figure>{fig}</figure>")
@@ -150,6 +148,25 @@ def html(d: Diagnosis) -> str:
         + "\n".join(parts)
         + "</body></html>\n"
     )
+
+
+def _html_evidence(ev: dict[str, Any]) -> list[list[str]]:
+    """Evidence rows; a list of records becomes a table of its own."""
+    rows = []
+    for k, v in ev.items():
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            head = list(dict.fromkeys(c for x in v for c in x))
+            cells = [[escape(_cell(x.get(c))) for c in head] for x in v]
+            rows.append([escape(k), _table(head, cells)])
+        else:
+            rows.append([escape(k), escape(_cell(v))])
+    return rows
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return json.dumps(v, default=str) if isinstance(v, list | dict) else str(v)
 
 
 def _md_bold(s: str) -> str:
