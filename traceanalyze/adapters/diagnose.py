@@ -31,29 +31,23 @@ _KERNEL_COLS = (
 
 
 def _path(
-    ds: DatasetView,
-    names: dict[str, str],
-    what_if: tuple[str, ...] = (),
-    iteration: int | None = None,
+    ds: DatasetView, names: dict[str, str], what_if: tuple[str, ...] = (), chain: bool = True
 ) -> Any:
     return critical_path(
         *(ds.scan(t) for t in _CP_TABLES),
         names=names,
         what_if=what_if,
         by_event=not what_if,
-        iteration=iteration,
+        chain=chain,
     )
 
 
-def saving(ds: DatasetView, spec: str, iterations: list[int]) -> float:
-    """mean(path_ms − predicted_ms) with `spec` replayed on each iteration alone (the
-    `critical-path --iteration N` replay: the carry, the wait on earlier iterations' GPU work,
-    keeps its length, so a saving never compounds across iterations); one replay of the whole
-    window for a source without iterations."""
-    names = ds.names()
-    todo: list[int | None] = list(iterations) or [None]
-    runs = [_path(ds, names, (spec,), n).iterations for n in todo]
-    it = pl.concat(runs, how="diagonal_relaxed")
+def saving(ds: DatasetView, spec: str) -> float:
+    """mean(path_ms − predicted_ms) with `spec` replayed on each iteration alone (as
+    `critical-path --iteration N --what-if SPEC` gives for each N: the carry, the wait on
+    earlier iterations' GPU work, keeps its length, so a saving never compounds across
+    iterations); a source without iterations is one window."""
+    it = _path(ds, ds.names(), (spec,), chain=False).iterations
     return float((it["path_ms"] - it["predicted_ms"]).mean() or 0.0)
 
 
@@ -157,8 +151,7 @@ def diagnose(ds: DatasetView, *, replay: bool = True) -> Diagnosis:
     """The rules over `ds`; each finding's what-if replayed (`replay=False`: no savings)."""
     inp = inputs(ds)
     found, skipped = dg.run(inp)
-    its = inp.path["iteration"].drop_nulls().unique().sort().to_list()
-    savings = {spec: saving(ds, spec, its) for spec in dg.specs(found)} if replay else {}
+    savings = {spec: saving(ds, spec) for spec in dg.specs(found)} if replay else {}
     findings = dg.finalize(found, savings, inp.mean_path_ms)
     return Diagnosis(
         verdict=dg.verdict(inp),

@@ -94,7 +94,8 @@ _STYLE = """body{font-family:sans-serif;max-width:60em;margin:1em auto;padding:0
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;
 text-align:left;vertical-align:top;font-size:90%}td.v{max-width:40em;overflow-wrap:anywhere}
 .high{color:#b00}.medium{color:#b60}.low{color:#555}.info{color:#357}
-pre{background:#f4f4f4;padding:.5em;white-space:pre-wrap;overflow-wrap:anywhere}figure{margin:.5em 0}"""
+pre{background:#f4f4f4;padding:.5em;white-space:pre-wrap;overflow-wrap:anywhere}
+figure{margin:.5em 0}"""
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:

@@ -81,7 +81,7 @@ def _severity(f: Finding, pct: float | None) -> str:
 def _title(f: Finding, saving: float | None, pct: float | None) -> str:
     if saving is None or pct is None:
         return f.title
-    if pct < LOW_PCT and (f.problem_ms or 0) > 0:
+    if pct < LOW_PCT:
         return f"{f.title} — off the critical path: saves ~{saving:.2f} ms ({pct:.1f} %)"
     return f"{f.title} — fixing it saves {saving:.2f} ms per iteration ({pct:.1f} %)"
 
