@@ -13,7 +13,7 @@ same generator and cached as `bench-data/kineto-scale/resnet50_x_1GB.json` (git-
 `bench-data/analyses-1gb/store` from an earlier run and skips it), then each analysis command runs
 on the store as its own process: summary, health, busy, idle, overlap, annotations, ops, launches,
 timeline -o PNG, timeline --perfetto JSON, both at once, the same two with a .pftrace, compare S S
---ops, critical-path and stragglers (one rank: it says there is nothing to compare, which is still
+--ops, critical-path, diagnose and stragglers (one rank: it says there is nothing to compare, which is still
 the cost of finding that out). Each is measured by `/usr/bin/time -v` (wall clock and maximum
 resident set size, which is the largest single process's); where that program is absent, by the
 child's `ru_maxrss` from `getrusage(RUSAGE_CHILDREN)` in a small measuring process, and wall time
@@ -90,6 +90,7 @@ def commands(store: Path, out: Path, source: str) -> dict[str, list[str]]:
         "timeline -o png --perfetto pftrace": ["timeline", *s, "-o", png, "--perfetto", pb],
         "compare S S --ops": ["compare", *s, source, source, "--ops"],
         "critical-path": ["critical-path", *s],
+        "diagnose": ["diagnose", *s, "--json"],
         "stragglers": ["stragglers", *s],
     }
 
