@@ -421,3 +421,24 @@ def test_a_store_of_the_run_gives_the_same_findings(nsys2: Diagnosis, tmp_path: 
     d = ta.open(store=tmp_path / "store").diagnose()
     assert [(f.rule, f.title) for f in d.findings] == [(f.rule, f.title) for f in nsys2.findings]
     assert d.inputs == ("--store", str(tmp_path / "store"))
+
+
+def test_host_bound_what_if_names_only_the_outermost_ranges() -> None:
+    # an `op:` factor compounds over nested matches, so the what-if names the outer ranges
+    h = pl.DataFrame(
+        {
+            "source_id": ["s"] * 4,
+            "process_id": [1] * 4,
+            "thread_id": [1, 1, 1, 2],
+            "name": ["ProfilerStep#7", "aten::conv2d", "ProfilerStep#8", "a.b"],
+            "start_ns": [0, 10, 100, 5],
+            "end_ns": [90, 20, 190, 6],
+        }
+    )
+    rx = host.outer_regex(h)
+    assert rx == r"^(ProfilerStep\#\d+|a\.b)$"
+    names = pl.Series(["ProfilerStep#123", "aten::conv2d", "a.b", "axb"])
+    assert names.str.contains(rx).to_list() == [True, False, True, False]
+    p = path([{"host_ms": 30.0, "gpu_compute_ms": 70.0}])
+    (f,) = host.host_bound(inputs(path=p, host=h))  # type: ignore[misc]
+    assert f.what_if == f"op:{rx}=0.5"

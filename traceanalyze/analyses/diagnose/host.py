@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from ...results import Finding
@@ -62,6 +64,28 @@ def data_loader(inp: Inputs) -> Outcome:
     ]
 
 
+# At most this many outermost range names in the host-bound what-if's regex.
+MAX_OUTER_NAMES = 256
+
+
+def outer_regex(h: pl.DataFrame) -> str | None:
+    """A regex matching exactly the names of the outermost host ranges (those inside no other
+    range of their thread), digit runs generalized (`ProfilerStep#101` -> `ProfilerStep#\\d+`).
+    An `op:` what-if compounds its factor over nested matches (critical path, `_cpgraph`), so
+    a factor meant once per host segment is given the outermost ranges only. None when there
+    are no ranges or too many names."""
+    if h.is_empty():
+        return None
+    keys = [c for c in ("source_id", "process_id", "thread_id") if c in h.columns]
+    o = h.sort([*keys, "start_ns", "end_ns"], descending=[False] * len(keys) + [False, True])
+    prior_end = pl.col("end_ns").cum_max().shift(1).over(keys)
+    outer = o.filter(prior_end.is_null() | (pl.col("start_ns") >= prior_end))
+    names = sorted({re.sub(r"\d+", r"\\d+", re.escape(n)) for n in outer["name"].drop_nulls()})
+    if not names or len(names) > MAX_OUTER_NAMES:
+        return None
+    return "^(" + "|".join(names) + ")$"
+
+
 def _shares(inp: Inputs) -> tuple[float, float]:
     p = inp.path
     own = float((p["path_ms"] - p["carry_ms"]).sum())
@@ -84,7 +108,7 @@ def host_bound(inp: Inputs) -> Outcome:
         k = inp.kernels.join(calls, on=["source_id", "correlation_id"], how="inner")
         short = k.filter((pl.col("end_ns") - pl.col("start_ns")) < pl.col("call_ns")).height
     per_it = host / inp.iteration_count
-    has_ops = not inp.host.is_empty()
+    outer = outer_regex(inp.host)
     return [
         Finding(
             rule="host_bound",
@@ -100,10 +124,10 @@ def host_bound(inp: Inputs) -> Outcome:
                 "own_path_ms": ms(own),
                 "host_share_pct": ms(100 * host / own, 1),
                 "kernels_shorter_than_launch_count": short,
-                "assumed": "host time inside operators halved (op:.=0.5)",
+                "assumed": "host time inside the outermost operators or ranges halved",
             },
             where=inp.where(),
-            what_if="op:.=0.5" if has_ops else None,
+            what_if=f"op:{outer}=0.5" if outer else None,
             problem_ms=ms(per_it),
         )
     ]
