@@ -72,22 +72,20 @@ def _stragglers(ds: DatasetView) -> tuple[pl.DataFrame, tuple[str, ...]] | None:
     return res.ranks, res.causes
 
 
-def _telemetry(ds: DatasetView) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+def _telemetry(w: _Windowed, ds: DatasetView) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
     from ..analyses import telemetry as tel
 
     samples = ds.scan_all("gpu_samples").collect()
     if samples.is_empty():
         return None, None
     try:
-        a = tel.attribute_kernels(
-            ds.scan("kernels"), samples.lazy(), sources=ds.scan_all("sources")
-        )
+        a = tel.attribute_kernels(w.scan("kernels"), samples.lazy(), sources=ds.scan_all("sources"))
     except TraceanalyzeError:
         return None, samples
     return a, samples
 
 
-def _overlap(ds: DatasetView, names: dict[str, str]) -> pl.DataFrame | None:
+def _overlap(ds: _Windowed, names: dict[str, str]) -> pl.DataFrame | None:
     from ..analyses.overlap import comm_overlap
 
     try:
@@ -103,30 +101,47 @@ def _overlap(ds: DatasetView, names: dict[str, str]) -> pl.DataFrame | None:
     return ov if ov.height and float(ov["comm_ns"].sum() or 0) > 0 else None
 
 
+class _Windowed:
+    """`ds.scan` cut to the spans the critical path covers (per source: its first iteration's
+    start to its last path end), so that a rule's "per iteration" totals are over the
+    iterations the savings are measured on (a trace may hold far more than its profiled
+    steps)."""
+
+    def __init__(self, ds: DatasetView, path: pl.DataFrame) -> None:
+        self.ds = ds
+        self.win = path.group_by("source_id").agg(
+            _lo=pl.col("start_ns").min(),
+            _hi=(pl.col("start_ns") + (pl.col("path_ms") * 1e6).cast(pl.Int64)).max(),
+        )
+
+    def scan(self, table: str) -> pl.LazyFrame:
+        lf = self.ds.scan(table)
+        inside = (pl.col("start_ns") >= pl.col("_lo")) & (pl.col("start_ns") <= pl.col("_hi"))
+        return lf.join(self.win.lazy(), on="source_id").filter(inside).drop("_lo", "_hi")
+
+
 def inputs(ds: DatasetView) -> dg.Inputs:
     """Everything the rules read, collected once."""
-
     names = ds.names()
     cp = _path(ds, names)
     ev = cp.events if cp.events is not None else pl.DataFrame()
     if ev.height:
         ev = ev.filter(pl.col("scenario") == "trace")
-    k = ds.scan("kernels").select(_KERNEL_COLS).collect()
+    w = _Windowed(ds, cp.iterations)
     with warnings.catch_warnings():
         # "nothing to overlap" and the like: `not_checked` says it once, in its place
         warnings.simplefilter("ignore")
-        ov = _overlap(ds, names)
+        ov = _overlap(w, names)
         strag = _stragglers(ds)
-        attribute, samples = _telemetry(ds)
+        attribute, samples = _telemetry(w, ds)
+    calls = ("source_id", "correlation_id", "name", "start_ns", "end_ns", "duration_ns")
     return dg.Inputs(
         path=cp.iterations,
         path_events=ev,
-        kernels=k,
-        memcpy=ds.scan("memcpy").collect(),
-        api_calls=ds.scan("api_calls")
-        .select("source_id", "correlation_id", "name", "start_ns", "end_ns", "duration_ns")
-        .collect(),
-        host=host_ops(ds.scan("ops"), ds.scan("markers")),
+        kernels=w.scan("kernels").select(_KERNEL_COLS).collect(),
+        memcpy=w.scan("memcpy").collect(),
+        api_calls=w.scan("api_calls").select(calls).collect(),
+        host=host_ops(w.scan("ops"), w.scan("markers")),
         devices=ds.scan("devices").collect(),
         iterations=ds.scan("iterations").collect(),
         overlap=ov,
