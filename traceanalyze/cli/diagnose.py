@@ -67,8 +67,12 @@ def _text(d: object) -> str:
     shares = ", ".join(f"{k} {s} %" for k, s in v["shares_pct"].items() if s is not None)
     lines = [
         f"verdict: {v['bound']}-bound ({shares} of the iterations' own critical path); "
-        f"median iteration {v['median_iteration_ms']} ms, {v['iterations'] or 'no'} "
-        "iteration(s) (none: one window from the first to the last event)",
+        f"median iteration {v['median_iteration_ms']} ms, "
+        + (
+            f"{v['iterations']} iteration(s)"
+            if v["iterations"]
+            else "one window (no iterations: first to last event)"
+        ),
         "",
     ]
     for i, f in enumerate(d.findings, 1):

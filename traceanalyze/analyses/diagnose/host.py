@@ -156,7 +156,7 @@ def sync(inp: Inputs) -> Outcome:
         Finding(
             rule="sync",
             severity="medium" if on_path >= 0.05 * (inp.mean_path_ms or 1) else "low",
-            title=f"{n} blocking synchronizations ({calls.height} sync calls, "
+            title=f"{n} blocking synchronization{'s' * (n != 1)} ({calls.height} sync calls, "
             f"{items.height} scalar reads): {call_ms:.1f} ms per iteration in sync calls, "
             f"{on_path:.2f} ms of waiting on the critical path",
             advice="Drop torch.cuda.synchronize() and .item()/.cpu()/print of GPU tensors "
