@@ -442,3 +442,12 @@ def test_host_bound_what_if_names_only_the_outermost_ranges() -> None:
     p = path([{"host_ms": 30.0, "gpu_compute_ms": 70.0}])
     (f,) = host.host_bound(inputs(path=p, host=h))  # type: ignore[misc]
     assert f.what_if == f"op:{rx}=0.5"
+
+
+def test_group_what_ifs_are_replayed_only_when_asked() -> None:
+    groups = [{"what_if": "kernel:a=0.5"}, {"what_if": "kernel:b=0.5"}]
+    f = Finding("gpu_bound", "info", "t", "", {"groups": groups}, {}, what_if="kernel:a=0.5")
+    assert dg.specs([f]) == ["kernel:a=0.5"]
+    assert dg.specs([f], groups=True) == ["kernel:a=0.5", "kernel:b=0.5"]
+    (out,) = dg.finalize([f], {"kernel:a=0.5": 2.0}, 10.0)
+    assert [g["saving_ms_per_iteration"] for g in out.evidence["groups"]] == [2.0, None]

@@ -427,14 +427,15 @@ class Dataset:
             else with_file(res.ranks, names, column="end_source_id", alias="end_file"),
         )
 
-    def diagnose(self, *, replay: bool = True) -> Diagnosis:
+    def diagnose(self, *, replay: bool = True, groups: bool = False) -> Diagnosis:
         """What is wrong with this run and how much fixing it would save (docs/diagnose.md):
         a verdict (gpu/host/communication/mixed), findings sorted by the saving the critical
-        path predicts for their `what_if` (`replay=False`: no replays, no savings) and the
-        rules this input could not answer."""
+        path predicts for their `what_if` (`replay=False`: no replays, no savings; `groups`:
+        the saving of each top kernel group of `gpu_bound` too) and the rules this input
+        could not answer."""
         from .adapters import diagnose as report_diagnose
 
-        return report_diagnose.diagnose(self, replay=replay)
+        return report_diagnose.diagnose(self, replay=replay, groups=groups)
 
     # --- host operators and model FLOP utilization (traceanalyze.adapters.ops) ----------------
 

@@ -162,11 +162,13 @@ def command_args(ds: DatasetView) -> tuple[str, ...]:
     return tuple(args)
 
 
-def diagnose(ds: DatasetView, *, replay: bool = True) -> Diagnosis:
-    """The rules over `ds`; each finding's what-if replayed (`replay=False`: no savings)."""
+def diagnose(ds: DatasetView, *, replay: bool = True, groups: bool = False) -> Diagnosis:
+    """The rules over `ds`; each finding's what-if replayed (`replay=False`: no savings;
+    `groups`: also each kernel group's of `gpu_bound`, one replay each)."""
     inp = inputs(ds)
     found, skipped = dg.run(inp)
-    savings = {spec: saving(ds, spec) for spec in dg.specs(found)} if replay else {}
+    todo = dg.specs(found, groups) if replay else []
+    savings = {spec: saving(ds, spec) for spec in todo}
     findings = dg.finalize(found, savings, inp.mean_path_ms)
     return Diagnosis(
         verdict=dg.verdict(inp),

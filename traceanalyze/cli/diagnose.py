@@ -28,8 +28,18 @@ from .common import dataset_input, output_path, wrote
     help="Write the report as one self-contained HTML file.",
 )
 @click.option("--no-replay", is_flag=True, help="Skip the what-if replays (no savings).")
+@click.option(
+    "--group-savings",
+    is_flag=True,
+    help="Also replay each top kernel group of the gpu_bound finding (one replay each).",
+)
 def diagnose(
-    ds: Dataset, out_json: bool, out_md: bool, out_html: Path | None, no_replay: bool
+    ds: Dataset,
+    out_json: bool,
+    out_md: bool,
+    out_html: Path | None,
+    no_replay: bool,
+    group_savings: bool,
 ) -> None:
     """What is wrong with this run, and how much fixing each problem would save.
 
@@ -43,7 +53,7 @@ def diagnose(
     """
     if out_json and out_md:
         raise click.UsageError("--json and --markdown are exclusive")
-    d = ds.diagnose(replay=not no_replay)
+    d = ds.diagnose(replay=not no_replay, groups=group_savings)
     if out_html is not None:
         d.to_html(out_html)
         wrote(out_html)

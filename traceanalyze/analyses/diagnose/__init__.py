@@ -56,13 +56,13 @@ def run(inp: Inputs) -> tuple[list[Finding], list[tuple[str, str]]]:
     return found, skipped
 
 
-def specs(findings: list[Finding]) -> list[str]:
-    """Every what-if the findings name (their own and their evidence groups'), once each."""
+def specs(findings: list[Finding], groups: bool = False) -> list[str]:
+    """Every what-if the findings name, once each (`groups`: their evidence groups' too)."""
     out: dict[str, None] = {}
     for f in findings:
         if f.what_if:
             out[f.what_if] = None
-        for g in f.evidence.get("groups", []):
+        for g in f.evidence.get("groups", []) if groups else []:
             if g.get("what_if"):
                 out[g["what_if"]] = None
     return list(out)
