@@ -13,15 +13,15 @@ same generator and cached as `bench-data/kineto-scale/resnet50_x_1GB.json` (git-
 `bench-data/analyses-1gb/store` from an earlier run and skips it), then each analysis command runs
 on the store as its own process: summary, health, busy, idle, overlap, annotations, ops, launches,
 timeline -o PNG, timeline --perfetto JSON, both at once, the same two with a .pftrace, compare S S
---ops, critical-path, diagnose and stragglers (one rank: it says there is nothing to compare,
-which is still the cost of finding that out). Each is measured by `/usr/bin/time -v` (wall clock
-and maximum resident set size, which is the largest single process's); where that program is
-absent, by the
+--ops, critical-path and stragglers (one rank: it says there is nothing to compare, which is still
+the cost of finding that out). Each is measured by `/usr/bin/time -v` (wall clock and maximum
+resident set size, which is the largest single process's); where that program is absent, by the
 child's `ru_maxrss` from `getrusage(RUSAGE_CHILDREN)` in a small measuring process, and wall time
 in this one. The peak reported is the larger of that and the largest sum over the process tree
 seen by polling /proc every 50 ms (ingest runs a helper process beside itself). A command
 past `--timeout` seconds (default 300) is killed and reported as such. With `--repeat N` every
-command runs N times and the table gives the range (min-max).
+command runs N times and the table gives the range (min-max). `diagnose` (issue 31) is measured
+beside `critical-path`.
 
 Goal (issue 27): every command within 1 GB peak RSS and 10 s on the project's 2-core machine.
 
