@@ -13,7 +13,7 @@ from html import escape
 from typing import Any
 
 from ..outpaths import check_output
-from .diagnose_svg import finding_figure, path_split
+from .diagnose_svg import finding_figure, path_split, timeline
 
 # `results.Diagnosis` (not imported: results imports this module for its methods)
 Diagnosis = Any
@@ -130,9 +130,9 @@ def html(d: Diagnosis) -> str:
         )
         parts.append(f"<p>{escape(f['title'])}</p><p><b>Advice:</b> {escape(f['advice'])}</p>")
         parts.append(_table(["evidence", "value"], _html_evidence(f["evidence"])))
-        fig = finding_figure(f)
-        if fig:
-            parts.append(f"<figure>{fig}</figure>")
+        for fig in (finding_figure(f), timeline(d.iterations, f["evidence"].get("top", []))):
+            if fig:
+                parts.append(f"<figure>{fig}</figure>")
         parts.append(f"<p>Where: {escape(json.dumps(f['where'], default=str))}</p>")
         parts.append(
             f"<pre>{escape(reproduce(d, f['what_if']))}</pre><p>Rule: {escape(f['doc'])}</p>"

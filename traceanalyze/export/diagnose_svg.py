@@ -83,6 +83,44 @@ def bars(items: list[tuple[str, float]], unit: str, title: str) -> str:
     return _svg(20 + len(items) * ROW, body, title)
 
 
+def timeline(iterations: pl.DataFrame, events: list[dict[str, Any]]) -> str | None:
+    """One iteration (the one holding the first event) as a bar from its start to its path's
+    end, the finding's events in it marked at their times; None when none falls in one."""
+    timed = [e for e in events if e.get("start_ns") is not None]
+    if not timed or iterations.is_empty():
+        return None
+    e0 = timed[0]
+    its = iterations.with_columns(
+        end=pl.col("start_ns") + (pl.col("path_ms") * 1e6).cast(pl.Int64)
+    ).filter(
+        (pl.col("start_ns") <= e0["start_ns"])
+        & (pl.col("end") >= e0["start_ns"])
+        & (pl.col("source_id") == e0.get("source_id", pl.col("source_id")))
+    )
+    if its.is_empty():
+        return None
+    it = its.row(0, named=True)
+    lo, span = int(it["start_ns"]), max(int(it["end"]) - int(it["start_ns"]), 1)
+    scale = (W - 40) / span
+    body = [
+        f'<rect x="20" y="24" width="{W - 40}" height="18" fill="#eeeeee">'
+        f"<title>iteration {it['iteration']}: {span / 1e6:.3f} ms of path</title></rect>",
+        f'<text x="20" y="14">iteration {it["iteration"]}: 0 to {span / 1e6:.1f} ms '
+        "(the path)</text>",
+    ]
+    for e in timed:
+        x = 20 + (int(e["start_ns"]) - lo) * scale
+        if not 20 <= x <= W - 20:
+            continue
+        w = max(float(e["duration_ms"]) * 1e6 * scale, 2.0)
+        body.append(
+            f'<rect x="{x:.1f}" y="22" width="{min(w, W - 20 - x):.1f}" height="22" '
+            f'fill="#e45756"><title>{escape(str(e["name"]))}: {e["duration_ms"]:.3f} ms at '
+            f"{(int(e['start_ns']) - lo) / 1e6:.3f} ms</title></rect>"
+        )
+    return _svg(52, body, "the finding's events in one iteration")
+
+
 def finding_figure(f: dict[str, Any]) -> str | None:
     """The figure of one finding (its `to_dict()`), or None when its evidence has no rows."""
     ev = f["evidence"]
@@ -119,4 +157,4 @@ def finding_figure(f: dict[str, Any]) -> str | None:
     return bars(totals, "ms", "the totals the rule used") if totals else None
 
 
-__all__ = ["bars", "finding_figure", "path_split"]
+__all__ = ["bars", "finding_figure", "path_split", "timeline"]
