@@ -149,6 +149,7 @@ def inputs(ds: DatasetView) -> dg.Inputs:
         attribute=attribute,
         samples=samples,
         names=names,
+        ranks=dict(ds.scan("sources").select("source_id", "rank").collect().iter_rows()),
     )
 
 

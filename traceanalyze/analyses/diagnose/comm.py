@@ -49,7 +49,7 @@ def exposed_comm(inp: Inputs) -> Outcome:
                 "comm_on_path_ms_per_iteration": ms(on_path),
                 "devices": rows.head(8).to_dicts(),
             },
-            where=inp.where(sorted(set(dev["source_id"]))),
+            where=inp.where(dev),
             what_if=f"kernel:{COMM_KERNEL}=0",
             problem_ms=ms(comm),
         )
@@ -88,7 +88,7 @@ def straggler(inp: Inputs) -> Outcome:
                         "rank", "arrived_last", "arrived_last_pct", "wait_ms", "wait_caused_ms"
                     ).to_dicts(),
                 },
-                where={**inp.where([r["source_id"]]), "rank": r["rank"]},
+                where=inp.where(slow.filter(pl.col("rank") == r["rank"]), rank=r["rank"]),
                 problem_ms=ms(float(r["wait_caused_ms"]) / per_it),
             )
         )

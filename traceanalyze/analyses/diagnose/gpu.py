@@ -134,7 +134,7 @@ def no_tensor_cores(inp: Inputs) -> Outcome:
                     k.with_columns(duration_ns=pl.col("end_ns") - pl.col("start_ns"))
                 ),
             },
-            where=inp.where(sorted(set(k["source_id"]))),
+            where=inp.where(k),
             what_if=f"kernel:{FP32_MATH}={TENSOR_FACTOR}",
             problem_ms=ms(inp.per_iteration(total * 1e6)),
         )
@@ -163,7 +163,7 @@ def layout_transposes(inp: Inputs) -> Outcome:
                     k.with_columns(duration_ns=pl.col("end_ns") - pl.col("start_ns"))
                 ),
             },
-            where=inp.where(sorted(set(k["source_id"]))),
+            where=inp.where(k),
             what_if=f"kernel:{TRANSPOSE}=0",
             problem_ms=ms(inp.per_iteration(total * 1e6)),
         )

@@ -57,7 +57,7 @@ def data_loader(inp: Inputs) -> Outcome:
                 "total_ms": ms(total / 1e6),
                 "top": top_events(dl),
             },
-            where=inp.where(sorted(set(dl["source_id"]))),
+            where=inp.where(dl),
             what_if=f"op:{DATA_LOADER}=0",
             problem_ms=ms(per_it),
         )
@@ -169,7 +169,7 @@ def sync(inp: Inputs) -> Outcome:
                 "sync_on_path_ms_per_iteration": ms(on_path),
                 "top": top_events(calls) + top_events(items),
             },
-            where=inp.where(sorted(set(calls["source_id"]) | set(items["source_id"]))),
+            where=inp.where(pl.concat([calls.select("source_id"), items.select("source_id")])),
             what_if=f"op:{SYNC_OPS}=0" if not items.is_empty() else None,
             problem_ms=ms(item_ms + on_path),
         )
@@ -201,7 +201,7 @@ def small_kernels(inp: Inputs) -> Outcome:
                 "launch_on_path_ms_per_iteration": ms(launch_ms),
                 "top": top_events(small.with_columns(duration_ns=pl.col("d"))),
             },
-            where=inp.where(sorted(set(small["source_id"]))),
+            where=inp.where(small),
             what_if="launch=0",
             problem_ms=ms(launch_ms),
         )

@@ -47,7 +47,7 @@ def sync_memcpy(inp: Inputs) -> Outcome:
                 .to_dicts(),
                 "top": top_events(c),
             },
-            where=inp.where(sorted(set(c["source_id"]))),
+            where=inp.where(c),
             problem_ms=ms(per_it),
         )
     ]
@@ -96,7 +96,7 @@ def pageable_memcpy(inp: Inputs) -> Outcome:
                 "by_kind": by_kind.to_dicts(),
                 "top": top_events(pageable.with_columns(name=pl.col("kind")), name="name"),
             },
-            where=inp.where(sorted(set(pageable["source_id"]))),
+            where=inp.where(pageable),
             problem_ms=ms(per_it),
         )
     ]

@@ -33,7 +33,7 @@ class Inputs:
     has no communication; `stragglers`: (ranks frame, causes) when several ranks of a job are
     given; `attribute`: SM clock per kernel (`Dataset.attribute(per="kernel")`) and `samples`
     the telemetry it came from, or None without telemetry;
-    `names`: source id -> file."""
+    `names`: source id -> file; `ranks`: source id -> rank where the input says it."""
 
     path: pl.DataFrame
     path_events: pl.DataFrame
@@ -48,6 +48,7 @@ class Inputs:
     attribute: pl.DataFrame | None = None
     samples: pl.DataFrame | None = None
     names: Mapping[str, str] = field(default_factory=dict)
+    ranks: Mapping[str, int | None] = field(default_factory=dict)
 
     @property
     def iteration_count(self) -> int:
@@ -65,16 +66,22 @@ class Inputs:
         """A total over the whole input, in ms per critical-path iteration."""
         return total_ns / 1e6 / self.iteration_count
 
-    def where(self, source_ids: list[str] | None = None, **more: Any) -> dict[str, Any]:
-        """The `where` of a finding: files, sources, iterations, and what the rule adds."""
-        ids = sorted(set(source_ids if source_ids is not None else self.path["source_id"]))
+    def where(self, events: pl.DataFrame | None = None, **more: Any) -> dict[str, Any]:
+        """The `where` of a finding: files, sources, ranks, devices and streams of its `events`
+        (every source when None), the iterations, and what the rule adds."""
+        src = events if events is not None and "source_id" in events.columns else self.path
+        ids = sorted(set(src["source_id"].drop_nulls()))
         its = self.path["iteration"].drop_nulls().unique().sort().to_list()
-        return {
+        out: dict[str, Any] = {
             "file": [self.names.get(i, i) for i in ids],
             "source": ids,
+            "rank": sorted({self.ranks[i] for i in ids if self.ranks.get(i) is not None}),
             "iterations": its,
-            **{k: v for k, v in more.items() if v is not None},
         }
+        for col, key in (("device_id", "device"), ("stream_id", "stream")):
+            if events is not None and col in events.columns:
+                out[key] = events[col].drop_nulls().unique().sort().head(16).to_list()
+        return out | {k: v for k, v in more.items() if v is not None}
 
 
 def top_events(df: pl.DataFrame, n: int = 5, name: str = "name") -> list[dict[str, Any]]:

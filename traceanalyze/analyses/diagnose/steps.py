@@ -63,7 +63,7 @@ def throttling(inp: Inputs) -> Outcome:
                 "clock_event_reasons": reasons,
                 "assumed": "kernel time proportional to 1 / SM clock",
             },
-            where=inp.where([worst["source_id"]], device=worst["device_id"]),
+            where=inp.where(dev.head(1)),
             what_if=f"kernel:.={ratio}",
             problem_ms=ms(inp.per_iteration(float(worst["kernel_ms"]) * 1e6) * (1 - ratio)),
         )
@@ -125,7 +125,7 @@ def _finding(inp: Inputs, rule: str, rows: pl.DataFrame, what: str) -> Finding:
                 "source_id", "iteration", "duration_ms", z=pl.col("z").round(1)
             ).to_dicts(),
         },
-        where=inp.where(sorted(set(rows["source_id"]))),
+        where=inp.where(rows.select("source_id")),
     )
 
 
