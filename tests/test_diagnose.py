@@ -451,3 +451,30 @@ def test_group_what_ifs_are_replayed_only_when_asked() -> None:
     assert dg.specs([f], groups=True) == ["kernel:a=0.5", "kernel:b=0.5"]
     (out,) = dg.finalize([f], {"kernel:a=0.5": 2.0}, 10.0)
     assert [g["saving_ms_per_iteration"] for g in out.evidence["groups"]] == [2.0, None]
+
+
+def _x(name: str, cat: str, ts: int, dur: int) -> dict[str, Any]:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+
+def test_a_data_loader_annotation_is_found_and_its_saving_replayed(write) -> None:
+    """Two 100 ms steps, each 60 ms in the loader's `__next__` (a `record_function`
+    annotation, as the PyTorch profiler writes it) then 30 ms of operator: removing the loader
+    saves its 60 ms; halving the host time inside the step saves 50 ms."""
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    events = []
+    for i, t0 in enumerate((1_000, 101_000)):
+        events += [
+            _x(f"ProfilerStep#{i + 1}", "user_annotation", t0, 100_000),
+            _x(loader, "user_annotation", t0 + 10, 60_000),
+            _x("aten::conv2d", "cpu_op", t0 + 69_000, 30_000),
+        ]
+    p = write("dl.json", json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    d = ta.open(p).diagnose()
+    by = {f.rule: f for f in d.findings}
+    assert d.verdict["bound"] == "host"
+    assert by["data_loader"].problem_ms == pytest.approx(60.0)
+    assert by["data_loader"].saving_ms == pytest.approx(60.0, abs=1e-3)
+    assert by["host_bound"].what_if == r"op:^(ProfilerStep\#\d+)$=0.5"
+    assert by["host_bound"].saving_ms == pytest.approx(50.0, abs=1e-3)
+    assert [f.rule for f in d.findings][:2] == ["data_loader", "host_bound"]

@@ -120,6 +120,25 @@ class _Windowed:
         return lf.join(self.win.lazy(), on="source_id").filter(inside).drop("_lo", "_hi")
 
 
+def _host(w: _Windowed) -> pl.DataFrame:
+    """Host ranges: operators (or NVTX ranges) and the PyTorch profiler's user annotations
+    (`record_function`: `ProfilerStep#N`, `enumerate(DataLoader)#…__next__`), which the
+    critical path's `op:` what-ifs match too."""
+    cols = ["source_id", "process_id", "thread_id", "name", "start_ns", "end_ns"]
+    notes = (
+        w.scan("markers")
+        .filter(
+            (pl.col("category") == "user_annotation")
+            & pl.col("device_id").is_null()
+            & pl.col("thread_id").is_not_null()
+        )
+        .drop_nulls(["start_ns", "end_ns"])
+        .select(*cols, pl.lit("annotation").alias("basis"))
+        .collect()
+    )
+    return pl.concat([host_ops(w.scan("ops"), w.scan("markers")), notes], how="diagonal_relaxed")
+
+
 def inputs(ds: DatasetView) -> dg.Inputs:
     """Everything the rules read, collected once."""
     names = ds.names()
@@ -141,7 +160,7 @@ def inputs(ds: DatasetView) -> dg.Inputs:
         kernels=w.scan("kernels").select(_KERNEL_COLS).collect(),
         memcpy=w.scan("memcpy").collect(),
         api_calls=w.scan("api_calls").select(calls).collect(),
-        host=host_ops(w.scan("ops"), w.scan("markers")),
+        host=_host(w),
         devices=ds.scan("devices").collect(),
         iterations=ds.scan("iterations").collect(),
         overlap=ov,
