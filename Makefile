@@ -17,7 +17,10 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q -e '.[dev,collect,dask]'
 	touch $(STAMP)
 
+# The diagnose report's browser test needs Debian's chromium: installed here when missing and root.
 test: $(STAMP)
+	@command -v chromium >/dev/null || [ "$$(id -u)" != 0 ] || \
+		(apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium)
 	$(PY) -m pytest -q
 
 # The main job: a short real ResNet-50 training run under the PyTorch profiler (on the GPU when

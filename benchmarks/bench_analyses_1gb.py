@@ -20,7 +20,8 @@ child's `ru_maxrss` from `getrusage(RUSAGE_CHILDREN)` in a small measuring proce
 in this one. The peak reported is the larger of that and the largest sum over the process tree
 seen by polling /proc every 50 ms (ingest runs a helper process beside itself). A command
 past `--timeout` seconds (default 300) is killed and reported as such. With `--repeat N` every
-command runs N times and the table gives the range (min-max).
+command runs N times and the table gives the range (min-max). `diagnose` (issue 31) is measured
+beside `critical-path`.
 
 Goal (issue 27): every command within 1 GB peak RSS and 10 s on the project's 2-core machine.
 
@@ -90,6 +91,7 @@ def commands(store: Path, out: Path, source: str) -> dict[str, list[str]]:
         "timeline -o png --perfetto pftrace": ["timeline", *s, "-o", png, "--perfetto", pb],
         "compare S S --ops": ["compare", *s, source, source, "--ops"],
         "critical-path": ["critical-path", *s],
+        "diagnose": ["diagnose", *s, "--json"],
         "stragglers": ["stragglers", *s],
     }
 

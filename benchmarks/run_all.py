@@ -67,6 +67,11 @@ FIGURES: dict[str, tuple[str, tuple[str, ...], str]] = {
         (),
         "critical-path over ~1 M events (the ResNet-50 trace x22): s per M events, peak RSS",
     ),
+    "diagnose": (
+        "bench_diagnose.py",
+        (),
+        "diagnose against nsys-ai 0.3 on the shared nsys exports: time and peak RSS ratios",
+    ),
     "perfetto-export": (
         "bench_perfetto_export.py",
         (),

@@ -43,6 +43,7 @@ ANALYSES = [
     "busy",
     "coreutil",
     "critical-path",
+    "diagnose",
     "health",
     "idle",
     "launches",
@@ -72,6 +73,7 @@ WRITERS = [
     ("variability", "--plot", RESNET, True),
     ("coreutil", "--plot", "nvprof_csv/magus_matrixMul_gtx1080ti_metrics_all.csv", True),
     ("roofline", "-o", "ncu_csv/roofline_ncu2026.2_rtx5070_gemm_tiled_long.csv", True),
+    ("diagnose", "-o", RESNET, False),
 ]
 
 

@@ -58,6 +58,7 @@ COVERED = {
     "history": "tests/test_analyses_runs.py::test_runs_scaling_history_json_equal_the_library",
     "stragglers": "tests/test_stragglers.py::test_cli_json_equals_the_library",
     "critical-path": "tests/test_critical_path.py::test_cli_json_equals_the_library",
+    "diagnose": "tests/test_diagnose.py::test_cli_json_equals_the_library",
 }
 
 

@@ -266,6 +266,7 @@ COMMAND_VALUES: dict[tuple[str, str], list[str]] = {
     ("overlap", "TRACE..."): ["shared:" + NSYS_2GPU],
     ("annotations", "TRACE..."): ["shared:" + NSYS_2GPU],
     ("ops", "TRACE..."): ["shared:" + RESNET],
+    ("diagnose", "TRACE..."): ["shared:" + NSYS_2GPU],
     ("coreutil", "batch_*.csv"): ["shared:nvprof_csv/magus_matrixMul_gtx1080ti_metrics_all.csv"],
     # All 8 ranks of one DLRM step (../shared/sets, beside ../shared/traces).
     ("stragglers", "TRACE..."): [f"shared:../sets/multirank_param_dlrm_8xv100/{n}" for n in DLRM],

@@ -20,6 +20,7 @@ One method per analysis, each returning polars frames or a small frozen result o
     ds.compare_sources(a, b)    -> Comparison   ds.stragglers()       -> Stragglers
     ds.ranks()                  -> DataFrame
     ds.critical_path(...)       -> CriticalPath  (what bounds each iteration; what-if)
+    ds.diagnose()               -> Diagnosis     (what is wrong, and what fixing it saves)
 
 Plots take those results: `traceanalyze.plot.timeline(ds.timeline(), "t.png")`.
 """
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
         Comparison,
         CoreUtil,
         CriticalPath,
+        Diagnosis,
         Health,
         Launches,
         Roofline,
@@ -424,6 +426,16 @@ class Dataset:
             if res.ranks is None
             else with_file(res.ranks, names, column="end_source_id", alias="end_file"),
         )
+
+    def diagnose(self, *, replay: bool = True, groups: bool = False) -> Diagnosis:
+        """What is wrong with this run and how much fixing it would save (docs/diagnose.md):
+        a verdict (gpu/host/communication/mixed), findings sorted by the saving the critical
+        path predicts for their `what_if` (`replay=False`: no replays, no savings; `groups`:
+        the saving of each top kernel group of `gpu_bound` too) and the rules this input
+        could not answer."""
+        from .adapters import diagnose as report_diagnose
+
+        return report_diagnose.diagnose(self, replay=replay, groups=groups)
 
     # --- host operators and model FLOP utilization (traceanalyze.adapters.ops) ----------------
 

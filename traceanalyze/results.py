@@ -324,6 +324,81 @@ class CriticalPath:
         return out
 
 
+DOC_URL = "docs/diagnose.md"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem `diagnose` found (`traceanalyze.analyses.diagnose`). `saving_ms` and
+    `saving_pct` are the critical path's replay of `what_if` (mean over iterations of path_ms −
+    predicted_ms; None when no replay expresses the fix); `problem_ms` is the problem's own time
+    per iteration (the most a fix can save). `evidence` and `where` are plain JSON values."""
+
+    rule: str
+    severity: str
+    title: str
+    advice: str
+    evidence: dict[str, Any]
+    where: dict[str, Any]
+    what_if: str | None = None
+    problem_ms: float | None = None
+    saving_ms: float | None = None
+    saving_pct: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "title": self.title,
+            "saving_ms_per_iteration": self.saving_ms,
+            "saving_pct": self.saving_pct,
+            "what_if": self.what_if,
+            "problem_ms_per_iteration": self.problem_ms,
+            "evidence": self.evidence,
+            "where": self.where,
+            "advice": self.advice,
+            "doc": f"{DOC_URL}#{self.rule.replace('_', '-')}",
+        }
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """`Dataset.diagnose()`: what is wrong with this run and how much fixing it would save
+    (docs/diagnose.md). `verdict`: `bound` ("gpu", "host", "communication", "mixed"), the
+    shares it is decided from and the median iteration time; `findings`: sorted by predicted
+    saving, largest first, those without a prediction after them by severity; `not_checked`:
+    (rule, why) for each rule this input could not answer; `iterations`: the critical path's
+    rows the savings are measured against; `inputs`: what was diagnosed (file names or the
+    store), for the reproducing commands."""
+
+    verdict: dict[str, Any]
+    findings: tuple[Finding, ...]
+    not_checked: tuple[tuple[str, str], ...]
+    iterations: pl.DataFrame
+    inputs: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "inputs": list(self.inputs),
+            "verdict": self.verdict,
+            "findings": [f.to_dict() for f in self.findings],
+            "not_checked": [{"rule": r, "reason": why} for r, why in self.not_checked],
+        }
+
+    def to_markdown(self) -> str:
+        """The report as Markdown (for an issue tracker): the same text as `to_html`."""
+        from .export.diagnose_report import markdown
+
+        return markdown(self)
+
+    def to_html(self, path: str | os.PathLike[str]) -> None:
+        """One self-contained HTML file (figures inline as SVG; nothing from the network),
+        written to a temporary name and renamed."""
+        from .export.diagnose_report import write_html
+
+        write_html(self, path)
+
+
 __all__ = [
     "Health",
     "Summary",
@@ -336,4 +411,6 @@ __all__ = [
     "Stragglers",
     "Scaling",
     "CriticalPath",
+    "Finding",
+    "Diagnosis",
 ]

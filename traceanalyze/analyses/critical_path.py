@@ -252,8 +252,11 @@ def critical_path(
     by_event: bool = False,
     across_ranks: bool = False,
     names: Mapping[str, str] | None = None,
+    chain: bool = True,
 ) -> CriticalPath:
-    """Per source and iteration: the critical path's length and split (see the module doc)."""
+    """Per source and iteration: the critical path's length and split (see the module doc).
+    `chain=False`: each iteration's what-if replayed alone, its carry kept (as `iteration=N`
+    gives for each N; `diagnose`'s savings)."""
     wi = parse_what_if(what_if) if not isinstance(what_if, WhatIf | None) else what_if
     its = iterations.lazy().collect() if isinstance(iterations, pl.LazyFrame) else iterations
     rows: list[dict[str, Any]] = []
@@ -263,7 +266,7 @@ def critical_path(
     ends: Ends = {}
     current = None
     for sid, (it_no, lo, hi, _), ev in cw.iterate(inp, its, iteration, wi):
-        if sid != current:
+        if sid != current or not chain:
             current, ends = sid, {}
         row, fr, pred, ends = _one_window(ev, (it_no, lo, hi), wi, by_event, ends)
         rows.append(row)

@@ -61,6 +61,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "traceanalyze.cli.runs",
     "traceanalyze.cli.ranks",
     "traceanalyze.cli.path",
+    "traceanalyze.cli.diagnose",
 )
 
 # Names other modules import from here, kept importable without loading them up front.
