@@ -1,0 +1,293 @@
+"""rocmProfileData (`rpd`): the SQLite file rpd_tracer writes (`runTracer.sh python app.py`, or
+`rpd_tracer` loaded into the process; `rocpd` schema_version 2, tested with the matmul example of
+ROCm/rocmProfileData on gfx90a).
+
+* `rocpd_op` (GPU work; names and op types through `rocpd_string`): opType `KernelExecution`
+  -> `kernels` (name = description), `Copy*` and `FillBuffer` -> `memcpy` (kinds HtoD, DtoH,
+  DtoD, PtoP, HtoH, memset; bytes from `rocpd_copyapi.size` where the op's call has one);
+  `gpuId` -> device_id (the HIP device the runtime reported), `queueId` -> stream_id.
+* `rocpd_api` (host calls) -> `api_calls` for `hip*` / `hsa*` names (api 'runtime'), markers
+  (`UserMarker`, `roctx*`: the text is in args) -> `markers`; rpd's own instrumentation
+  (`OpTable::writeRows`, `hcc_activity_callback`, …) is left out. `rocpd_api_ops` links a call
+  to the ops it caused: the call's id is the correlation id on both sides, which is what
+  `launches` joins on.
+* `rocpd_kernelapi` gives the launch's grid and work-group: grid in work-groups for
+  `hipLaunchKernel`/`hipModuleLaunchKernel`, in work-items for `hipExtModuleLaunchKernel` and
+  `hipHccModuleLaunchKernel` (whose arguments are global work sizes): divided there.
+* `rocpd_monitor` (`deviceType` 'gpu', `monitorType` 'sclk' / 'mclk', text values in MHz,
+  intervals [start, end) during which the clock held) -> `gpu_samples` (sm_clock_mhz /
+  mem_clock_mhz), one sample at each interval's start; other monitor types -> `gpu_metrics`.
+  Its deviceId is rocm-smi's device index, which need not be the ops' gpuId (the sample: 0 vs
+  2): kept as given, with a warning when they differ.
+* Times are ns of the boot-relative clock rpd reads (not epoch).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import polars as pl
+
+from ...errors import MalformedInput
+from ...tables import Tables
+from ..common.core import PathLike, check_times, is_sqlite, reader_entry, warn
+from ..common.sqlite import connect_readonly, query_frame, sqlite_tables
+from .names import base_name, clean_names
+
+_I, _S = pl.Int64(), pl.String()
+_NEED = ("rocpd_op", "rocpd_string", "rocpd_api", "rocpd_api_ops")
+_COPY_KIND = {
+    "CopyHostToDevice": "HtoD",
+    "CopyDeviceToHost": "DtoH",
+    "CopyDeviceToDevice": "DtoD",
+    "CopyPeerToPeer": "PtoP",
+    "CopyHostToHost": "HtoH",
+    "FillBuffer": "memset",
+}
+# launch calls whose grid arguments are global work sizes (work-items), not work-groups
+_GLOBAL_SIZE_LAUNCHES = ("hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel")
+
+
+def sniff(path: PathLike) -> bool:
+    """SQLite with rocpd_op, rocpd_string, rocpd_api and rocpd_api_ops."""
+    if not is_sqlite(path):
+        return False
+    try:
+        tables = sqlite_tables(path)
+    except (sqlite3.Error, OSError, MalformedInput):
+        return False
+    return all(t in tables for t in _NEED)
+
+
+_OPS_SQL = """
+SELECT o.id, o.gpuId, o.queueId, o.start, o."end", d.string, t.string, ao.api_id, a.pid,
+       {launch}, n.string, {size}
+FROM rocpd_op o
+JOIN rocpd_string d ON d.id = o.description_id
+JOIN rocpd_string t ON t.id = o.opType_id
+LEFT JOIN (SELECT op_id, min(api_id) AS api_id FROM rocpd_api_ops GROUP BY op_id) ao
+  ON ao.op_id = o.id
+LEFT JOIN rocpd_api a ON a.id = ao.api_id
+LEFT JOIN rocpd_string n ON n.id = a.apiName_id
+{joins}
+ORDER BY o.id
+"""
+_LAUNCH = (
+    "ka.gridX, ka.gridY, ka.gridZ, ka.workgroupX, ka.workgroupY, ka.workgroupZ, ka.groupSegmentSize"
+)
+_OPS_TYPES = {
+    "op_id": _I,
+    "device_id": _I,
+    "stream_id": _I,
+    "start_ns": _I,
+    "end_ns": _I,
+    "description": _S,
+    "op_type": _S,
+    "correlation_id": _I,
+    "process_id": _I,
+    "gx": _I,
+    "gy": _I,
+    "gz": _I,
+    "block_x": _I,
+    "block_y": _I,
+    "block_z": _I,
+    "total_smem_bytes": _I,
+    "call": _S,
+    "size_bytes": _I,
+}
+
+
+def _ops(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.DataFrame:
+    """Every op with its launching call (the first call rocpd_api_ops links it to) and that
+    call's launch or copy arguments, where the file has those tables."""
+    ka, ca = "rocpd_kernelapi" in tables, "rocpd_copyapi" in tables
+    joins = [
+        "LEFT JOIN rocpd_kernelapi ka ON ka.api_ptr_id = ao.api_id" if ka else "",
+        "LEFT JOIN rocpd_copyapi ca ON ca.api_ptr_id = ao.api_id" if ca else "",
+    ]
+    sql = _OPS_SQL.format(
+        launch=_LAUNCH if ka else ", ".join(["NULL"] * 7),
+        size="ca.size" if ca else "NULL",
+        joins="\n".join(joins),
+    )
+    ops = query_frame(con, path, "rocpd_op", sql, dict(_OPS_TYPES))
+    check_times(ops, path=path, table="rocpd_op", columns=("start", "end"))
+    return ops.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"))
+
+
+def _kernels(ops: pl.DataFrame) -> pl.DataFrame:
+    k = ops.filter(pl.col("op_type") == "KernelExecution")
+    per_item = pl.col("call").is_in(_GLOBAL_SIZE_LAUNCHES)
+
+    def grid(g: str, b: str) -> pl.Expr:
+        return pl.when(per_item).then((pl.col(g) + pl.col(b) - 1) // pl.col(b)).otherwise(g)
+
+    return k.select(
+        pl.col("op_id").alias("kernel_id"),
+        "process_id",
+        "device_id",
+        "stream_id",
+        "correlation_id",
+        clean_names(pl.col("description")).alias("name"),
+        "start_ns",
+        "end_ns",
+        "duration_ns",
+        grid("gx", "block_x").alias("grid_x"),
+        grid("gy", "block_y").alias("grid_y"),
+        grid("gz", "block_z").alias("grid_z"),
+        "block_x",
+        "block_y",
+        "block_z",
+        "total_smem_bytes",
+    ).with_columns(pl.col("name").map_elements(base_name, return_dtype=_S).alias("short_name"))
+
+
+def _memcpy(ops: pl.DataFrame) -> pl.DataFrame:
+    m = ops.filter(pl.col("op_type").is_in(list(_COPY_KIND)))
+    return m.select(
+        "process_id",
+        "device_id",
+        "stream_id",
+        "correlation_id",
+        pl.col("op_type").replace_strict(_COPY_KIND, return_dtype=_S).alias("kind"),
+        "size_bytes",
+        "start_ns",
+        "end_ns",
+        "duration_ns",
+    )
+
+
+_API_SQL = """
+SELECT a.id, a.pid, a.tid, a.start, a."end", n.string, g.string
+FROM rocpd_api a
+JOIN rocpd_string n ON n.id = a.apiName_id
+LEFT JOIN rocpd_string g ON g.id = a.args_id
+ORDER BY a.id
+"""
+_API_TYPES = {
+    "correlation_id": _I,
+    "process_id": _I,
+    "thread_id": _I,
+    "start_ns": _I,
+    "end_ns": _I,
+    "name": _S,
+    "args": _S,
+}
+
+
+def _api(con: sqlite3.Connection, path: PathLike) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(api_calls, markers) from rocpd_api."""
+    api = query_frame(con, path, "rocpd_api", _API_SQL, dict(_API_TYPES))
+    check_times(api, path=path, table="rocpd_api", columns=("start", "end"))
+    api = api.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"))
+    name = pl.col("name")
+    calls = api.filter(name.str.starts_with("hip") | name.str.starts_with("hsa")).with_columns(
+        pl.lit("runtime").alias("api")
+    )
+    is_marker = (name == "UserMarker") | name.str.starts_with("roctx")
+    markers = api.filter(is_marker).select(
+        "process_id",
+        "thread_id",
+        pl.coalesce(pl.col("args").replace("", None), name).alias("name"),
+        pl.lit("roctx").alias("category"),
+        "start_ns",
+        "end_ns",
+        "duration_ns",
+    )
+    return calls.drop("args"), markers
+
+
+_MONITOR_TYPES = {
+    "device_type": _S,
+    "device_id": _I,
+    "monitor": _S,
+    "timestamp_ns": _I,
+    "end_ns": _I,
+    "value": _S,
+}
+_MONITOR_COLUMN = {"sclk": "sm_clock_mhz", "mclk": "mem_clock_mhz"}
+
+
+def _monitor(con: sqlite3.Connection, path: PathLike) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(gpu_samples, gpu_metrics) from rocpd_monitor: one sample at each interval's start."""
+    sql = (
+        'SELECT deviceType, deviceId, monitorType, start, "end", CAST(value AS TEXT) '
+        "FROM rocpd_monitor ORDER BY start, id"
+    )
+    mon = query_frame(con, path, "rocpd_monitor", sql, dict(_MONITOR_TYPES))
+    mon = mon.filter(pl.col("device_type").str.to_lowercase() == "gpu")
+    check_times(mon, path=path, table="rocpd_monitor", start="timestamp_ns", end=None)
+    value = pl.col("value").str.strip_chars().cast(pl.Float64, strict=False)
+    bad = mon.filter(value.is_null())
+    if bad.height:
+        raise MalformedInput(
+            f"{bad.height} value(s) that are not numbers (first: {bad['value'][0]!r})",
+            path=path,
+            table="rocpd_monitor",
+            column="value",
+        )
+    mon = mon.with_columns(value.alias("value"))
+    known = mon.filter(pl.col("monitor").is_in(list(_MONITOR_COLUMN)))
+    samples = known.pivot(
+        on="monitor",
+        index=["device_id", "timestamp_ns"],
+        values="value",
+        aggregate_function="first",
+    ).rename({k: v for k, v in _MONITOR_COLUMN.items()}, strict=False)
+    other = mon.filter(~pl.col("monitor").is_in(list(_MONITOR_COLUMN))).select(
+        "device_id", "timestamp_ns", pl.col("monitor").alias("metric_name"), "value"
+    )
+    return samples.sort("timestamp_ns", "device_id", maintain_order=True), other
+
+
+def _sources(con: sqlite3.Connection, tables: set[str]) -> pl.DataFrame:
+    version = None
+    if "rocpd_metadata" in tables:
+        row = con.execute(
+            "SELECT value FROM rocpd_metadata WHERE tag = 'schema_version' LIMIT 1"
+        ).fetchone()
+        version = None if row is None else f"rocpd schema {row[0]}"
+    return pl.DataFrame(
+        {"tool": ["rpd_tracer"], "tool_version": [version]}, schema={"tool": _S, "tool_version": _S}
+    )
+
+
+@reader_entry("rpd")
+def read_rpd(path: PathLike) -> Tables:
+    """Read an rpd (rocmProfileData SQLite) file into normalized tables."""
+    con = connect_readonly(path)
+    try:
+        tables = sqlite_tables(con)
+        missing = [t for t in _NEED if t not in tables]
+        if missing:
+            raise MalformedInput(f"no table {missing[0]} (not an rpd file)", path=path)
+        ops = _ops(con, path, tables)
+        calls, markers = _api(con, path)
+        samples, metrics = _monitor(con, path) if "rocpd_monitor" in tables else (None, None)
+        src = _sources(con, tables)
+    finally:
+        con.close()
+    kernels = _kernels(ops)
+    devices = sorted(set(ops["device_id"].drop_nulls().to_list()))
+    if samples is not None and samples.height:
+        watched = sorted(set(samples["device_id"].to_list()))
+        if devices and watched != devices:
+            warn(
+                f"{path}: rpd: rocpd_monitor samples are for device(s) {watched} while the ops "
+                f"ran on {devices}: the monitor numbers devices as rocm-smi does; kept as given"
+            )
+    frames = {
+        "sources": src,
+        "devices": pl.DataFrame(
+            {"device_id": devices, "vendor": ["AMD"] * len(devices)},
+            schema={"device_id": _I, "vendor": _S},
+        ),
+        "kernels": kernels,
+        "memcpy": _memcpy(ops),
+        "api_calls": calls,
+        "markers": markers,
+    }
+    if samples is not None and metrics is not None:
+        frames["gpu_samples"] = samples
+        frames["gpu_metrics"] = metrics
+    return Tables.build(**frames)
