@@ -289,8 +289,8 @@ TABLES: dict[str, Table] = {
         ),
         Table(
             "gpu_samples",
-            "GPU telemetry samples (NVML, nvidia-smi, nvprof --system-profiling, rocm-smi, rpd monitor), "
-            "wide.",
+            "GPU telemetry samples (NVML, nvidia-smi, nvprof --system-profiling, rocm-smi, "
+            "rpd monitor), wide.",
             (
                 SOURCE_ID,
                 _c("device_id", _INT, "Device ordinal / nvidia-smi index."),
