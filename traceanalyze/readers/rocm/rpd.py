@@ -18,7 +18,8 @@ ROCm/rocmProfileData on gfx90a).
   intervals [start, end) during which the clock held) -> `gpu_samples` (sm_clock_mhz /
   mem_clock_mhz), one sample at each interval's start; other monitor types -> `gpu_metrics`.
   Its deviceId is rocm-smi's device index, which need not be the ops' gpuId (the sample: 0 vs
-  2): kept as given, with a warning when they differ.
+  2): with one GPU on each side the samples go to the ops' device (with a warning saying so),
+  otherwise they are kept as given, with a warning.
 * Times are ns of the boot-relative clock rpd reads (not epoch).
 """
 
@@ -252,6 +253,26 @@ def _sources(con: sqlite3.Connection, tables: set[str]) -> pl.DataFrame:
     )
 
 
+def _monitor_devices(samples: pl.DataFrame, devices: list[int], path: PathLike) -> pl.DataFrame:
+    """The monitor's devices (rocm-smi indices) put on the ops' (gpuId): one-to-one when the
+    file has one GPU on each side, as every single-GPU run does (the sample: monitor 0, ops 2);
+    kept as given, with a warning, when the numbers differ otherwise."""
+    watched = sorted(set(samples["device_id"].to_list()))
+    if not devices or not watched or watched == devices:
+        return samples
+    if len(watched) == 1 and len(devices) == 1:
+        warn(
+            f"{path}: rpd: rocpd_monitor's device {watched[0]} (a rocm-smi index) taken as the "
+            f"ops' gpuId {devices[0]}: the file has one GPU on each side"
+        )
+        return samples.with_columns(pl.lit(devices[0], dtype=_I).alias("device_id"))
+    warn(
+        f"{path}: rpd: rocpd_monitor samples are for device(s) {watched} while the ops ran on "
+        f"{devices}: the monitor numbers devices as rocm-smi does; kept as given"
+    )
+    return samples
+
+
 @reader_entry("rpd")
 def read_rpd(path: PathLike) -> Tables:
     """Read an rpd (rocmProfileData SQLite) file into normalized tables."""
@@ -269,13 +290,8 @@ def read_rpd(path: PathLike) -> Tables:
         con.close()
     kernels = _kernels(ops)
     devices = sorted(set(ops["device_id"].drop_nulls().to_list()))
-    if samples is not None and samples.height:
-        watched = sorted(set(samples["device_id"].to_list()))
-        if devices and watched != devices:
-            warn(
-                f"{path}: rpd: rocpd_monitor samples are for device(s) {watched} while the ops "
-                f"ran on {devices}: the monitor numbers devices as rocm-smi does; kept as given"
-            )
+    if samples is not None:
+        samples = _monitor_devices(samples, devices, path)
     frames = {
         "sources": src,
         "devices": pl.DataFrame(
