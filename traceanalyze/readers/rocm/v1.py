@@ -45,6 +45,7 @@ KNOWN = frozenset(
         "accum_vgpr",
         "vgpr",
         "sgpr",
+        "fbar",
         "wave_size",
         "sig",
         "obj",
