@@ -98,7 +98,7 @@ class ArrayReader:
                 return self._array, records
         # no end among those: every cut before the last of them is inside the array
         stop = ends[-1] if ends else len(buf)
-        for cut in reversed(list(_CUT.finditer(buf, 0, stop))[-_TRIES:]):
+        for cut in _last_cuts(buf, stop):
             records = self._decode(buf[: cut.start() + 1])
             if records is not None:
                 self._buf = buf[cut.end() - 1 :]
@@ -120,6 +120,15 @@ class ArrayReader:
         if n > self._limit:
             lim = current_limits()
             raise too_large_value("JSON value", f"({what})", lim, self._path)
+
+
+def _last_cuts(buf: bytes, stop: int) -> list[re.Match[bytes]]:
+    """The last `_TRIES` candidate cuts before `stop`, last first: looked for in the last 64 KiB
+    (records are far smaller), then in the whole buffer (a record larger than that)."""
+    near = list(_CUT.finditer(buf, max(0, stop - (1 << 16)), stop))
+    if len(near) < _TRIES and stop > 1 << 16:
+        near = list(_CUT.finditer(buf, 0, stop))
+    return near[::-1][:_TRIES]
 
 
 def value_after(doc: bytes | bytearray, key: bytes) -> Any:

@@ -65,64 +65,59 @@ class Header:
         return names[op] if 0 <= op < len(names) else None
 
 
-def _device(header: Header, handle: int, path: PathLike) -> int:
-    dev = header.devices.get(handle)
-    if dev is None:
-        raise MalformedInput(f"a dispatch on agent {handle}, which is no GPU agent", path=path)
-    return dev
-
-
 def kernel_frame(
     recs: list[Any], header: Header, symbols: dict[int, tuple[Any, ...]], first: int, path: PathLike
 ) -> pl.DataFrame:
-    rows = []
-    for r in recs:
-        d = r.dispatch_info
-        sym = symbols.get(d.kernel_id)
-        if sym is None:
-            raise MalformedInput(
-                f"a dispatch of kernel_id {d.kernel_id}, which kernel_symbols does not have "
-                "(or has after buffer_records)",
-                path=path,
-            )
-        wg, grid = d.workgroup_size, d.grid_size
-        rows.append(
-            (
-                header.pid,
-                _device(header, d.agent_id.handle, path),
-                d.queue_id.handle,
-                r.correlation_id.internal,
-                *sym[:3],
-                r.start_timestamp,
-                r.end_timestamp,
-                -(-grid.x // wg.x) if wg.x else None,
-                -(-grid.y // wg.y) if wg.y else None,
-                -(-grid.z // wg.z) if wg.z else None,
-                wg.x,
-                wg.y,
-                wg.z,
-                sym[3],
-                d.group_segment_size,
-            )
+    """One batch of dispatches, built column by column (a frame from row tuples costs ~4x)."""
+    info = [r.dispatch_info for r in recs]
+    missing = {d.kernel_id for d in info} - symbols.keys()
+    if missing:
+        raise MalformedInput(
+            f"a dispatch of kernel_id {min(missing)}, which kernel_symbols does not have "
+            "(or has after buffer_records)",
+            path=path,
         )
-    cols = [
-        "process_id", "device_id", "stream_id", "correlation_id", "name", "short_name",
-        "mangled_name", "start_ns", "end_ns", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
-        "block_z", "registers_per_thread", "total_smem_bytes",
-    ]  # fmt: skip
-    str_cols = {"name", "short_name", "mangled_name"}
-    df = pl.DataFrame(
-        rows,
-        schema={c: (pl.String if c in str_cols else _I) for c in cols},
-        orient="row",
-    )
+    unknown = {d.agent_id.handle for d in info} - header.devices.keys()
+    if unknown:
+        raise MalformedInput(
+            f"a dispatch on agent {min(unknown)}, which is no GPU agent", path=path
+        )
+    sym = [symbols[d.kernel_id] for d in info]
+    wg = [d.workgroup_size for d in info]
+    grid = [d.grid_size for d in info]
+
+    def blocks(axis: str) -> list[int | None]:
+        return [
+            -(-getattr(g, axis) // getattr(w, axis)) if getattr(w, axis) else None
+            for g, w in zip(grid, wg, strict=True)
+        ]
+
+    cols: dict[str, list[Any]] = {
+        "kernel_id": list(range(first, first + len(recs))),
+        "process_id": [header.pid] * len(recs),
+        "device_id": [header.devices[d.agent_id.handle] for d in info],
+        "stream_id": [d.queue_id.handle for d in info],
+        "correlation_id": [r.correlation_id.internal for r in recs],
+        "name": [s[0] for s in sym],
+        "short_name": [s[1] for s in sym],
+        "mangled_name": [s[2] for s in sym],
+        "start_ns": [r.start_timestamp for r in recs],
+        "end_ns": [r.end_timestamp for r in recs],
+        "grid_x": blocks("x"),
+        "grid_y": blocks("y"),
+        "grid_z": blocks("z"),
+        "block_x": [w.x for w in wg],
+        "block_y": [w.y for w in wg],
+        "block_z": [w.z for w in wg],
+        "registers_per_thread": [s[3] for s in sym],
+        "total_smem_bytes": [d.group_segment_size for d in info],
+    }
+    strings = {"name", "short_name", "mangled_name"}
+    df = pl.DataFrame(cols, schema={c: (pl.String if c in strings else _I) for c in cols})
     check_times(
         df, path=path, table="kernel_dispatch", columns=("start_timestamp", "end_timestamp")
     )
-    return df.with_columns(
-        pl.int_range(first, first + df.height, dtype=_I).alias("kernel_id"),
-        (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
-    )
+    return df.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"))
 
 
 def api_frame(recs: list[Any], header: Header) -> pl.DataFrame:

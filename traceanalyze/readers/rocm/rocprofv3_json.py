@@ -44,22 +44,22 @@ from .rocprofv3_frames import Header, api_frame, copy_frame, kernel_frame
 _CHUNK = 1 << 23
 
 
-class _Id(msgspec.Struct):
+class _Id(msgspec.Struct, gc=False):
     handle: int
 
 
-class _Corr(msgspec.Struct):
+class _Corr(msgspec.Struct, gc=False):
     internal: int
     external: int = 0
 
 
-class _Dim(msgspec.Struct):
+class _Dim(msgspec.Struct, gc=False):
     x: int = 1
     y: int = 1
     z: int = 1
 
 
-class _DispatchInfo(msgspec.Struct, kw_only=True):
+class _DispatchInfo(msgspec.Struct, kw_only=True, gc=False):
     agent_id: _Id
     queue_id: _Id
     kernel_id: int
@@ -68,7 +68,7 @@ class _DispatchInfo(msgspec.Struct, kw_only=True):
     grid_size: _Dim = msgspec.field(default_factory=_Dim)
 
 
-class Dispatch(msgspec.Struct, kw_only=True):
+class Dispatch(msgspec.Struct, kw_only=True, gc=False):
     correlation_id: _Corr
     start_timestamp: int
     end_timestamp: int
@@ -76,7 +76,7 @@ class Dispatch(msgspec.Struct, kw_only=True):
     thread_id: int | None = None
 
 
-class Api(msgspec.Struct, kw_only=True):
+class Api(msgspec.Struct, kw_only=True, gc=False):
     kind: int
     operation: int
     correlation_id: _Corr
@@ -85,7 +85,7 @@ class Api(msgspec.Struct, kw_only=True):
     thread_id: int | None = None
 
 
-class Copy(msgspec.Struct, kw_only=True):
+class Copy(msgspec.Struct, kw_only=True, gc=False):
     operation: int
     correlation_id: _Corr
     start_timestamp: int
@@ -95,7 +95,7 @@ class Copy(msgspec.Struct, kw_only=True):
     bytes: int | None = None
 
 
-class Symbol(msgspec.Struct, kw_only=True):
+class Symbol(msgspec.Struct, kw_only=True, gc=False):
     kernel_id: int
     kernel_name: str = ""
     formatted_kernel_name: str = ""
