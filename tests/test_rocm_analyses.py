@@ -8,7 +8,11 @@ import contextlib
 import csv
 import gzip
 import json
+import os
+import shlex
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +21,7 @@ import pytest
 
 import traceanalyze as ta
 
-from .conftest import shared_set
+from .conftest import shared, shared_set
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*rocpd_monitor")
 
@@ -101,3 +105,26 @@ def test_per_kernel_sm_clock_from_the_rpd_monitor() -> None:
     clocks = per["sm_clock_mhz"].drop_nulls()
     assert clocks.len() > 0
     assert min(v for _, v in monitor) <= clocks.min() <= clocks.max() <= max(v for _, v in monitor)
+
+
+def test_the_howto_commands_run_on_the_samples() -> None:
+    """docs/howto-rocm.md's "Reading the samples" block, every line, exit 0."""
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "howto-rocm.md").read_text(encoding="utf-8")
+    block = text.split("## Reading the samples", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = [ln for ln in block.splitlines() if ln.startswith("traceanalyze ")]
+    assert len(lines) >= 5
+    for ln in lines:
+        for arg in shlex.split(ln):  # skipped, with the reason, without ../shared
+            if arg.startswith("../shared/sets/"):
+                shared_set(arg.removeprefix("../shared/sets/"))
+            elif arg.startswith("../shared/traces/"):
+                shared(arg.removeprefix("../shared/traces/"))
+        r = subprocess.run(
+            [sys.executable, "-m", "traceanalyze", *shlex.split(ln)[1:]],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(root)},
+        )
+        assert r.returncode == 0, f"{ln}: {r.stderr}"
