@@ -104,3 +104,45 @@ def test_not_an_rpd_file(write: Any) -> None:
     con.commit()
     con.close()
     assert not ta.readers.READERS["rpd"].sniff(p)
+
+
+def _tiny_rpd(p: Path) -> Path:
+    con = sqlite3.connect(p)
+    con.executescript(
+        """
+        CREATE TABLE rocpd_string (id INTEGER PRIMARY KEY, string TEXT);
+        CREATE TABLE rocpd_op (id INTEGER PRIMARY KEY, gpuId INT, queueId INT, sequenceId INT,
+          completionSignal TEXT, start INT, "end" INT, description_id INT, opType_id INT);
+        CREATE TABLE rocpd_api (id INTEGER PRIMARY KEY, pid INT, tid INT, start INT, "end" INT,
+          apiName_id INT, args_id INT);
+        CREATE TABLE rocpd_api_ops (id INTEGER PRIMARY KEY, api_id INT, op_id INT);
+        CREATE TABLE rocpd_kernelapi (api_ptr_id INTEGER PRIMARY KEY, stream TEXT, gridX INT,
+          gridY INT, gridZ INT, workgroupX INT, workgroupY INT, workgroupZ INT,
+          groupSegmentSize INT, privateSegmentSize INT, kernelName_id INT);
+        INSERT INTO rocpd_string VALUES (1, ''), (2, 'KernelExecution'), (3, 'CopyDeviceToDevice'),
+          (4, 'hipExtModuleLaunchKernel'), (5, 'Cijk_Alik_Bljk_HB'), (6, 'hipMemcpyAsync'),
+          (7, 'UserMarker'), (8, 'step 3'), (9, 'OpTable::writeRows');
+        INSERT INTO rocpd_op VALUES (1, 0, 1, 0, '', 100, 400, 1, 2),
+          (2, 0, 1, 0, '', 500, 600, 1, 3);
+        INSERT INTO rocpd_api VALUES (10, 7, 8, 50, 90, 4, 1), (11, 7, 8, 450, 470, 6, 1),
+          (12, 7, 8, 40, 700, 7, 8), (13, 7, 9, 1, 2, 9, 1);
+        INSERT INTO rocpd_api_ops VALUES (1, 10, 1), (2, 11, 2);
+        INSERT INTO rocpd_kernelapi VALUES (10, '0x0', 1024, 2, 1, 256, 1, 1, 0, 0, 5);
+        """
+    )
+    con.commit()
+    con.close()
+    return p
+
+
+def test_names_from_the_launch_and_global_sizes(tmp_path: Path) -> None:
+    t = ta.read(_tiny_rpd(tmp_path / "t.rpd"))
+    k = t.kernels
+    # the op's description is empty: the name comes from its launch's kernelName
+    assert k.select("name", "correlation_id", "grid_x", "grid_y", "block_x").rows() == [
+        ("Cijk_Alik_Bljk_HB", 10, 4, 2, 256)  # hipExtModuleLaunchKernel: work-items / 256
+    ]
+    assert t.memcpy.select("kind", "correlation_id", "size_bytes").rows() == [("DtoD", 11, None)]
+    assert t.api_calls["name"].to_list() == ["hipExtModuleLaunchKernel", "hipMemcpyAsync"]
+    assert t.markers.select("name", "start_ns", "end_ns").rows() == [("step 3", 40, 700)]
+    assert t.gpu_samples.height == 0

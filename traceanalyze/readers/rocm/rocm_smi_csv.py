@@ -42,6 +42,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
         "Current Socket Graphics Package Power (W)",
         "power_usage",
         "socket_power",
+        "power_socket_power",
         "power_w",
     ),
     "power_limit_w": ("power_cap_watts", "Max Graphics Package Power (W)", "power_cap"),
@@ -49,17 +50,25 @@ _FIELDS: dict[str, tuple[str, ...]] = {
         "temp_junction_celsius",
         "Temperature (Sensor junction) (C)",
         "hotspot_temperature",
+        "temperature_hotspot",
         "temp_hotspot_celsius",
     ),
     "edge_temperature_c": (
         "temp_edge_celsius",
         "Temperature (Sensor edge) (C)",
         "edge_temperature",
+        "temperature_edge",
     ),
-    "sm_clock_mhz": ("sclk_mhz", "gfx_clk", "sclk_clock_mhz"),
-    "mem_clock_mhz": ("mclk_mhz", "mem_clk", "mclk_clock_mhz"),
-    "gpu_util_pct": ("GPU use (%)", "gfx_activity", "gpu_util", "gpu_use_percent"),
-    "mem_util_pct": ("GPU Memory use (%)", "umc_activity", "mem_util"),
+    "sm_clock_mhz": ("sclk_mhz", "gfx_clk", "sclk_clock_mhz", "clock_gfx_clk"),
+    "mem_clock_mhz": ("mclk_mhz", "mem_clk", "mclk_clock_mhz", "clock_mem_clk"),
+    "gpu_util_pct": (
+        "GPU use (%)",
+        "gfx_activity",
+        "usage_gfx_activity",
+        "gpu_util",
+        "gpu_use_percent",
+    ),
+    "mem_util_pct": ("GPU Memory use (%)", "umc_activity", "usage_umc_activity", "mem_util"),
 }
 _ALL = {name: col for col, names in _FIELDS.items() for name in names}
 

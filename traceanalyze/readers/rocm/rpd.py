@@ -61,7 +61,7 @@ def sniff(path: PathLike) -> bool:
 
 
 _OPS_SQL = """
-SELECT o.id, o.gpuId, o.queueId, o.start, o."end", d.string, t.string, ao.api_id, a.pid,
+SELECT o.id, o.gpuId, o.queueId, o.start, o."end", {name}, t.string, ao.api_id, a.pid,
        {launch}, n.string, {size}
 FROM rocpd_op o
 JOIN rocpd_string d ON d.id = o.description_id
@@ -106,7 +106,16 @@ def _ops(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.DataFr
         "LEFT JOIN rocpd_kernelapi ka ON ka.api_ptr_id = ao.api_id" if ka else "",
         "LEFT JOIN rocpd_copyapi ca ON ca.api_ptr_id = ao.api_id" if ca else "",
     ]
+    # a kernel op's name is its description; some tracers leave that empty and name the kernel
+    # only in its launch's arguments (rocpd_kernelapi.kernelName_id)
+    if ka:
+        joins.append("LEFT JOIN rocpd_string kn ON kn.id = ka.kernelName_id")
     sql = _OPS_SQL.format(
+        name=(
+            "CASE WHEN d.string <> '' OR kn.string IS NULL THEN d.string ELSE kn.string END"
+            if ka
+            else "d.string"
+        ),
         launch=_LAUNCH if ka else ", ".join(["NULL"] * 7),
         size="ca.size" if ca else "NULL",
         joins="\n".join(joins),
@@ -144,13 +153,15 @@ def _kernels(ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def _memcpy(ops: pl.DataFrame) -> pl.DataFrame:
-    m = ops.filter(pl.col("op_type").is_in(list(_COPY_KIND)))
+    """Copy and fill ops; a `Copy…` type not in `_COPY_KIND` is kept with a null kind."""
+    t = pl.col("op_type")
+    m = ops.filter(t.str.starts_with("Copy") | t.is_in(list(_COPY_KIND)))
     return m.select(
         "process_id",
         "device_id",
         "stream_id",
         "correlation_id",
-        pl.col("op_type").replace_strict(_COPY_KIND, return_dtype=_S).alias("kind"),
+        t.replace_strict(_COPY_KIND, default=None, return_dtype=_S).alias("kind"),
         "size_bytes",
         "start_ns",
         "end_ns",
