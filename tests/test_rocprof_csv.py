@@ -92,4 +92,14 @@ def test_older_columns_clone_suffix_and_counters(write: Any) -> None:
 def test_without_timestamps_is_a_named_error(write: Any) -> None:
     p = write("results.csv", '"Index","KernelName","gpu-id","BeginNs"\n0,"k",1,5\n')
     with pytest.raises(MissingColumn, match="EndNs"):
-        ta.read(p, format="rocprof_csv")
+        ta.read(p)
+
+
+def test_counters_without_timestamps(write: Any) -> None:
+    body = '"Index","KernelName","gpu-id","pid","SQ_WAVES","GRBM_GUI_ACTIVE"\n0,"k.kd",4,9,8,1200\n'
+    t = ta.read(write("results.csv", body))
+    assert t.kernels.height == 0
+    assert t.kernel_metrics.sort("metric_name").select("name", "metric_name", "value").rows() == [
+        ("k", "GRBM_GUI_ACTIVE", 1200.0),
+        ("k", "SQ_WAVES", 8.0),
+    ]

@@ -28,9 +28,9 @@ def _header(path: PathLike) -> list[str]:
 
 
 def sniff(path: PathLike) -> bool:
-    """A header with KernelName, gpu-id and the timestamps, or the `--stats` summary header."""
+    """A header with Index, KernelName and gpu-id, or the `--stats` summary header."""
     cols = _header(path)
-    return tuple(cols) == v1.STATS_HEADER or all(c in cols for c in v1.NEEDED)
+    return tuple(cols) == v1.STATS_HEADER or all(c in cols for c in v1.IDENTITY)
 
 
 @reader_entry("rocprof_csv")

@@ -29,7 +29,8 @@ from ..common.core import PathLike, check_times, require_columns
 from .devices import node_devices
 from .names import base_name, clean_names
 
-NEEDED = ("Index", "KernelName", "gpu-id", "BeginNs", "EndNs")
+IDENTITY = ("Index", "KernelName", "gpu-id")  # every results.csv has these
+NEEDED = (*IDENTITY, "BeginNs", "EndNs")  # with --timestamp on
 KNOWN = frozenset(
     {
         *NEEDED,
@@ -100,9 +101,13 @@ def kernels(raw: pl.DataFrame, *, path: PathLike, table: str | None) -> pl.DataF
     )
 
 
+def _counters(raw: pl.DataFrame) -> list[str]:
+    return [c for c in raw.columns if c not in KNOWN and raw.schema[c].is_numeric()]
+
+
 def metrics(raw: pl.DataFrame, k: pl.DataFrame) -> pl.DataFrame | None:
     """`--pmc` counter columns (every column rocprof does not always write), long."""
-    extra = [c for c in raw.columns if c not in KNOWN and raw.schema[c].is_numeric()]
+    extra = _counters(raw)
     if not extra:
         return None
     wide = raw.select(
@@ -115,12 +120,25 @@ def metrics(raw: pl.DataFrame, k: pl.DataFrame) -> pl.DataFrame | None:
 
 
 def tables(raw: pl.DataFrame, *, path: PathLike, table: str | None) -> Tables:
-    k = kernels(raw, path=path, table=table)
+    """A run with `--timestamp on` gives kernels (and counters); a `--pmc` run without it only
+    counters, per dispatch; a file with neither is refused, naming the missing timestamps."""
     src = pl.DataFrame({"tool": ["rocprof"]})  # no version in the file
+    timed = all(c in raw.columns for c in NEEDED)
+    if not timed and not (_counters(raw) and all(c in raw.columns for c in IDENTITY)):
+        require_columns(raw.columns, NEEDED, path=path, table=table)
+    if timed:
+        k = kernels(raw, path=path, table=table)
+    else:
+        k = raw.select(
+            _int(raw, "Index").alias("kernel_id"),
+            _int(raw, "pid").alias("process_id"),
+            _int(raw, "gpu-id").alias("device_id"),
+            clean_names(pl.col("KernelName").cast(pl.String)).alias("name"),
+        )
     m = metrics(raw, k)
     return Tables.build(
         sources=src,
         devices=node_devices(k["device_id"].to_list()),
-        kernels=k,
+        **({"kernels": k} if timed else {}),
         **({} if m is None else {"kernel_metrics": m}),
     )
