@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 from statistics import mean
 from typing import Any
 
@@ -81,3 +82,30 @@ def test_implausible_values_are_nulled(write: Any) -> None:
     with pytest.warns(UserWarning, match="temperature_c value"):
         t = ta.read(write("a.csv", "timestamp,device,temp_junction_celsius\n1,card0,9999\n"))
     assert t.gpu_samples["temperature_c"].to_list() == [None]
+
+
+def test_attribute_and_variability_take_rocm_smi_power(tmp_path: Path) -> None:
+    """An iteration log (epoch times) and a rocm-smi log of the same GPU: attribute gives each
+    iteration the time-weighted power of the sample-and-hold series, computed here by hand."""
+    src = shared_set(DIR + "power.csv")
+    card3 = [r for r in _samples("power") if r["device"] == "card3"]
+    ts, vs = [int(r["timestamp"]) for r in card3], [float(r["power_watts"]) for r in card3]
+    log = tmp_path / "iters.csv"
+    lines = [
+        "# traceanalyze-iterlog v1",
+        "rank,device_id,iteration,start_ns,duration_ns,batch_size,images_per_s",
+    ]
+    for n, i in enumerate(range(0, 20, 2)):  # iterations of two sweeps each
+        lines.append(f"0,3,{n},{ts[i] * 10**9},{(ts[i + 2] - ts[i]) * 10**9},8,")
+    log.write_text("\n".join(lines) + "\n")
+    ds = ta.open(log, src)
+    got = ds.attribute(per="iteration").sort("iteration")
+    want = [
+        (vs[i] * (ts[i + 1] - ts[i]) + vs[i + 1] * (ts[i + 2] - ts[i + 1])) / (ts[i + 2] - ts[i])
+        for i in range(0, 20, 2)
+    ]
+    assert got["power_w"].to_list() == pytest.approx(want)
+    assert set(got["samples_device_id"]) == {3}
+    row = ds.variability(warmup=0).table.row(0, named=True)
+    assert row["device_id"] == 3 and row["samples_device_id"] == 3
+    assert min(vs[:20]) <= row["median_power_w"] <= max(vs[:20])
