@@ -211,3 +211,16 @@ def test_cut_short_and_bombs(write: Any, tmp_path: Path) -> None:
         pytest.raises(InputTooLarge, match="inflates more than 20x"),
     ):
         ta.read(p)
+
+
+def test_two_tool_entries_keep_their_own_symbols_and_pids(write: Any) -> None:
+    one = json.loads(_doc([_dispatch(1, 1, 100, 150)], _SYMS))["rocprofiler-sdk-tool"][0]
+    two = json.loads(_doc([_dispatch(1, 1, 300, 350)], _SYMS))["rocprofiler-sdk-tool"][0]
+    two["metadata"]["pid"] = 43
+    two["kernel_symbols"] = [{"kernel_id": 1, "formatted_kernel_name": "other_kernel"}]
+    p = write("two.json", json.dumps({"rocprofiler-sdk-tool": [one, two]}))
+    k = ta.read(p).kernels
+    assert k.select("name", "process_id", "kernel_id").rows() == [
+        ("f()", 42, 0),
+        ("other_kernel", 43, 1),
+    ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -131,10 +131,10 @@ def _last_cuts(buf: bytes, stop: int) -> list[re.Match[bytes]]:
     return near[::-1][:_TRIES]
 
 
-def value_after(doc: bytes | bytearray, key: bytes) -> Any:
-    """The JSON value after the first `"key":` of a (partial) document, or None when it is not
-    there whole yet."""
-    m = re.search(rb'"' + re.escape(key) + rb'"\s*:\s*', doc)
+def value_after(doc: bytes | bytearray, key: bytes, start: int = 0) -> Any:
+    """The JSON value after the first `"key":` from `start` of a (partial) document, or None
+    when it is not there whole yet."""
+    m = re.compile(rb'"' + re.escape(key) + rb'"\s*:\s*').search(doc, start)
     if m is None:
         return None
     text = bytes(doc[m.end() :]).decode("utf-8", "replace")
@@ -143,8 +143,3 @@ def value_after(doc: bytes | bytearray, key: bytes) -> Any:
     except ValueError:
         return None
     return value
-
-
-def records(pieces: Iterable[bytes], reader: ArrayReader) -> Iterator[tuple[str, list[Any]]]:
-    for piece in pieces:
-        yield from reader.feed(piece)

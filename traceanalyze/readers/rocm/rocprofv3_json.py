@@ -133,13 +133,14 @@ def _pieces(path: PathLike) -> Iterator[bytes]:
             yield b
 
 
-def _header(reader: ArrayReader, path: PathLike) -> Header:
-    """What the dispatches need from the document before them: GPU agents, pid, op names."""
-    agents = value_after(reader.outer, b"agents")
+def _header(reader: ArrayReader, path: PathLike, start: int) -> Header:
+    """What the dispatches need from the document before them (its tool entry from `start`):
+    GPU agents, pid, op names."""
+    agents = value_after(reader.outer, b"agents", start)
     if not isinstance(agents, list):
         raise MalformedInput("buffer_records before the agents (not rocprofv3's order)", path=path)
-    meta = value_after(reader.outer, b"metadata")
-    strings = value_after(reader.outer, b"strings")
+    meta = value_after(reader.outer, b"metadata", start)
+    strings = value_after(reader.outer, b"strings", start)
     pid = meta.get("pid") if isinstance(meta, dict) else None
     ops: list[list[str]] = []
     if isinstance(strings, dict):
@@ -166,13 +167,18 @@ def stream_rocprofv3_json(path: PathLike, *, workdir: Path) -> Iterator[tuple[st
     reader = ArrayReader(_DECODERS, path)
     symbols: dict[int, tuple[Any, ...]] = {}
     header: Header | None = None
-    next_id = 0
+    devices: dict[int, dict[str, Any]] = {}
+    next_id = entry = 0  # entry: where the current tool entry's header starts in reader.outer
     for piece in _pieces(path):
         for key, recs in reader.feed(piece):
             if key == "kernel_symbols":
+                if header is not None:  # the next tool entry (process): its own ids and agents
+                    symbols, header = {}, None
                 _symbols(recs, symbols)
                 continue
-            header = header or _header(reader, path)
+            if header is None:
+                header = _header(reader, path, entry)
+                devices.update((r["device_id"], r) for r in header.device_rows)
             if key == "kernel_dispatch":
                 yield "kernels", kernel_frame(recs, header, symbols, next_id, path)
                 next_id += len(recs)
@@ -180,13 +186,15 @@ def stream_rocprofv3_json(path: PathLike, *, workdir: Path) -> Iterator[tuple[st
                 yield "api_calls", api_frame(recs, header)
             elif key == "memory_copy":
                 yield "memcpy", copy_frame(recs, header)
+            entry = len(reader.outer)
     doc = reader.finish()
     if not isinstance(doc, dict) or not isinstance(doc.get("rocprofiler-sdk-tool"), list):
         raise MalformedInput("no rocprofiler-sdk-tool list (not rocprofv3 JSON)", path=path)
-    if header is None:
-        agents = value_after(reader.outer, b"agents")
+    if header is None:  # no records at all: the agents still say which GPUs there were
+        agents = value_after(reader.outer, b"agents", entry)
         header = Header.build(agents if isinstance(agents, list) else [], None, [])
-    yield "devices", devices_frame(header.device_rows)
+        devices.update((r["device_id"], r) for r in header.device_rows)
+    yield "devices", devices_frame(devices[d] for d in sorted(devices))
     yield "sources", pl.DataFrame({"tool": ["rocprofv3"]})
 
 
