@@ -217,10 +217,12 @@ def test_two_tool_entries_keep_their_own_symbols_and_pids(write: Any) -> None:
     one = json.loads(_doc([_dispatch(1, 1, 100, 150)], _SYMS))["rocprofiler-sdk-tool"][0]
     two = json.loads(_doc([_dispatch(1, 1, 300, 350)], _SYMS))["rocprofiler-sdk-tool"][0]
     two["metadata"]["pid"] = 43
-    two["kernel_symbols"] = [{"kernel_id": 1, "formatted_kernel_name": "other_kernel"}]
+    # an older symbol table: the mangled name only; a correlation id's external as an object
+    two["kernel_symbols"] = [{"kernel_id": 1, "kernel_name": "_Z12other_kernelPf.kd"}]
+    two["buffer_records"]["kernel_dispatch"][0]["correlation_id"]["external"] = {"value": 0}
     p = write("two.json", json.dumps({"rocprofiler-sdk-tool": [one, two]}))
     k = ta.read(p).kernels
-    assert k.select("name", "process_id", "kernel_id").rows() == [
-        ("f()", 42, 0),
-        ("other_kernel", 43, 1),
+    assert k.select("name", "short_name", "process_id", "kernel_id").rows() == [
+        ("f()", "f", 42, 0),
+        ("other_kernel(float*)", "other_kernel", 43, 1),
     ]

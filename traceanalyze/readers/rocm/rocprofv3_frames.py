@@ -38,7 +38,7 @@ class Header:
 
     @classmethod
     def build(cls, agents: list[Any], pid: int | None, ops: list[list[str]]) -> Header:
-        gpus = [a for a in agents if isinstance(a, dict) and a.get("type") == _GPU]
+        gpus = [a for a in agents if isinstance(a, dict) and a.get("type") in (_GPU, "GPU")]
         devices: dict[int, int] = {}
         rows = []
         for i, a in enumerate(gpus):

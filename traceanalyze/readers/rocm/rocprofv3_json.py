@@ -33,12 +33,19 @@ import polars as pl
 
 from ...errors import MalformedInput
 from ...tables import Tables
-from ..common.core import GZIP_MAGIC, PathLike, check_stop, head_bytes, reader_entry
+from ..common.core import (
+    GZIP_MAGIC,
+    PathLike,
+    check_stop,
+    demangle,
+    head_bytes,
+    reader_entry,
+)
 from ..common.limits import current_limits, gunzip_stream
 from ..common.stream import stream_entry
 from .devices import devices_frame
 from .jsonstream import ArrayReader, value_after
-from .names import clean_name
+from .names import base_name, clean_name
 from .rocprofv3_frames import Header, api_frame, copy_frame, kernel_frame
 
 _CHUNK = 1 << 23
@@ -50,7 +57,7 @@ class _Id(msgspec.Struct, gc=False):
 
 class _Corr(msgspec.Struct, gc=False):
     internal: int
-    external: int = 0
+    external: Any = None  # an integer, or {"value": …} in some versions: not kept
 
 
 class _Dim(msgspec.Struct, gc=False):
@@ -99,6 +106,7 @@ class Symbol(msgspec.Struct, kw_only=True, gc=False):
     kernel_id: int
     kernel_name: str = ""
     formatted_kernel_name: str = ""
+    demangled_kernel_name: str = ""
     truncated_kernel_name: str = ""
     arch_vgpr_count: int | None = None
     accum_vgpr_count: int | None = None
@@ -151,9 +159,13 @@ def _header(reader: ArrayReader, path: PathLike, start: int) -> Header:
 
 def _symbols(records: list[Symbol], into: dict[int, tuple[Any, ...]]) -> None:
     for s in records:
-        name = clean_name(s.formatted_kernel_name or s.kernel_name)
+        name = clean_name(
+            s.formatted_kernel_name
+            or s.demangled_kernel_name
+            or demangle(clean_name(s.kernel_name))
+        )
         mangled = clean_name(s.kernel_name) if s.kernel_name.startswith("_Z") else None
-        short = clean_name(s.truncated_kernel_name) or None
+        short = clean_name(s.truncated_kernel_name) or base_name(name) or None
         vgpr = None
         if s.arch_vgpr_count is not None:
             vgpr = s.arch_vgpr_count + (s.accum_vgpr_count or 0)
