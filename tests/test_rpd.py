@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 import traceanalyze as ta
@@ -146,3 +147,18 @@ def test_names_from_the_launch_and_global_sizes(tmp_path: Path) -> None:
     assert t.api_calls["name"].to_list() == ["hipExtModuleLaunchKernel", "hipMemcpyAsync"]
     assert t.markers.select("name", "start_ns", "end_ns").rows() == [("step 3", 40, 700)]
     assert t.gpu_samples.height == 0
+
+
+def test_streamed_in_small_batches_equals_read(
+    path: Path, tables: ta.Tables, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import traceanalyze.readers.rocm.rpd as rpd
+
+    monkeypatch.setattr(rpd, "_BATCH", 7)
+    parts: dict[str, list[Any]] = {}
+    with pytest.warns(UserWarning):
+        for name, df in ta.readers.stream(path):
+            parts.setdefault(name, []).append(df)
+    assert len(parts["kernels"]) > 1  # 85 ops, 7 at a time (empty chunks are not yielded)
+    for name in ("kernels", "memcpy", "api_calls", "gpu_samples"):
+        assert pl.concat(parts[name]).equals(tables[name]), name

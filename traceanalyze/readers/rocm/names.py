@@ -38,3 +38,11 @@ def base_name(name: str) -> str:
     n = n[:cut].strip()
     n = n.rsplit(" ", 1)[-1]
     return n.rsplit("::", 1)[-1] or name
+
+
+def with_short_names(df: pl.DataFrame) -> pl.DataFrame:
+    """`df` with `short_name` = `base_name(name)`, computed once per distinct name."""
+    names = df["name"].unique().drop_nulls().to_list()
+    mapping = {n: base_name(n) for n in names}
+    short = pl.col("name").replace_strict(mapping, default=None, return_dtype=pl.String)
+    return df.with_columns(short.alias("short_name"))

@@ -26,7 +26,7 @@ from ...tables import Tables
 from ..common.core import PathLike, check_times, head_text, reader_entry, require_columns
 from ..common.limits import read_content
 from .devices import devices_frame
-from .names import base_name, clean_names
+from .names import clean_names, with_short_names
 
 _NEED = ("Agent_Id", "Kernel_Name", "Start_Timestamp", "End_Timestamp")
 _I = pl.Int64
@@ -132,6 +132,5 @@ def read_rocprofv3_csv(path: PathLike) -> Tables:
     check_times(k, path=path, table="kernel_trace", columns=("Start_Timestamp", "End_Timestamp"))
     k = k.with_columns(
         (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
-        pl.col("name").map_elements(base_name, return_dtype=pl.String).alias("short_name"),
-    )
+    ).pipe(with_short_names)
     return Tables.build(sources=pl.DataFrame({"tool": ["rocprofv3"]}), devices=devices, kernels=k)

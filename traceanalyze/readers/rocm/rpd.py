@@ -26,17 +26,22 @@ ROCm/rocmProfileData on gfx90a).
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from ...errors import MalformedInput
 from ...tables import Tables
-from ..common.core import PathLike, check_times, is_sqlite, reader_entry, warn
+from ..common.core import PathLike, check_stop, check_times, is_sqlite, reader_entry, warn
 from ..common.sqlite import connect_readonly, query_frame, sqlite_tables
-from .names import base_name, clean_names
+from ..common.stream import stream_entry
+from .names import clean_names, with_short_names
 
 _I, _S = pl.Int64(), pl.String()
 _NEED = ("rocpd_op", "rocpd_string", "rocpd_api", "rocpd_api_ops")
+_BATCH = 1 << 16  # rows per chunk of ops or calls (a GEMM's name is ~1 kB)
 _COPY_KIND = {
     "CopyHostToDevice": "HtoD",
     "CopyDeviceToHost": "DtoH",
@@ -98,7 +103,7 @@ _OPS_TYPES = {
 }
 
 
-def _ops(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.DataFrame:
+def _ops_sql(tables: set[str]) -> str:
     """Every op with its launching call (the first call rocpd_api_ops links it to) and that
     call's launch or copy arguments, where the file has those tables."""
     ka, ca = "rocpd_kernelapi" in tables, "rocpd_copyapi" in tables
@@ -110,7 +115,7 @@ def _ops(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.DataFr
     # only in its launch's arguments (rocpd_kernelapi.kernelName_id)
     if ka:
         joins.append("LEFT JOIN rocpd_string kn ON kn.id = ka.kernelName_id")
-    sql = _OPS_SQL.format(
+    return _OPS_SQL.format(
         name=(
             "CASE WHEN d.string <> '' OR kn.string IS NULL THEN d.string ELSE kn.string END"
             if ka
@@ -120,9 +125,25 @@ def _ops(con: sqlite3.Connection, path: PathLike, tables: set[str]) -> pl.DataFr
         size="ca.size" if ca else "NULL",
         joins="\n".join(joins),
     )
-    ops = query_frame(con, path, "rocpd_op", sql, dict(_OPS_TYPES))
-    check_times(ops, path=path, table="rocpd_op", columns=("start", "end"))
-    return ops.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"))
+
+
+def _batches(
+    con: sqlite3.Connection, path: PathLike, table: str, sql: str, types: dict[str, Any]
+) -> Iterator[pl.DataFrame]:
+    """The query's rows as frames of at most `_BATCH` rows (what `query_frame` makes of them),
+    each with its duration, so that a big file is never held whole."""
+    cur = con.execute(sql)
+    while rows := cur.fetchmany(_BATCH):
+        check_stop()
+        try:
+            df = pl.DataFrame(rows, schema=types, orient="row")
+        except pl.exceptions.ComputeError as e:
+            msg = str(e).split("\n", 1)[0]
+            raise MalformedInput(
+                f"a column holds values of the wrong type: {msg}", path=path, table=table
+            ) from None
+        check_times(df, path=path, table=table, columns=("start", "end"))
+        yield df.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"))
 
 
 def _kernels(ops: pl.DataFrame) -> pl.DataFrame:
@@ -149,7 +170,7 @@ def _kernels(ops: pl.DataFrame) -> pl.DataFrame:
         "block_y",
         "block_z",
         "total_smem_bytes",
-    ).with_columns(pl.col("name").map_elements(base_name, return_dtype=_S).alias("short_name"))
+    ).pipe(with_short_names)
 
 
 def _memcpy(ops: pl.DataFrame) -> pl.DataFrame:
@@ -187,11 +208,8 @@ _API_TYPES = {
 }
 
 
-def _api(con: sqlite3.Connection, path: PathLike) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(api_calls, markers) from rocpd_api."""
-    api = query_frame(con, path, "rocpd_api", _API_SQL, dict(_API_TYPES))
-    check_times(api, path=path, table="rocpd_api", columns=("start", "end"))
-    api = api.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"))
+def _api_parts(api: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(api_calls, markers) of a batch of rocpd_api rows."""
     name = pl.col("name")
     calls = api.filter(name.str.starts_with("hip") | name.str.starts_with("hsa")).with_columns(
         pl.lit("runtime").alias("api")
@@ -284,37 +302,53 @@ def _monitor_devices(samples: pl.DataFrame, devices: list[int], path: PathLike) 
     return samples
 
 
-@reader_entry("rpd")
-def read_rpd(path: PathLike) -> Tables:
-    """Read an rpd (rocmProfileData SQLite) file into normalized tables."""
+def _open(path: PathLike) -> tuple[sqlite3.Connection, set[str]]:
     con = connect_readonly(path)
+    tables = sqlite_tables(con)
+    missing = [t for t in _NEED if t not in tables]
+    if missing:
+        con.close()
+        raise MalformedInput(f"no table {missing[0]} (not an rpd file)", path=path)
+    return con, tables
+
+
+@stream_entry("rpd")
+def stream_rpd(path: PathLike, *, workdir: Path) -> Iterator[tuple[str, pl.DataFrame]]:
+    """The file as `(table, frame)` chunks: ops and calls `_BATCH` rows at a time, then the
+    monitor's samples (few), the devices and the sources row."""
+    del workdir  # nothing spilled: SQLite gives the rows in order, a batch at a time
+    con, tables = _open(path)
     try:
-        tables = sqlite_tables(con)
-        missing = [t for t in _NEED if t not in tables]
-        if missing:
-            raise MalformedInput(f"no table {missing[0]} (not an rpd file)", path=path)
-        ops = _ops(con, path, tables)
-        calls, markers = _api(con, path)
-        samples, metrics = _monitor(con, path) if "rocpd_monitor" in tables else (None, None)
+        devices: set[int] = set()
+        for ops in _batches(con, path, "rocpd_op", _ops_sql(tables), dict(_OPS_TYPES)):
+            devices.update(ops["device_id"].drop_nulls().to_list())
+            yield "kernels", _kernels(ops)
+            yield "memcpy", _memcpy(ops)
+        for api in _batches(con, path, "rocpd_api", _API_SQL, dict(_API_TYPES)):
+            calls, markers = _api_parts(api)
+            yield "api_calls", calls
+            yield "markers", markers
+        if "rocpd_monitor" in tables:
+            samples, metrics = _monitor(con, path)
+            yield "gpu_samples", _monitor_devices(samples, sorted(devices), path)
+            yield "gpu_metrics", metrics
         src = _sources(con, tables)
     finally:
         con.close()
-    kernels = _kernels(ops)
-    devices = sorted(set(ops["device_id"].drop_nulls().to_list()))
-    if samples is not None:
-        samples = _monitor_devices(samples, devices, path)
-    frames = {
-        "sources": src,
-        "devices": pl.DataFrame(
-            {"device_id": devices, "vendor": ["AMD"] * len(devices)},
-            schema={"device_id": _I, "vendor": _S},
+    ids = sorted(devices)
+    yield (
+        "devices",
+        pl.DataFrame(
+            {"device_id": ids, "vendor": ["AMD"] * len(ids)}, schema={"device_id": _I, "vendor": _S}
         ),
-        "kernels": kernels,
-        "memcpy": _memcpy(ops),
-        "api_calls": calls,
-        "markers": markers,
-    }
-    if samples is not None and metrics is not None:
-        frames["gpu_samples"] = samples
-        frames["gpu_metrics"] = metrics
-    return Tables.build(**frames)
+    )
+    yield "sources", src
+
+
+@reader_entry("rpd")
+def read_rpd(path: PathLike) -> Tables:
+    """Read an rpd (rocmProfileData SQLite) file into normalized tables."""
+    parts: dict[str, list[pl.DataFrame]] = {}
+    for name, df in stream_rpd(path, workdir=Path(".")):
+        parts.setdefault(name, []).append(df)
+    return Tables.build(**{name: pl.concat(dfs) for name, dfs in parts.items()})

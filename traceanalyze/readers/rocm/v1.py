@@ -27,7 +27,7 @@ from ...errors import MalformedInput
 from ...tables import Tables
 from ..common.core import PathLike, check_times, require_columns
 from .devices import node_devices
-from .names import base_name, clean_names
+from .names import clean_names, with_short_names
 
 IDENTITY = ("Index", "KernelName", "gpu-id")  # every results.csv has these
 NEEDED = (*IDENTITY, "BeginNs", "EndNs")  # with --timestamp on
@@ -97,8 +97,7 @@ def kernels(raw: pl.DataFrame, *, path: PathLike, table: str | None) -> pl.DataF
         raise MalformedInput("a row without Index", path=path, table=table, column="Index")
     return df.with_columns(
         (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
-        pl.col("name").map_elements(base_name, return_dtype=pl.String).alias("short_name"),
-    )
+    ).pipe(with_short_names)
 
 
 def _counters(raw: pl.DataFrame) -> list[str]:
