@@ -226,3 +226,17 @@ def test_two_tool_entries_keep_their_own_symbols_and_pids(write: Any) -> None:
         ("f()", "f", 42, 0),
         ("other_kernel(float*)", "other_kernel", 43, 1),
     ]
+
+
+def test_unmapped_record_arrays_are_read_past_in_batches(write: Any) -> None:
+    hsa = [
+        {"kind": 1, "operation": 3, "correlation_id": {"internal": i}, "start_timestamp": i,
+         "end_timestamp": i + 1, "thread_id": 9, "args": [{"a": "},{"}, {"b": "}]"}]}
+        for i in range(5000)
+    ]  # fmt: skip
+    body = _doc([_dispatch(1, 1, 100, 150)], _SYMS, hsa_api=hsa)
+    assert len(body) > 600_000
+    # values of 64 KiB at most: the hsa_api array is never held whole
+    with input_limits(max_value_bytes=64 << 10):
+        t = ta.read(write("h.json", body))
+    assert t.kernels.height == 1 and t.api_calls.height == 0

@@ -112,7 +112,24 @@ class Symbol(msgspec.Struct, kw_only=True, gc=False):
     accum_vgpr_count: int | None = None
 
 
+class _Skip(msgspec.Struct, gc=False):
+    """A record of an array that is read past, not kept (its fields are ignored)."""
+
+
+# Record arrays the reader does not map, read past batch by batch like the others so that the
+# document kept whole (`ArrayReader.outer`) stays small; all are arrays of objects, and none of
+# these keys names anything else in the file (`strings.marker_api` does, so it is not here).
+_SKIPPED = (
+    "hsa_api",
+    "rccl_api",
+    "memory_allocation",
+    "scratch_memory",
+    "counter_collection",
+    "pc_sample_host_trap",
+    "pc_sample_stochastic",
+)
 _DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
+    **{key: msgspec.json.Decoder(list[_Skip]) for key in _SKIPPED},
     "kernel_symbols": msgspec.json.Decoder(list[Symbol]),
     "kernel_dispatch": msgspec.json.Decoder(list[Dispatch]),
     "hip_api": msgspec.json.Decoder(list[Api]),
@@ -183,6 +200,8 @@ def stream_rocprofv3_json(path: PathLike, *, workdir: Path) -> Iterator[tuple[st
     next_id = entry = 0  # entry: where the current tool entry's header starts in reader.outer
     for piece in _pieces(path):
         for key, recs in reader.feed(piece):
+            if key in _SKIPPED:
+                continue
             if key == "kernel_symbols":
                 if header is not None:  # the next tool entry (process): its own ids and agents
                     symbols, header = {}, None
