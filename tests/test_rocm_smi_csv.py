@@ -75,7 +75,7 @@ def test_bad_values_name_their_column(write: Any) -> None:
     with pytest.raises(MalformedInput, match=r"neither epoch seconds nor ISO-8601 with a zone"):
         ta.read(write("b.csv", "timestamp,device,power_watts\n2025-08-07 18:58:23,card0,5\n"))
     with pytest.raises(MalformedInput, match=r"'gpuX' is not cardN"):
-        ta.read(write("c.csv", "timestamp,device,power_watts\n1,gpuX,5\n"))
+        ta.read(write("c.csv", "timestamp,device,power_watts\n1,gpuX,5\n"), format="rocm_smi_csv")
 
 
 def test_implausible_values_are_nulled(write: Any) -> None:
@@ -109,3 +109,12 @@ def test_attribute_and_variability_take_rocm_smi_power(tmp_path: Path) -> None:
     row = ds.variability(warmup=0).table.row(0, named=True)
     assert row["device_id"] == 3 and row["samples_device_id"] == 3
     assert min(vs[:20]) <= row["median_power_w"] <= max(vs[:20])
+
+
+def test_generic_sampler_logs_are_not_claimed(write: Any) -> None:
+    # generic names and integer devices: an NVIDIA sampler's as much as AMD's, left to smi_csv
+    p = write("n.csv", "timestamp,gpu,power_watts\n1700000000,0,250\n")
+    assert not ta.readers.READERS["rocm_smi_csv"].sniff(p)
+    # the same names with rocm-smi's card devices are AMD's
+    p = write("a.csv", "timestamp,device,power_watts\n1700000000,card0,250\n")
+    assert detect_format(p) == "rocm_smi_csv"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 
 import polars as pl
 
@@ -43,7 +44,6 @@ _FIELDS: dict[str, tuple[str, ...]] = {
         "power_usage",
         "socket_power",
         "power_socket_power",
-        "power_w",
     ),
     "power_limit_w": ("power_cap_watts", "Max Graphics Package Power (W)", "power_cap"),
     "temperature_c": (
@@ -78,17 +78,29 @@ def _header(text: str) -> list[str]:
     return next(csv.reader([first]), [])
 
 
+# Names only AMD's tools write: a log with generic names (timestamp, gpu, power_w) may be an
+# NVIDIA sampler's, which `smi_csv` reads; this reader claims it only with one of these columns,
+# or with rocm-smi's `cardN` devices.
+_AMD_ONLY = re.compile(r"junction|hotspot|edge|gfx|umc|socket|Graphics Package|sclk|mclk", re.I)
+_CARD = re.compile(r"\s*card\d+\s*$")
+
+
 def sniff(path: PathLike) -> bool:
-    """A CSV header with a time column, a device column and one of the AMD columns above."""
+    """A CSV header with a time column, a device column and one of the columns above, and
+    something AMD's: a column only its tools name so, or `cardN` devices."""
     text = head_text(path, 4096)
     if "\x00" in text:
         return False
+    lines = text.lstrip("\ufeff").split("\n")
     cols = [c.strip() for c in _header(text)]
-    return (
-        any(c in _TIME for c in cols)
-        and any(c in _DEVICE for c in cols)
-        and any(c in _ALL for c in cols)
-    )
+    dev = _pick(cols, _DEVICE)
+    if dev is None or not any(c in _TIME for c in cols) or not any(c in _ALL for c in cols):
+        return False
+    if any(_AMD_ONLY.search(c) for c in cols):
+        return True
+    row = next(csv.reader([lines[1].strip("\r")]), []) if len(lines) > 1 else []
+    i = cols.index(dev)
+    return i < len(row) and _CARD.match(row[i]) is not None
 
 
 def _pick(cols: list[str], names: tuple[str, ...]) -> str | None:
