@@ -240,3 +240,11 @@ def test_unmapped_record_arrays_are_read_past_in_batches(write: Any) -> None:
     with input_limits(max_value_bytes=64 << 10):
         t = ta.read(write("h.json", body))
     assert t.kernels.height == 1 and t.api_calls.height == 0
+
+
+def test_pretty_printed_equals_compact(write: Any) -> None:
+    doc = json.loads(_doc([_dispatch(i, 1 + i % 2, 10 * i, 10 * i + 5) for i in range(300)], _SYMS))
+    compact = ta.read(write("c.json", json.dumps(doc, separators=(",", ":"))))
+    pretty = ta.read(write("p.json", json.dumps(doc, indent=2)))
+    assert pretty.kernels.drop("source_id").equals(compact.kernels.drop("source_id"))
+    assert compact.kernels.height == 300
