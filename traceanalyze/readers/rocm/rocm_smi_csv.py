@@ -73,9 +73,17 @@ _FIELDS: dict[str, tuple[str, ...]] = {
 _ALL = {name: col for col, names in _FIELDS.items() for name in names}
 
 
+def _cells(line: str) -> list[str]:
+    """One CSV line's cells; none for a line the csv module refuses (a lone carriage return,
+    a NUL): such a file is no rocm-smi log."""
+    try:
+        return next(csv.reader([line.strip("\r")]), [])
+    except csv.Error:
+        return []
+
+
 def _header(text: str) -> list[str]:
-    first = text.lstrip("\ufeff").split("\n", 1)[0].strip("\r")
-    return next(csv.reader([first]), [])
+    return _cells(text.lstrip("\ufeff").split("\n", 1)[0])
 
 
 # Names only AMD's tools write: a log with generic names (timestamp, gpu, power_w) may be an
@@ -98,7 +106,7 @@ def sniff(path: PathLike) -> bool:
         return False
     if any(_AMD_ONLY.search(c) for c in cols):
         return True
-    row = next(csv.reader([lines[1].strip("\r")]), []) if len(lines) > 1 else []
+    row = _cells(lines[1]) if len(lines) > 1 else []
     i = cols.index(dev)
     return i < len(row) and _CARD.match(row[i]) is not None
 
