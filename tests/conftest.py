@@ -75,6 +75,17 @@ def shared(rel: str) -> Path:
     return p
 
 
+SHARED_SETS = ROOT.parent / "shared" / "sets"
+
+
+def shared_set(rel: str) -> Path:
+    """Path of a real file under ../shared/sets; skips the test when it is absent."""
+    p = SHARED_SETS / rel
+    if not p.exists():
+        pytest.skip(f"../shared/sets/{rel} is absent (a fresh clone without ../shared)")
+    return p
+
+
 def fixture(rel: str) -> Path:
     p = FIXTURES / rel
     assert p.exists(), f"fixture {rel} missing from fixtures/"

@@ -12,7 +12,7 @@ from traceanalyze import schema
 from traceanalyze.errors import MalformedInput, TraceanalyzeError, UnknownFormat
 from traceanalyze.readers import READERS, detect_format
 
-from .conftest import FIXTURES, SHARED_TRACES, all_shared_files
+from .conftest import FIXTURES, SHARED_SETS, SHARED_TRACES, all_shared_files
 
 SLUGS = list(READERS)
 
@@ -25,6 +25,29 @@ DIR_TO_SLUG = {
     "kineto_json": "kineto_json",
     "smi_logs": "smi_csv",
 }
+
+
+# ../shared/sets/rocm/<dir>: the AMD ROCm samples (kept out of ../shared/traces, see its MANIFEST);
+# a folder holds one format, but rocprof_csv holds rocprof v1's results.csv, .db and .stats.csv.
+ROCM_DIR_TO_SLUG = {
+    "rocprofv3_json": "rocprofv3_json",
+    "rpd": "rpd",
+    "rocprof_csv": "rocprof_csv",
+    "rocm_smi": "rocm_smi_csv",
+}
+
+
+def _rocm_files() -> list[tuple[Path, str]]:
+    root = SHARED_SETS / "rocm"
+    if not root.exists():
+        return []
+    out = []
+    for p in sorted(root.rglob("*")):
+        if not p.is_file() or p.suffix == ".md" or p.name.endswith(".stats.csv"):
+            continue  # results.stats.csv is refused (tests/test_rocprof_csv.py)
+        slug = "rocprof_sqlite" if p.suffix == ".db" else ROCM_DIR_TO_SLUG[p.parent.name]
+        out.append((p, slug))
+    return out
 
 
 def _fixture_files() -> list[Path]:
@@ -82,7 +105,7 @@ def _real_files() -> list[tuple[Path, str]]:
     for p in _fixture_files():
         slug = p.parent.name.split("-", 1)[0]
         out.append((p, slug))
-    return out
+    return out + _rocm_files()
 
 
 REAL = _real_files()

@@ -280,21 +280,28 @@ class Dataset:
 
         return report.variability(self, warmup, top)
 
-    def compare(self, other: Dataset, *, ops: bool = False, pool: bool = False) -> Comparison:
+    def compare(
+        self, other: Dataset, *, ops: bool = False, pool: bool = False, by_role: bool = False
+    ) -> Comparison:
         """This dataset (A) against `other` (B): overview and kernels matched by name and
         launch geometry; deltas B − A, ratios B / A. `ops=True`: host operators matched by
         name with their kernels, like HTA's ops_diff. A side of several GPU-runs is refused (a
-        `UsageProblem` naming them) unless `pool=True`; its description then says how many."""
+        `UsageProblem` naming them) unless `pool=True`; its description then says how many.
+        `by_role=True`: kernels matched by role (GEMM, convolution, collective, …: a stated
+        heuristic, `analyses.kernel_roles`) instead of name, e.g. an AMD run against an NVIDIA
+        one."""
         from .adapters import views as report_views
 
         a, b = f"A = {self.origin}", f"B = {other.origin}"
-        return report_views.compare(self, other, a, b, ops=ops, pool=pool)
+        return report_views.compare(self, other, a, b, ops=ops, pool=pool, by_role=by_role)
 
-    def compare_sources(self, a: str, b: str, *, ops: bool = False) -> Comparison:
+    def compare_sources(
+        self, a: str, b: str, *, ops: bool = False, by_role: bool = False
+    ) -> Comparison:
         """Two source ids of this dataset, A and B (the same id may be both)."""
         from .adapters import views as report_views
 
-        return report_views.compare_sources(self, a, b, ops=ops)
+        return report_views.compare_sources(self, a, b, ops=ops, by_role=by_role)
 
     # --- trace analyses (traceanalyze.analyses.launches, idle, overlap, annotations) ---------
 

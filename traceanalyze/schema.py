@@ -164,6 +164,13 @@ TABLES: dict[str, Table] = {
                 _c("sm_count", _INT, "Number of SMs (multiprocessors)."),
                 _c("memory_bytes", _INT, "Total device memory."),
                 _c("vendor", _S, "NVIDIA, AMD, … when known."),
+                _c(
+                    "node_id",
+                    _INT,
+                    "AMD: the agent's KFD node id (rocprof v1 `gpu-id`, rocprofv3 `node_id`), "
+                    "kept as the profiler gives it; device_id is the 0-based GPU index where the "
+                    "file says how (rocprofv3 `logical_node_type_id`), else this node id.",
+                ),
             ),
         ),
         Table(
@@ -282,7 +289,8 @@ TABLES: dict[str, Table] = {
         ),
         Table(
             "gpu_samples",
-            "GPU telemetry samples (NVML, nvidia-smi, nvprof --system-profiling), wide.",
+            "GPU telemetry samples (NVML, nvidia-smi, nvprof --system-profiling, rocm-smi, "
+            "rpd monitor), wide.",
             (
                 SOURCE_ID,
                 _c("device_id", _INT, "Device ordinal / nvidia-smi index."),
@@ -293,7 +301,18 @@ TABLES: dict[str, Table] = {
                 _c("power_w", _F, "Power draw."),
                 _c("power_kind", _S, "'instant' or 'average' when the source says."),
                 _c("power_limit_w", _F, "Enforced power limit."),
-                _c("temperature_c", _F, "GPU temperature."),
+                _c(
+                    "temperature_c",
+                    _F,
+                    "GPU temperature, the one analyses use; on AMD GPUs the junction (hotspot) "
+                    "sensor, as rocm-smi/amd-smi log it.",
+                ),
+                _c(
+                    "edge_temperature_c",
+                    _F,
+                    "AMD: the edge sensor's temperature, kept beside the junction one "
+                    "(temperature_c); no analysis uses it.",
+                ),
                 _c("fan_pct", _F, "Fan speed."),
                 _c("gpu_util_pct", _F, "GPU utilization."),
                 _c("mem_util_pct", _F, "Memory-controller utilization."),
@@ -468,6 +487,7 @@ PLAUSIBLE_RANGES: dict[str, tuple[float, float]] = {
     "power_w": (0.0, 5000.0),
     "power_limit_w": (0.0, 5000.0),
     "temperature_c": (-50.0, 200.0),
+    "edge_temperature_c": (-50.0, 200.0),
     "sm_clock_mhz": (0.0, 10000.0),
     "mem_clock_mhz": (0.0, 50000.0),
     "fan_pct": (0.0, 100.0),

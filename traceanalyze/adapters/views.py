@@ -203,11 +203,13 @@ def compare(
     ops: bool = False,
     *,
     pool: bool = False,
+    by_role: bool = False,
 ) -> Comparison:
     """`a` against `b`, every table of each side relabelled `A` / `B` (the same source may be
     both sides). `desc_*` say what each side is, in messages and in the result. `ops`: match
     host operators (with their kernels) instead of kernels, like HTA's ops_diff. A side of
-    several GPU-runs is refused unless `pool` (`one_gpu_run`)."""
+    several GPU-runs is refused unless `pool` (`one_gpu_run`). `by_role`: kernels matched by
+    role, not name (`analyses.kernel_roles`, a heuristic), for runs on different vendors."""
     from ..analyses.compare import compare_kernels, compare_ops, compare_overview, ops_diff_overview
 
     desc_a, desc_b = one_gpu_run(a, "A", desc_a, pool), one_gpu_run(b, "B", desc_b, pool)
@@ -232,6 +234,10 @@ def compare(
     (ia, ka), (ib, kb) = one_per_gpu_run(a), one_per_gpu_run(b)
     lab, lbb = (pl.lit(x, dtype=pl.String).alias("source_id") for x in ("A", "B"))
     k = pl.concat([ka.with_columns(lab), kb.with_columns(lbb)], how="vertical")
+    if by_role:
+        from ..analyses.kernel_roles import by_role as roles
+
+        k = roles(k.lazy())
     it = pl.concat([ia.with_columns(lab), ib.with_columns(lbb)], how="vertical")
     s = pl.concat([side_samples(a).with_columns(lab), side_samples(b).with_columns(lbb)])
     ov = compare_overview(k, it, s, "A", "B", names=desc)
@@ -270,7 +276,9 @@ def side_samples(ds: DatasetView) -> pl.LazyFrame:
     return smp.join(keep.lazy(), on=["source_id", "device_id"], how="semi", nulls_equal=True)
 
 
-def compare_sources(ds: DatasetView, a: str, b: str, ops: bool = False) -> Comparison:
+def compare_sources(
+    ds: DatasetView, a: str, b: str, ops: bool = False, by_role: bool = False
+) -> Comparison:
     """Two source ids of one dataset (the same id may be both)."""
     missing = [x for x in dict.fromkeys((a, b)) if x not in set(ds.all_source_ids())]
     if missing:
@@ -280,4 +288,6 @@ def compare_sources(ds: DatasetView, a: str, b: str, ops: bool = False) -> Compa
         f"{lab} = {x} ({names[x]})" if x in names else f"{lab} = {x}"
         for lab, x in (("A", a), ("B", b))
     ]
-    return compare(ds.where(source=a), ds.where(source=b), desc[0], desc[1], ops=ops)
+    return compare(
+        ds.where(source=a), ds.where(source=b), desc[0], desc[1], ops=ops, by_role=by_role
+    )

@@ -376,6 +376,12 @@ def variability(
     is_flag=True,
     help="Pool a store's GPU-runs into its side (refused otherwise); the side says how many.",
 )
+@click.option(
+    "--by-role",
+    is_flag=True,
+    help="Match kernels by role (gemm, conv, attention, collective, …; a name heuristic), not "
+    "by name: runs on different vendors' GPUs (an MI300X against an H100).",
+)
 @output_options
 @verbose_option
 @misuse_is_usage
@@ -389,6 +395,7 @@ def compare(
     top: int,
     by_ops: bool,
     pool: bool,
+    by_role: bool,
     out_json: bool,
     out_csv: bool,
 ) -> None:
@@ -407,12 +414,14 @@ def compare(
             raise click.UsageError(
                 "A and B already name sources of --store; --source applies to files or stores"
             )
-        res = load((), store_dir, fmt, (), devices).compare_sources(a, b, ops=by_ops)
+        res = load((), store_dir, fmt, (), devices).compare_sources(
+            a, b, ops=by_ops, by_role=by_role
+        )
     else:
         dev = devices or None
         side_a = open_side(a, "A", format=fmt, sources=sources).where(device=dev)
         side_b = open_side(b, "B", format=fmt, sources=sources).where(device=dev)
-        res = side_a.compare(side_b, ops=by_ops, pool=pool)
+        res = side_a.compare(side_b, ops=by_ops, pool=pool, by_role=by_role)
     if res.ops is not None:
         from .ops import print_ops_diff
 

@@ -76,6 +76,12 @@ _SLUGS: dict[str, tuple[str, str]] = {
         "mlperf_log",
         "MLPerf Training result logs (:::MLLOG, :::MLL, :::MLPv0.5.0) with system JSON",
     ),
+    "rocprofv3_json": ("rocm.rocprofv3_json", "rocprofv3 --output-format json (.json/.json.gz)"),
+    "rocprofv3_csv": ("rocm.rocprofv3_csv", "rocprofv3 *_kernel_trace.csv (+ *_agent_info.csv)"),
+    "rpd": ("rocm.rpd", "rocmProfileData (rpd_tracer) SQLite .rpd"),
+    "rocprof_csv": ("rocm.rocprof_csv", "rocprof v1 results.csv (--timestamp on)"),
+    "rocprof_sqlite": ("rocm.rocprof_sqlite", "rocprof v1 results.db (table KERN)"),
+    "rocm_smi_csv": ("rocm.rocm_smi_csv", "rocm-smi / amd-smi telemetry logs (CSV)"),
 }
 
 
