@@ -454,7 +454,10 @@ def _claim_run_dir(cfg: CollectConfig, run_dir: Path) -> None:
 
 
 def _raise_failed(error: str | None, pl: Plan, run_dir: Path) -> NoReturn:
-    last = last_line(pl.steps, run_dir)
+    # a command that exited non-zero: its last words; a profiler that profiled nothing (exit 0)
+    # already gave its own reason, and the workload's last line would only mislead
+    exited = error is not None and "exited with status" in error
+    last = last_line(pl.steps, run_dir) if exited else None
     raise CollectError(
         f"{error}{'; last output: ' + last if last else ''}; "
         f"manifest and partial outputs in {run_dir}"
