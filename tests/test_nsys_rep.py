@@ -104,6 +104,7 @@ def test_a_failed_export_leaves_nothing_half_exported(tmp_path: Path, monkeypatc
     assert r.exit_code == 1
     [line] = r.output.strip().splitlines()
     assert "nsys export failed (exit status 1): ProtobufParseException: bad" in line
+    assert "a report from a newer nsys than this one" in line
     assert str(p) in line
     assert staging_leftovers(store) == []
     assert not store.exists() or ta.Store(store).source_ids() == []
@@ -195,3 +196,16 @@ def test_a_damaged_report_fails_with_nsys_own_reason(report: Path, tmp_path: Pat
     assert "nsys export failed" in line and str(cut) in line
     assert staging_leftovers(store) == []
     assert not store.exists() or ta.Store(store).source_ids() == []
+
+
+@pytest.mark.requires_nsys
+@pytest.mark.requires_torch
+def test_the_report_version_is_the_writers(report: Path) -> None:
+    import re
+    import subprocess
+
+    from conftest import tool_path
+
+    out = subprocess.run([str(tool_path("nsys")), "--version"], capture_output=True, text=True)
+    [want] = re.findall(r"version (\d+)\.(\d+)\.(\d+)\.(\d+)", out.stdout)
+    assert nsys_rep.report_version(report) == tuple(int(x) for x in want)

@@ -87,12 +87,18 @@ def parse_version(text: bytes | str) -> tuple[int, ...] | None:
 
 
 def report_version(report: PathLike) -> tuple[int, ...] | None:
-    """The version of the nsys that wrote `report`, from its trailing metadata; None if absent."""
+    """The version of the nsys that wrote `report`, from its trailing metadata (2022.4 writes
+    it in the last 500 bytes; the head is looked at too); None if absent."""
     with open(report, "rb") as f:
+        head = f.read(_TAIL_BYTES)
         size = f.seek(0, os.SEEK_END)
         f.seek(max(0, size - _TAIL_BYTES))
         tail = f.read()
-    found = [tuple(int(g) for g in m.groups() if g is not None) for m in _VERSION.finditer(tail)]
+    found = [
+        tuple(int(g) for g in m.groups() if g is not None)
+        for part in (head, tail)
+        for m in _VERSION.finditer(part)
+    ]
     return max(found) if found else None
 
 
@@ -159,7 +165,13 @@ def export_sqlite(report: PathLike, workdir: Path) -> Path:
         rc = _run(export_argv(nsys, report, out), log)
         if rc != 0 or not out.is_file():
             why = f"exit status {rc}" if rc != 0 else "it wrote no file"
-            raise MalformedInput(f"nsys export failed ({why}): {_nsys_error(log)}", path=report)
+            reason = _nsys_error(log)
+            if "protobuf" in reason.lower():  # what an older nsys says of a newer report
+                reason += (
+                    f"; a report from a newer nsys than this one ({nsys})? set ${NSYS_ENV} to a "
+                    "newer nsys, or export it where it was recorded and read the .sqlite"
+                )
+            raise MalformedInput(f"nsys export failed ({why}): {reason}", path=report)
         ok = True
         return out
     finally:
