@@ -13,8 +13,10 @@ device, the profiler binary and, for ncu, its metric names); `collect(config)` r
         throughput.csv, throughput.png
         store/                         every output a reader recognizes, ingested
 
-Checks that can fail (device, profiler binary on PATH, nvprof on a too-new GPU) run before the
-run directory is created, so a refused run leaves nothing behind. A dry run needs no GPU and no
+Checks that can fail (device, profiler binary on PATH, nvprof on a too-new GPU, a flag the
+found profiler lacks) run before the run directory is created, so a refused run leaves nothing
+behind. A run that fails later says in its manifest `"status": "failed"` and which step failed
+(`"failed_step"`: `workload`, `profile`, nsys's `import` or `export`). A dry run needs no GPU and no
 profiler binary (it may be prepared on a login node): what it cannot know (compute capability,
 the metric names `ncu --query-metrics` would give) it says in `Plan.notes`.
 """
