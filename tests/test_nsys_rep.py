@@ -89,6 +89,9 @@ def test_no_nsys_says_how_to_export_by_hand(tmp_path: Path, monkeypatch) -> None
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and "export by hand" in lines[0]
     assert not (tmp_path / "st").exists() or not any((tmp_path / "st").glob("*/*.parquet"))
+    (tmp_path / "run1.sqlite").write_bytes(b"")
+    with pytest.raises(ToolNotFound, match="run1.sqlite beside it may be that export"):
+        ta.read(p)
 
 
 def test_a_failed_export_leaves_nothing_half_exported(tmp_path: Path, monkeypatch) -> None:

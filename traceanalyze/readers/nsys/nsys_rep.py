@@ -63,10 +63,12 @@ def find_nsys(report: PathLike) -> str:
         where = f"${NSYS_ENV}={given!r} is not an executable" if given else "no nsys on PATH"
         name = Path(report).name
         stem = _stem(name)
+        beside = Path(report).with_name(f"{stem}.sqlite")
+        hint = f"; {beside.name} beside it may be that export" if beside.is_file() else ""
         raise ToolNotFound(
             f"reading a .nsys-rep needs Nsight Systems ({where}); install it, or set ${NSYS_ENV}, "
             f"or export by hand: `nsys export --type sqlite -o {stem}.sqlite {name}` "
-            f"and read {stem}.sqlite",
+            f"and read {stem}.sqlite{hint}",
             path=report,
         )
     return found
