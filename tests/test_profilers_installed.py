@@ -240,3 +240,47 @@ def test_help_flags_parsing() -> None:
     text = "\t-t, --trace=\n\t--capture-range-end=\n  -h [ --help ]   Print\n  --csv    x\n"
     assert P.help_flags(text) >= {"--trace", "-t", "--capture-range-end", "--help", "-h", "--csv"}
     assert P.argv_flags(["--trace=cuda", "-o", "x", "--csv"]) == ["--trace", "-o", "--csv"]
+
+
+def test_importer_found_through_the_debian_links(tmp_path: Path) -> None:
+    # Debian 12: /usr/bin/nsys -> ../lib/nsight-systems/bin/nsys -> ../target-linux-x64/nsys,
+    # itself a link into /usr/lib/x86_64-linux-gnu/, where no host-linux-x64/ is
+    from traceanalyze.collect.nsys_steps import importer_path
+
+    arch = tmp_path / "usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64"
+    arch.mkdir(parents=True)
+    (arch / "nsys").write_text("#!/bin/sh\n")
+    pkg = tmp_path / "usr/lib/nsight-systems"
+    (pkg / "bin").mkdir(parents=True)
+    (pkg / "target-linux-x64").symlink_to("../x86_64-linux-gnu/nsight-systems/target-linux-x64")
+    (pkg / "bin/nsys").symlink_to("../target-linux-x64/nsys")
+    (tmp_path / "usr/bin").mkdir()
+    (tmp_path / "usr/bin/nsys").symlink_to("../lib/nsight-systems/bin/nsys")
+    assert importer_path(str(tmp_path / "usr/bin/nsys")) is None  # no importer yet
+    imp = pkg / "host-linux-x64" / "QdstrmImporter"
+    imp.parent.mkdir()
+    imp.write_text("#!/bin/sh\n")
+    imp.chmod(0o755)
+    assert importer_path(str(tmp_path / "usr/bin/nsys")) == imp
+
+
+@pytest.mark.requires_torch("torchvision")
+def test_collect_nsys_without_importer_fails_at_import(tmp_path: Path, monkeypatch) -> None:
+    # a stand-in nsys that, like Debian's, leaves only the .qdstrm (and runs no workload)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nsys"
+    fake.write_text(
+        "#!/bin/sh\n"
+        '[ "$1" = profile ] || exit 0\n'
+        'while [ "$#" -gt 1 ]; do [ "$1" = -o ] && out="$2"; shift; done\n'
+        'out=$(echo "$out" | sed "s/%q{RANK}/0/"); : > "$out.qdstrm"\n'
+        'echo "Importer error status: The importer binary and its dependencies were not found."\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    r, m = collect(tmp_path / "runs", "nsys")
+    assert r.exit_code == 1
+    [line] = error_lines(r.output)
+    assert "nsys left nsys_bs2_rank0.qdstrm, and no host-linux-x64/QdstrmImporter" in line
+    assert m["status"] == "failed" and m["failed_step"] == "import"
