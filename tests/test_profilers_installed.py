@@ -274,6 +274,7 @@ def test_collect_nsys_without_importer_fails_at_import(tmp_path: Path, monkeypat
         "#!/bin/sh\n"
         '[ "$1" = profile ] || exit 0\n'
         'while [ "$#" -gt 1 ]; do [ "$1" = -o ] && out="$2"; shift; done\n'
+        '[ -n "$out" ] || exit 0  # `nsys profile --help`, asked for its flags\n'
         'out=$(echo "$out" | sed "s/%q{RANK}/0/"); : > "$out.qdstrm"\n'
         'echo "Importer error status: The importer binary and its dependencies were not found."\n'
     )

@@ -100,7 +100,7 @@ def leftovers(session: int, before: set[int]) -> list[int]:
     return sorted(
         pid
         for pid, (ppid, sid, _) in _procs().items()
-        if pid != me and (sid == session or (ppid == me and pid not in before))
+        if pid != me and pid not in before and (sid == session or ppid == me)
     )
 
 
@@ -119,7 +119,19 @@ def kill_leftovers(session: int, before: set[int]) -> list[int]:
         if states.get(pid, (0, 0, b""))[0] == me:
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(pid, 0)
+    _until_dead(found)
     return running
+
+
+def _until_dead(pids: list[int], timeout: float = 5.0) -> None:
+    """Wait (briefly) until each of `pids` is gone or a zombie: a SIGKILLed process of another
+    parent still runs for a moment, and "none left when collect returns" means none."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        live = _procs()
+        if all(live.get(pid, (0, 0, b"Z"))[2] == b"Z" for pid in pids):
+            return
+        time.sleep(0.05)
 
 
 def _children() -> set[int]:
@@ -146,8 +158,10 @@ def run_in_session(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    before.add(proc.pid)  # nsys itself is reaped by proc.wait(), which wants its status
     try:
-        rc = _wait(proc, on_tick)
+        _wait_unreaped(proc, on_tick)
+        killed = kill_leftovers(proc.pid, before)
     except BaseException:
         _stop(proc)
         kill_leftovers(proc.pid, before)
@@ -155,17 +169,17 @@ def run_in_session(
     finally:
         if reaper:
             _set_subreaper(False)
-    return rc, kill_leftovers(proc.pid, before)
+    return proc.wait(), killed
 
 
-def _wait(proc: subprocess.Popen[Any], on_tick: Callable[[], None] | None) -> int:
-    # Polling, as `_run_steps.run_child` does (SIGINT may land on another thread).
-    while True:
-        try:
-            return proc.wait(timeout=0.2)
-        except subprocess.TimeoutExpired:
-            if on_tick is not None:
-                on_tick()
+def _wait_unreaped(proc: subprocess.Popen[Any], on_tick: Callable[[], None] | None) -> None:
+    """Until nsys has exited, without reaping it (WNOWAIT): while it is a zombie its pid, the
+    session's id, cannot be reused, so the session searched afterwards is still nsys's. Polled,
+    as `_run_steps.run_child` does (SIGINT may land on another thread)."""
+    while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        time.sleep(0.2)
+        if on_tick is not None:
+            on_tick()
 
 
 def _stop(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:

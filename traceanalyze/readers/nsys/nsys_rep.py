@@ -31,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -47,6 +48,8 @@ from .nsys_sqlite import read_nsys_sqlite, stream_nsys_sqlite
 REPORT_MAGIC = _SCREEN_MAGIC
 NSYS_ENV = "NSYS"
 _VERSION = re.compile(rb"(?<![\d.])(20\d\d)\.(\d{1,2})\.(\d{1,3})(?:\.(\d{1,4}))?")
+# nsys's build string, `2022.4.2.1-df9881f` (what `nsys --version` ends with)
+_BUILD = re.compile(rb"(?<![\d.])(20\d\d)\.(\d{1,2})\.(\d{1,3})\.(\d{1,4})-[0-9a-f]{6,}")
 _TAIL_BYTES = 64 << 10
 _REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 
@@ -89,19 +92,21 @@ def parse_version(text: bytes | str) -> tuple[int, ...] | None:
 
 
 def report_version(report: PathLike) -> tuple[int, ...] | None:
-    """The version of the nsys that wrote `report`, from its trailing metadata (2022.4 writes
-    it in the last 500 bytes; the head is looked at too); None if absent."""
+    """The version of the nsys that wrote `report`: its build string `YYYY.N.N.N-<hash>` in the
+    report's session metadata (nsys 2022.4 writes it near the end, but not always in the last
+    64 KiB: at 64 % of one 319 KB report). Looked for in the tail first, then through the whole
+    file in 8 MiB pieces (a regex over bytes, far cheaper than the export itself); None when
+    absent."""
     with open(report, "rb") as f:
-        head = f.read(_TAIL_BYTES)
         size = f.seek(0, os.SEEK_END)
         f.seek(max(0, size - _TAIL_BYTES))
-        tail = f.read()
-    found = [
-        tuple(int(g) for g in m.groups() if g is not None)
-        for part in (head, tail)
-        for m in _VERSION.finditer(part)
-    ]
-    return max(found) if found else None
+        found = _BUILD.search(f.read())
+        f.seek(0)
+        carry = b""
+        while found is None and (piece := f.read(8 << 20)):
+            found = _BUILD.search(carry + piece)
+            carry = piece[-64:]
+    return None if found is None else tuple(int(g) for g in found.groups() if g is not None)
 
 
 def nsys_version(nsys: str) -> tuple[int, ...] | None:
@@ -183,8 +188,8 @@ def export_sqlite(report: PathLike, workdir: Path) -> Path:
 
 
 def _run(argv: list[str], log: Path) -> int:
-    """Run nsys in a session of its own, its output in `log`; on any exception (Ctrl-C) the
-    whole session is killed, so no nsys process outlives the read."""
+    """Run nsys in a session of its own, its output in `log`; when it ends, or on any exception
+    (Ctrl-C), its process group is killed, so no nsys process outlives the read."""
     with open(log, "wb") as f:
         proc = subprocess.Popen(
             argv,
@@ -194,10 +199,14 @@ def _run(argv: list[str], log: Path) -> int:
             start_new_session=True,
         )
         try:
-            return proc.wait()
-        except BaseException:
+            # Polled (SIGINT may land on a thread of polars' pool instead), and not reaped
+            # (WNOWAIT): while nsys is a zombie its pid, the group's id, cannot be reused, so
+            # the group killed below is still nsys's and whatever helper it left there.
+            while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+                time.sleep(0.1)
+        finally:
             _kill_session(proc)
-            raise
+        return proc.returncode
 
 
 def _kill_session(proc: subprocess.Popen[bytes]) -> None:
