@@ -14,8 +14,7 @@ processes (`--trace=osrt,nvtx`), and on damaged ones.
   a 2023.3 report fails with "ProtobufParseException" and leaves a partial `.sqlite`). The
   writer's version is nsys's build string (`2022.4.2.1-df9881f`) in the report's session
   metadata (`report_version`); when it is newer than `nsys --version`, the read is refused
-  before nsys runs, naming
-  both versions and what to do.
+  before nsys runs, naming both versions and what to do.
 * A failed export (non-zero exit, no file): its partial output is removed and the error carries
   nsys's own message (its last line naming an error). Nothing half-exported is ever read.
 
