@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench docs venv clean
+.PHONY: demo test test-profilers lint bench docs venv clean
 
 venv: $(STAMP)
 
@@ -22,6 +22,13 @@ test: $(STAMP)
 	@command -v chromium >/dev/null || [ "$$(id -u)" != 0 ] || \
 		(apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium)
 	$(PY) -m pytest -q
+
+# The tests that run NVIDIA's profilers (nsys, nvprof, ncu; no GPU needed), after installing
+# Debian 12's packages of them when missing (.ci/install-profilers: as root, else it says what).
+PROFILER_TESTS := requires_nsys or requires_nvprof or requires_ncu
+test-profilers: $(STAMP)
+	.ci/install-profilers
+	$(PY) -m pytest -q -m "$(PROFILER_TESTS)"
 
 # The main job: a short real ResNet-50 training run under the PyTorch profiler (on the GPU when
 # nvidia-smi sees one, else on the CPU), ingested into runs/demo/store, summarized, and drawn.

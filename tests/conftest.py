@@ -51,7 +51,32 @@ def have(module: str) -> bool:
         return False
 
 
+# NVIDIA's profilers, as programs (not Python modules): a test that runs one is marked
+# `requires_nsys` / `requires_nvprof` / `requires_ncu` and skipped, with the reason, when it is
+# not installed; `make test-profilers` installs them (Debian 12 non-free) and runs those tests.
+_TOOLS = {
+    "requires_nsys": ("nsys", "NSYS", "Nsight Systems"),
+    "requires_nvprof": ("nvprof", None, "nvprof"),
+    "requires_ncu": ("ncu", None, "Nsight Compute"),
+}
+TOOLS_HOWTO = "`make test-profilers` installs it (Debian 12 non-free, no GPU needed)"
+
+
+def tool_path(name: str) -> str | None:
+    """The profiler binary `name` (nsys: `$NSYS` first), or None when it is not installed."""
+    env = next((e for n, e, _ in _TOOLS.values() if n == name and e), None)
+    given = os.environ.get(env) if env else None
+    return shutil.which(given) if given else shutil.which(name)
+
+
+def _skip_missing_tools(item: pytest.Item) -> None:
+    for marker, (name, _env, product) in _TOOLS.items():
+        if item.get_closest_marker(marker) is not None and tool_path(name) is None:
+            pytest.skip(f"needs {name} ({product}) on PATH; {TOOLS_HOWTO}")
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    _skip_missing_tools(item)
     for marker, (base, extra) in _EXTRAS.items():
         for m in item.iter_markers(marker):
             missing = [n for n in (base, *m.args) if not have(n)]

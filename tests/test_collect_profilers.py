@@ -411,7 +411,7 @@ def test_plan_nsys_under_torchrun_per_rank(tmp_path: Path, only_fake_path: Path)
             "-c",
             script,
             "nsys",
-            *wl(run, bs, extra=("--profile-window", "5:20")),
+            *wl(run, bs, extra=("--nvtx", "--profile-window", "5:20")),
         ]
     assert p.profiler_path == str(only_fake_path / "nsys")
     assert p.notes == []
@@ -427,7 +427,7 @@ def test_plan_nsys_gpu_metrics_single_process_samples_all(
         *NSYS_PROFILE,
         f"{run}/nsys_bs64_rank%q{{RANK}}",
         "--gpu-metrics-devices=all",
-        *wl(run, extra=("--profile-window", "5:20")),
+        *wl(run, extra=("--nvtx", "--profile-window", "5:20")),
     ]
 
 
@@ -678,8 +678,9 @@ def test_missing_binary_is_a_one_line_error_and_writes_nothing(
         main,
         ["collect", "--out", str(tmp_path / "runs"), "--profiler", tool, "--device", "cpu"],
     )
-    # --device cpu is refused first for external profilers; use the library with a CUDA device.
-    assert r.exit_code == 1 and "cannot run with --device cpu" in r.output
+    # --device cpu is allowed (nsys traces the CPU side; nvprof and ncu say they found no GPU)
+    assert r.exit_code == 1 and f"profiler binary {tool!r} not found on PATH" in r.output
+    assert len(r.output.strip().splitlines()) == 1
     with pytest.raises(ToolNotFound) as ei:
         plan(cfg(tmp_path, profiler=tool), device="cuda", capabilities=[(7, 0)])
     assert f"profiler binary {tool!r} not found on PATH" in str(ei.value)
@@ -816,11 +817,11 @@ def test_dry_run_nsys_without_gpu_prints_profile_and_export(
     assert lines == [
         sampler_line(run),
         f"{ENV1} {prof} '{run}/nsys_bs32_rank%q{{RANK}}' "
-        + wl_shell(run, 32, " --profile-window 5:20"),
+        + wl_shell(run, 32, " --nvtx --profile-window 5:20"),
         f"nsys export --type sqlite --force-overwrite true --output {run}/nsys_bs32_rank0.sqlite "
         f"{run}/nsys_bs32_rank0.nsys-rep",
         f"{ENV1} {prof} '{run}/nsys_bs64_rank%q{{RANK}}' "
-        + wl_shell(run, 64, " --profile-window 5:20"),
+        + wl_shell(run, 64, " --nvtx --profile-window 5:20"),
         f"nsys export --type sqlite --force-overwrite true --output {run}/nsys_bs64_rank0.sqlite "
         f"{run}/nsys_bs64_rank0.nsys-rep",
     ]
@@ -894,15 +895,33 @@ def test_dry_run_still_refuses_nvprof_on_a_known_new_gpu(
     assert r.exit_code == 1 and "nvprof does not support compute capability >= 8.0" in r.output
 
 
-def test_dry_run_explicit_cpu_with_external_profiler_is_refused(
-    tmp_path: Path, no_gpu: None
-) -> None:
+def test_dry_run_cpu_nsys_traces_the_cpu_side(tmp_path: Path, no_gpu: None) -> None:
     r = CliRunner().invoke(
         main,
         ["collect", "--out", str(tmp_path / "o"), "--profiler", "nsys", "--device", "cpu"]
-        + ["--dry-run"],
+        + ["--dry-run", "--run-id", "R"],
     )
-    assert r.exit_code == 1 and "cannot run with --device cpu" in r.output
+    assert r.exit_code == 0, r.output
+    run = tmp_path / "o" / "R"
+    assert (
+        "nsys profile --trace=osrt,nvtx --sample=none --cpuctxsw=none --force-overwrite=true "
+        f"-o '{run}/nsys_bs64_rank%q{{RANK}}' {PY} -m traceanalyze.collect.resnet50" in r.output
+    )
+    assert "--device cpu --nvtx\n" in r.output  # no profile window: no cudaProfilerStart on CPU
+    assert "--capture-range" not in r.output
+
+
+@pytest.mark.parametrize("tool", ["ncu", "nvprof"])
+def test_dry_run_cpu_ncu_nvprof_say_they_will_find_nothing(
+    tmp_path: Path, no_gpu: None, tool: str
+) -> None:
+    r = CliRunner().invoke(
+        main,
+        ["collect", "--out", str(tmp_path / "o"), "--profiler", tool, "--device", "cpu"]
+        + ["--dry-run", "--ncu-metrics", "m"],
+    )
+    assert r.exit_code == 0, r.output
+    assert f"{tool} profiles CUDA work; with no GPU it has nothing to record" in r.output
 
 
 # --- options that change the workload's argv ----------------------------------------------------

@@ -134,6 +134,7 @@ def test_detect_and_read_every_real_file(path: Path, slug: str) -> None:
 OPTIONS = {
     "smi_csv": {"tz", "fields", "interval_ms"},
     "nsys_sqlite": {"engine", "workers"},
+    "nsys_rep": {"engine", "workers"},
     "mlperf_log": {"system"},
 }
 

@@ -109,5 +109,5 @@ def test_the_big_formats_stream() -> None:
     small ones (ncu CSV, iteration logs) are read whole."""
     from traceanalyze.readers import READERS
 
-    big = {"kineto_json", "nsys_sqlite", "nvprof_sqlite", "nvprof_csv", "smi_csv"}
+    big = {"kineto_json", "nsys_sqlite", "nsys_rep", "nvprof_sqlite", "nvprof_csv", "smi_csv"}
     assert {s for s, r in READERS.items() if r.streams} == big

@@ -103,6 +103,8 @@ def workload_argv(cfg: CollectConfig, batch_size: int, run_dir: Path, device: st
         argv += ["--torch-profile", sched]
         if cfg.record_shapes:
             argv.append("--record-shapes")
+    if cfg.profiler == "nsys":
+        argv.append("--nvtx")  # the phases as NVTX ranges, so nsys records them (CPU too)
     if cfg.profiler in P.EXTERNAL and device == "cuda":
         window = cfg.profile_window or default_profile_window(cfg.profiler, cfg.iterations, warmup)
         argv += ["--profile-window", window]
@@ -152,6 +154,7 @@ def step_argv(
             gpu_metrics=cfg.gpu_metrics,
             local_ranks=cfg.nproc_per_node,
             node=node,
+            device=device,
         )
         return [*launcher, *prof], env
     if cfg.profiler == "ncu":

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import TraceanalyzeError, UnknownFormat
 from . import profilers as P
+from .nsys_steps import import_qdstrm, run_in_session
 
 # Outputs that are ours, not a profiler's: never offered to the readers.
 _NOT_DATA = ("manifest", "throughput.csv", "throughput.png")
@@ -163,21 +164,39 @@ def run_commands(
     manifest: dict[str, Any],
     say: Callable[[str], None],
 ) -> tuple[str, str | None, int | None]:
-    """Run each step (and, for nsys, export its reports) until one fails: (status "completed"
-    or "failed", error, exit code). Export commands are appended to manifest["commands"]."""
+    """Run each step (and, for nsys, import and export its reports) until one fails: (status
+    "completed" or "failed", error, exit code). The step that failed is `manifest["failed_step"]`
+    (`profile`, or `workload` without a profiler; nsys's `import`, `export`). Import and export
+    commands are appended to manifest["commands"]."""
     total = manifest.get("config", {}).get("iterations")
+    what = manifest.get("config", {}).get("profiler") or "none"
     for step in steps:
         say(f"batch size {step.batch_size}: {step.shell()}")
         tick = iteration_progress(run_dir / f"iterations_bs{step.batch_size}_rank0.csv", total, say)
-        rc = run_child(step.argv, step.env, step.log, on_tick=tick)
+        if nsys:
+            rc, killed = run_in_session(step.argv, step.env, step.log, on_tick=tick)
+            _note_killed(manifest, killed, "nsys profile")
+        else:
+            rc = run_child(step.argv, step.env, step.log, on_tick=tick)
         tick()  # the iterations logged in the last poll
         if rc != 0:
+            manifest["failed_step"] = "workload" if what == "none" else "profile"
             return "failed", f"batch size {step.batch_size}: command exited with status {rc}", rc
-        if nsys:
-            failed = _export_nsys(step, node, run_dir, manifest)
-            if failed is not None:
-                return "failed", failed[1], failed[0]
+        failed = _profiler_output_check(what, step, run_dir)
+        if failed is None and nsys:
+            failed = _import_nsys(step, node, run_dir, manifest)
+            failed = failed or _export_nsys(step, node, run_dir, manifest)
+        if failed is not None:
+            manifest["failed_step"] = failed[2]
+            return "failed", failed[1], failed[0]
     return "completed", None, 0
+
+
+def _note_killed(manifest: dict[str, Any], killed: list[int], what: str) -> None:
+    if killed:
+        manifest.setdefault("notes", []).append(
+            f"{what} left {len(killed)} process(es) running (pids {killed}); killed"
+        )
 
 
 def iteration_progress(
@@ -201,21 +220,93 @@ def iteration_progress(
     return tick
 
 
+def _nsys_path(manifest: dict[str, Any]) -> str:
+    return str(manifest.get("profiler_path") or "nsys")
+
+
+def _run_logged(log: Path, manifest: dict[str, Any], what: str) -> Callable[[list[str], Path], int]:
+    def run(argv: list[str], _log: Path) -> int:
+        manifest["commands"].append(shlex.join(argv))
+        rc, killed = run_in_session(argv, {}, log)
+        _note_killed(manifest, killed, what)
+        return rc
+
+    return run
+
+
+def _import_nsys(
+    step: Step, node: int | None, run_dir: Path, manifest: dict[str, Any]
+) -> tuple[int, str, str] | None:
+    """Where `nsys profile` left a `.qdstrm` and no `.nsys-rep` (it did not find its importer),
+    the package's `QdstrmImporter` makes the report; (exit code, error, "import") on failure."""
+    stem = P.nsys_report_stem(step.batch_size, node)
+    for qd in sorted(run_dir.glob(f"{stem}*.qdstrm")):
+        if qd.with_suffix(".nsys-rep").exists():
+            continue
+        run = _run_logged(step.log, manifest, "QdstrmImporter")
+        argv, rc, rep = import_qdstrm(qd, _nsys_path(manifest), step.log, run)
+        if rc == 127 and not Path(argv[0]).is_absolute():
+            why = f"nsys left {qd.name}, and no host-linux-x64/QdstrmImporter is beside nsys"
+            return 127, why, "import"
+        if rc != 0 or not rep.is_file():
+            return rc or 1, f"QdstrmImporter on {qd.name} exited with status {rc}", "import"
+    return None
+
+
 def _export_nsys(
     step: Step, node: int | None, run_dir: Path, manifest: dict[str, Any]
-) -> tuple[int, str] | None:
-    """`nsys export` of this step's reports; (exit code, error) of the first that fails."""
+) -> tuple[int, str, str] | None:
+    """`nsys export` of this step's reports; (exit code, error, "export") of the first that
+    fails (its partial `.sqlite` removed: nothing half-exported is ingested)."""
     # nsys < 2021.4 wrote `.qdrep`, newer `.nsys-rep`; `nsys export` takes both.
     # Only this node's reports: the other nodes export theirs.
     stem = P.nsys_report_stem(step.batch_size, node)
     reps = [*run_dir.glob(f"{stem}*.nsys-rep"), *run_dir.glob(f"{stem}*.qdrep")]
+    if not reps:
+        return 1, f"nsys profile wrote no report ({stem}*.nsys-rep)", "profile"
     for rep in sorted(reps):
         exp = P.nsys_export_argv(str(rep))
-        manifest["commands"].append(shlex.join(exp))
-        rc = run_child(exp, {}, step.log)
+        exp[0] = _nsys_path(manifest)
+        rc = _run_logged(step.log, manifest, "nsys export")(exp, step.log)
         if rc != 0:
-            return rc, f"nsys export of {rep.name} exited with status {rc}"
+            Path(exp[-2]).unlink(missing_ok=True)
+            return rc, f"nsys export of {rep.name} exited with status {rc}", "export"
     return None
+
+
+# What a profiler prints when it ran but profiled nothing (no GPU): its own words, per tool.
+_NOTHING_PROFILED = {
+    "nvprof": ("======== Warning: ", "======== Error: "),
+    "ncu": ("==WARNING== No kernels were profiled", "==ERROR== "),
+}
+
+
+def _profiler_output_check(what: str, step: Step, run_dir: Path) -> tuple[int, str, str] | None:
+    """nvprof and ncu exit 0 when they could profile nothing (no GPU, no CUDA driver): the run
+    then fails with their own reason, taken from their log (nvprof `--log-file`, ncu
+    `--log-file`) or the step's output."""
+    marks = _NOTHING_PROFILED.get(what)
+    if marks is None:
+        return None
+    logs = sorted(run_dir.glob("nvprof_*.csv" if what == "nvprof" else "batch_*.csv"))
+    lines: list[str] = []
+    for f in [*logs, step.log]:
+        text = f.read_text(errors="replace") if f.exists() else ""
+        lines += [ln.strip() for ln in text.splitlines() if ln.strip().startswith(marks)]
+    data = [f for f in logs if _has_rows(f, marks)]
+    if data or not lines:
+        return None
+    reason = "; ".join(dict.fromkeys(lines))[:400]
+    return 1, f"{what} profiled nothing: {reason}", "profile"
+
+
+def _has_rows(f: Path, marks: tuple[str, ...]) -> bool:
+    """Whether a profiler log has a line other than its banners and warnings."""
+    for ln in f.read_text(errors="replace").splitlines():
+        ln = ln.strip()
+        if ln and not ln.startswith(("==", *marks)):
+            return True
+    return False
 
 
 def last_line(steps: list[Step], run_dir: Path) -> str | None:

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import uuid
+import warnings
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,7 +46,13 @@ def torch_versions() -> dict[str, str | None]:
     except ImportError:
         return {"torch": None, "cuda": None, "cudnn": None}
     backends: Any = torch.backends
-    cudnn = backends.cudnn.version() if backends.cudnn.is_available() else None
+    with warnings.catch_warnings():
+        # cudnn.is_available() asks torch.cuda, which warns "CUDA initialization: The NVIDIA
+        # driver on your system is too old" where a CUDA driver library but no usable GPU is
+        # installed (Debian's nvidia-profiler brings libcuda1): a version lookup, not a run
+        # on the device, so not the user's concern
+        warnings.filterwarnings("ignore", message="CUDA initialization", category=UserWarning)
+        cudnn = backends.cudnn.version() if backends.cudnn.is_available() else None
     return {
         "torch": torch.__version__,
         "cuda": torch.version.cuda,

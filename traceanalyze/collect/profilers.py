@@ -38,6 +38,7 @@ PROFILERS: tuple[str, ...] = ("none", "torch", "nsys", "ncu", "nvprof")
 EXTERNAL: tuple[str, ...] = ("nsys", "ncu", "nvprof")
 
 NSYS_TRACE = "cuda,nvtx,cudnn,cublas"
+NSYS_TRACE_CPU = "osrt,nvtx"
 METRIC_SUFFIX = ".avg.pct_of_peak_sustained_elapsed"
 NCU_EXTRA_METRICS: tuple[str, ...] = ("gpc__cycles_elapsed.max", "gpu__time_duration.sum")
 
@@ -148,6 +149,60 @@ def tool_version(tool: str) -> str | None:
     return lines[0] if lines else None
 
 
+# --- the flags a tool has -------------------------------------------------------------------
+
+# `nsys profile --help` lists `\t-t, --trace=` and `\t--capture-range-end=`; `nvprof --help`
+# `  --print-gpu-trace` and `  -o,  --export-profile <filename>`; `ncu --help` `  --csv`,
+# `  --metrics arg`. Flags are the `--long` (and `-x`) words at the start of a line.
+_HELP_FLAG = re.compile(r"^\s*(?:(-[A-Za-z])(?:,\s*|\s*\[\s*))?(--[a-z][a-z0-9-]*)", re.MULTILINE)
+_SHORT_ONLY = re.compile(r"^\s*(-[A-Za-z])\b[ =,]", re.MULTILINE)
+
+
+def help_flags(text: str) -> set[str]:
+    """The flags a tool's `--help` output lists."""
+    flags = {m.group(2) for m in _HELP_FLAG.finditer(text)}
+    flags |= {m.group(1) for m in _HELP_FLAG.finditer(text) if m.group(1)}
+    flags |= {m.group(1) for m in _SHORT_ONLY.finditer(text)}
+    return flags
+
+
+def argv_flags(argv: Sequence[str]) -> list[str]:
+    """The flags in a builder's argv, values dropped (`--trace=cuda` -> `--trace`); only the
+    profiler's own part is given (up to the command it runs)."""
+    return [a.split("=", 1)[0] for a in argv if a.startswith("-")]
+
+
+def tool_help(tool: str, *sub: str) -> str | None:
+    """`<tool> [sub…] --help` output, or None when it cannot run."""
+    try:
+        cp = subprocess.run(
+            [tool, *sub, "--help"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return cp.stdout + cp.stderr
+
+
+def check_flags(
+    tool: str, flags: Sequence[str], help_text: str | None, version: str | None
+) -> None:
+    """CollectError, before anything runs, when a flag the collector would pass is not in the
+    found tool's `--help` (it needs a newer version: `--gpu-metrics-devices` is
+    `--gpu-metrics-device` in nsys 2022.4, for one)."""
+    if not help_text:
+        return
+    known = help_flags(help_text)
+    if not known:  # not a help text (a wrapper or stand-in that prints none): nothing to check
+        return
+    missing = [f for f in dict.fromkeys(flags) if f not in known]
+    if missing:
+        raise CollectError(
+            f"{tool} ({version or 'version unknown'}) has no {', '.join(missing)}, which "
+            f"this collection needs; install a newer {tool} or leave out the option that "
+            "asks for it"
+        )
+
+
 # --- nsys ------------------------------------------------------------------------------------
 
 
@@ -179,10 +234,13 @@ def nsys_argv(
     gpu_metrics: bool = False,
     local_ranks: int = 1,
     node: int | None = None,
+    device: str = "cuda",
 ) -> list[str]:
     """`local_ranks`: processes per node sharing the GPUs (torchrun --nproc-per-node); with
     `gpu_metrics` and more than one, only local rank 0 samples. `node`: tag the report names
-    with this node rank (multi-node runs)."""
+    with this node rank (multi-node runs). `device` "cpu": `nsys_cpu_argv`."""
+    if device == "cpu":
+        return nsys_cpu_argv(run_dir, batch_size, inner, node=node)
     argv = [
         "nsys",
         "profile",
@@ -200,6 +258,26 @@ def nsys_argv(
         return [*argv, "--gpu-metrics-devices=all", *inner]
     script = _GM_PICK + shlex.join(argv) + _GM_TAIL
     return ["sh", "-c", script, "nsys", *inner]
+
+
+def nsys_cpu_argv(
+    run_dir: str, batch_size: int, inner: Sequence[str], *, node: int | None = None
+) -> list[str]:
+    """A CPU-only run (no GPU: `--device cpu`): OS runtime calls and NVTX ranges (the workload's
+    phases, `--nvtx`) from the start, since no cudaProfilerStart ever comes; no CPU sampling or
+    context switches (`--sample=none --cpuctxsw=none`), which would make the report tens of MB
+    a second and need perf_event access."""
+    return [
+        "nsys",
+        "profile",
+        f"--trace={NSYS_TRACE_CPU}",
+        "--sample=none",
+        "--cpuctxsw=none",
+        "--force-overwrite=true",
+        "-o",
+        nsys_report_base(run_dir, batch_size, node),
+        *inner,
+    ]
 
 
 def nsys_export_argv(report: str) -> list[str]:
@@ -315,6 +393,21 @@ def choose_ncu_metrics(
     return list(select_ncu_metrics(available, capability).metrics)
 
 
+def ncu_query_error() -> str | None:
+    """ncu's own reason when `ncu --query-metrics` fails (`==ERROR== Driver could not be
+    loaded.` without a GPU driver), else None."""
+    try:
+        cp = subprocess.run(
+            ["ncu", "--query-metrics"], capture_output=True, text=True, timeout=120, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    errs = [ln.strip() for ln in (cp.stdout + cp.stderr).splitlines() if "==ERROR==" in ln]
+    if cp.returncode == 0 and not errs:
+        return None
+    return "; ".join(errs) if errs else f"exit status {cp.returncode}"
+
+
 def query_ncu_metrics() -> set[str] | None:
     """Run `ncu --query-metrics` on device 0; None when it fails."""
     try:
@@ -396,6 +489,12 @@ __all__ = [
     "select_ncu_metrics",
     "choose_ncu_metrics",
     "query_ncu_metrics",
+    "ncu_query_error",
+    "help_flags",
+    "argv_flags",
+    "tool_help",
+    "check_flags",
+    "nsys_cpu_argv",
     "ncu_log_name",
     "ncu_argv",
     "nvprof_argv",

@@ -26,6 +26,8 @@ PyTorch profiler they are `user_annotation` events inside `ProfilerStep#N` (and
 `gpu_user_annotation` on CUDA), the names the timeline's annotation lane shows. Outside a profiler
 they cost a few microseconds each.
 
+With `--nvtx` (what `collect --profiler nsys` passes) the phases are NVTX ranges too, so that
+nsys records them on a CPU-only run as well; on CPU the iteration then is one as well.
 On CUDA each iteration is an NVTX range `iteration N`, and `torch.cuda.profiler.start()/stop()`
 (cudaProfilerStart/Stop) bracket `--profile-window START:END` (iterations START..END-1) so that
 nsys (`--capture-range=cudaProfilerApi`) and ncu (`--profile-from-start off`) record only that.
@@ -101,7 +103,30 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--profile-window", default=None, help="START:END for cudaProfilerStart/Stop.")
     ap.add_argument("--torch-profile", default=None, help="WAIT,WARMUP,ACTIVE: torch.profiler.")
     ap.add_argument("--record-shapes", action="store_true")
+    ap.add_argument(
+        "--nvtx", action="store_true", help="Phases (and, on CPU, iterations) as NVTX ranges too."
+    )
     return ap
+
+
+@contextlib.contextmanager
+def phase(name: str, nvtx: bool) -> Iterator[None]:
+    """A step's phase: a `record_function` range and, with `nvtx`, an NVTX push/pop range of
+    the same name. `torch.cuda.nvtx` needs no GPU: without a tool injected (nsys sets
+    NVTX_INJECTION64_PATH) its calls do nothing; under `nsys profile --trace=nvtx` they are
+    recorded on a CPU-only run too (checked with nsys 2022.4 and torch 2.14)."""
+    import torch
+    from torch.profiler import record_function
+
+    tcuda: Any = torch.cuda
+    with record_function(name):
+        if nvtx:
+            tcuda.nvtx.range_push(name)
+        try:
+            yield
+        finally:
+            if nvtx:
+                tcuda.nvtx.range_pop()
 
 
 def _batches(args: argparse.Namespace, device: Any, world: int, rank: int) -> Iterator[Any]:
@@ -206,7 +231,6 @@ def _torch_profiler(args: argparse.Namespace, rank: int, cuda: bool) -> Any:
 def train(args: argparse.Namespace) -> Path:
     """Run the workload; returns the iteration log path."""
     import torch
-    from torch.profiler import record_function
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -235,15 +259,15 @@ def train(args: argparse.Namespace) -> Path:
     autocast = functools.partial(
         torch.autocast, dev_type, dtype=amp_dtype, enabled=amp_dtype is not None
     )
-    step = functools.partial(_train_step, model, opt, loss_fn, scaler, autocast)
+    step = functools.partial(_train_step, model, opt, loss_fn, scaler, autocast, args.nvtx)
     with open(log_path, "w", newline="") as log, prof_ctx as prof:
         log.write(ITERLOG_MAGIC + "\n" + ",".join(ITERLOG_COLUMNS) + "\n")
         log.flush()
         for i in range(args.iterations):
-            with record_function("data"):
+            with phase("data", args.nvtx):
                 x, y = next(data)
                 x = x.contiguous(memory_format=mem_fmt)
-            start_ns, dur_ns = _timed(step, x, y, i, window, tcuda if cuda else None)
+            start_ns, dur_ns = _timed(step, x, y, i, window, tcuda if cuda else None, args.nvtx)
             ips = args.batch_size / (dur_ns / 1e9) if dur_ns > 0 else ""
             dev_cell = "" if device_id is None else device_id
             log.write(f"{rank},{dev_cell},{i},{start_ns},{dur_ns},{args.batch_size},{ips}\n")
@@ -260,19 +284,25 @@ def train(args: argparse.Namespace) -> Path:
 
 
 def _train_step(
-    model: Any, opt: Any, loss_fn: Any, scaler: Any, autocast: Callable[[], Any], x: Any, y: Any
+    model: Any,
+    opt: Any,
+    loss_fn: Any,
+    scaler: Any,
+    autocast: Callable[[], Any],
+    nvtx: bool,
+    x: Any,
+    y: Any,
 ) -> None:
     """One optimizer step on the batch (x, y): forward under `autocast()`, backward, update,
     each phase a `record_function` range (`forward`, `backward`, `optimizer`; `data` is the
-    caller's) that the profiler records as a user annotation and the timeline draws by name."""
-    from torch.profiler import record_function
-
+    caller's) that the profiler records as a user annotation and the timeline draws by name;
+    with `nvtx` also an NVTX range (`phase`)."""
     opt.zero_grad(set_to_none=True)
-    with record_function("forward"), autocast():
+    with phase("forward", nvtx), autocast():
         loss = loss_fn(model(x), y)
-    with record_function("backward"):
+    with phase("backward", nvtx):
         scaler.scale(loss).backward()
-    with record_function("optimizer"):
+    with phase("optimizer", nvtx):
         scaler.step(opt)
         scaler.update()
 
@@ -284,6 +314,7 @@ def _timed(
     i: int,
     window: tuple[int, int] | None,
     tcuda: Any,
+    nvtx: bool = False,
 ) -> tuple[int, int]:
     """Run `step(x, y)` as iteration `i`: (host epoch start ns, duration ns).
 
@@ -299,6 +330,8 @@ def _timed(
         start_ns = time.time_ns()
         ev0.record()
     else:
+        if nvtx:  # on CUDA the iteration is an NVTX range anyway (above)
+            _nvtx().range_push(f"iteration {i}")
         start_ns = time.time_ns()
         t0 = time.perf_counter_ns()
     step(x, y)
@@ -311,7 +344,15 @@ def _timed(
             tcuda.profiler.stop()
     else:
         dur_ns = time.perf_counter_ns() - t0
+        if nvtx:
+            _nvtx().range_pop()
     return start_ns, dur_ns
+
+
+def _nvtx() -> Any:
+    import torch.cuda.nvtx as nvtx
+
+    return nvtx
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,8 +13,10 @@ device, the profiler binary and, for ncu, its metric names); `collect(config)` r
         throughput.csv, throughput.png
         store/                         every output a reader recognizes, ingested
 
-Checks that can fail (device, profiler binary on PATH, nvprof on a too-new GPU) run before the
-run directory is created, so a refused run leaves nothing behind. A dry run needs no GPU and no
+Checks that can fail (device, profiler binary on PATH, nvprof on a too-new GPU, a flag the
+found profiler lacks) run before the run directory is created, so a refused run leaves nothing
+behind. A run that fails later says in its manifest `"status": "failed"` and which step failed
+(`"failed_step"`: `workload`, `profile`, nsys's `import` or `export`). A dry run needs no GPU and no
 profiler binary (it may be prepared on a login node): what it cannot know (compute capability,
 the metric names `ncu --query-metrics` would give) it says in `Plan.notes`.
 """
@@ -27,7 +29,6 @@ import secrets
 import shlex
 import socket
 import subprocess
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -46,6 +47,7 @@ from ._commands import (
     workload_argv,
 )
 from ._device import cpu_cost, require_torch
+from ._plan_profiler import check_profiler_flags, plan_ncu_metrics, plan_nvprof
 from ._run_steps import (
     Step,
     Terminated,
@@ -291,58 +293,6 @@ def validate(cfg: CollectConfig) -> None:
         raise CollectError(f"--data {cfg.data} is not a directory")
 
 
-UNKNOWN_CC = "compute capability unknown (no NVML, nvidia-smi or CUDA device via torch)"
-
-
-def _plan_ncu_metrics(
-    cfg: CollectConfig,
-    caps: list[tuple[int, int]],
-    tool_path: str | None,
-    dry_run: bool,
-    notes: list[str],
-) -> list[str]:
-    if cfg.ncu_metrics:
-        notes.append("ncu metric names from --ncu-metrics")
-        return list(cfg.ncu_metrics)
-    # The live query is the primary source; a dry run does not run ncu (no GPU is needed).
-    available = P.query_ncu_metrics() if tool_path else None
-    if available is not None:
-        sel = P.select_ncu_metrics(available)
-    elif caps and P.ncu_fallback(caps[0]) is not None:
-        sel = P.select_ncu_metrics(None, caps[0])
-        if dry_run:
-            notes.append(
-                "dry run: ncu --query-metrics not run; the real run asks it first and uses "
-                "these fallback names only if it fails"
-            )
-        else:
-            warnings.warn(
-                f"ncu --query-metrics failed; using the fallback metric names for compute "
-                f"capability {caps[0][0]}.{caps[0][1]}",
-                stacklevel=3,
-            )
-    elif dry_run:
-        why = (
-            UNKNOWN_CC
-            if not caps
-            else f"no fallback names for compute capability {caps[0][0]}.{caps[0][1]}"
-        )
-        notes.append(
-            f"ncu metric names not known in advance: {why}; the real run takes them from "
-            "ncu --query-metrics; pass --ncu-metrics to fix them"
-        )
-        return [P.NCU_METRICS_AT_RUN_TIME]
-    elif not caps:
-        raise CollectError(
-            "cannot choose ncu metrics: `ncu --query-metrics` failed and the GPU's compute "
-            "capability is unknown; pass --ncu-metrics"
-        )
-    else:
-        sel = P.select_ncu_metrics(None, caps[0])  # raises: no fallback entry for this chip
-    notes.extend(sel.notes())
-    return list(sel.metrics)
-
-
 def plan(
     cfg: CollectConfig,
     *,
@@ -362,10 +312,6 @@ def plan(
     dev = device or (dry_run_device(cfg) if dry_run else resolve_device(cfg.device, cfg))
     if not dry_run:
         require_torch()  # the workload imports both; say so now, not in a child's log
-    if cfg.profiler in P.EXTERNAL and dev != "cuda":
-        raise CollectError(
-            f"--profiler {cfg.profiler} profiles CUDA; it cannot run with --device cpu"
-        )
     caps = device_capabilities() if capabilities is None and dev == "cuda" else (capabilities or [])
     notes: list[str] = []
     if dry_run and dev == "cpu" and cfg.device is None:
@@ -376,10 +322,10 @@ def plan(
     if cfg.profiler in P.EXTERNAL and not dry_run:
         tool_path = P.require_tool(cfg.profiler)
     if cfg.profiler == "nvprof":
-        _plan_nvprof(caps, dry_run, notes)
+        plan_nvprof(caps, dry_run, notes, dev)
     ncu_metrics: list[str] | None = None
     if cfg.profiler == "ncu":
-        ncu_metrics = _plan_ncu_metrics(cfg, caps, tool_path, dry_run, notes)
+        ncu_metrics = plan_ncu_metrics(cfg, caps, tool_path, dry_run, notes, dev)
     run_id = cfg.run_id or new_run_id()
     run_dir = Path(cfg.out) / run_id
     steps = []
@@ -387,6 +333,8 @@ def plan(
         argv, env = step_argv(cfg, bs, run_dir, dev, run_id, ncu_metrics)
         steps.append(Step(bs, argv, env, run_dir / f"workload_bs{bs}.log"))
     sampler_argv = _sampler_argv(cfg, dev, run_dir)
+    if tool_path is not None:  # a flag the found version lacks: refused before anything runs
+        check_profiler_flags(cfg, dev, tool_path, ncu_metrics)
     return Plan(
         cfg,
         run_id,
@@ -399,22 +347,6 @@ def plan(
         caps,
         notes,
     )
-
-
-def _plan_nvprof(caps: list[tuple[int, int]], dry_run: bool, notes: list[str]) -> None:
-    """nvprof refuses compute capability >= 8.0: checked when the capabilities are known, noted
-    in a dry run, warned about (and noted) in a real run that cannot tell."""
-    if caps:
-        P.check_nvprof_supported(caps)
-    elif dry_run:
-        notes.append(f"{UNKNOWN_CC}: the nvprof refusal on >= 8.0 was not checked")
-    else:
-        msg = (
-            f"{UNKNOWN_CC}: cannot check that nvprof supports these GPUs; nvprof cannot "
-            "profile compute capability >= 8.0 (A100, H100, …): use nsys or ncu there"
-        )
-        warnings.warn(msg, stacklevel=3)
-        notes.append(msg)
 
 
 def _sampler_argv(cfg: CollectConfig, dev: str, run_dir: Path) -> list[str] | None:
@@ -524,7 +456,10 @@ def _claim_run_dir(cfg: CollectConfig, run_dir: Path) -> None:
 
 
 def _raise_failed(error: str | None, pl: Plan, run_dir: Path) -> NoReturn:
-    last = last_line(pl.steps, run_dir)
+    # a command that exited non-zero: its last words; a profiler that profiled nothing (exit 0)
+    # already gave its own reason, and the workload's last line would only mislead
+    exited = error is not None and "exited with status" in error
+    last = last_line(pl.steps, run_dir) if exited else None
     raise CollectError(
         f"{error}{'; last output: ' + last if last else ''}; "
         f"manifest and partial outputs in {run_dir}"
@@ -545,6 +480,8 @@ def _start_manifest(cfg: CollectConfig, argv: Sequence[str], pl: Plan) -> dict[s
     manifest["commands"] = [s.shell() for s in pl.steps]
     manifest["sampler_command"] = None if pl.sampler_argv is None else shlex.join(pl.sampler_argv)
     manifest["notes"] = list(pl.notes)
+    manifest["profiler_path"] = pl.profiler_path
+    manifest["failed_step"] = None
     return manifest
 
 

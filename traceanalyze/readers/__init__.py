@@ -59,6 +59,10 @@ _SLUGS: dict[str, tuple[str, str]] = {
         "nsys.nsys_sqlite",
         "Nsight Systems SQLite export (nsys export --type sqlite), schema 2.x and 3.x",
     ),
+    "nsys_rep": (
+        "nsys.nsys_rep",
+        "Nsight Systems report .nsys-rep / .qdrep, exported with the installed nsys to SQLite",
+    ),
     "nvprof_csv": (
         "nvprof.nvprof_csv",
         "nvprof --csv output: GPU trace (with --system-profiling), summary, metrics",

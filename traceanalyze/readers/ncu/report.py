@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from ...errors import MalformedInput
+from ...errors import MalformedInput, TraceanalyzeError
 from ..common.core import PathLike
 
 
@@ -34,6 +34,15 @@ def _load_report(path: PathLike) -> tuple[Any, Any]:
     return ncu_report, ctx
 
 
+# ncu_report of Nsight Compute 2022.3 (Debian 12's nsight-compute) has no `IMetric.unit()`;
+# times and sizes need their units, which are never guessed.
+_NO_UNITS = (
+    "this ncu_report gives no metric units (no IMetric.unit(): Nsight Compute 2022.3 or older); "
+    "use a newer one (pip install ncu-report), or export the report as CSV with "
+    "`ncu --import x.ncu-rep --csv --page raw > x.csv` and read that"
+)
+
+
 def _report_long(ncu_report: Any, ctx: Any, path: PathLike) -> pl.DataFrame:
     """One row per numeric metric per launch: kernel_id, name, Metric Name/Unit/Value, _row."""
     kid: list[int] = []
@@ -57,6 +66,8 @@ def _report_long(ncu_report: Any, ctx: Any, path: PathLike) -> pl.DataFrame:
                     continue
                 if metric.kind() == ncu_report.IMetric.ValueKind_STRING:
                     continue
+                if not hasattr(metric, "unit"):
+                    raise TraceanalyzeError(_NO_UNITS, path=path)
                 kid.append(n)
                 kname.append(aname)
                 names.append(m)
