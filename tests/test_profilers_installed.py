@@ -29,8 +29,9 @@ SMALL = ["--device", "cpu", "--iterations", "3", "--batch-size", "2", "--image-s
 
 
 def running_nsys() -> set[int]:
-    """Live (not zombie) processes whose command line names nsys: read from /proc here, with no
-    help from the code under test."""
+    """Live (not zombie) processes whose program is nsys or one of its helpers (argv[0] under
+    nsight-systems or named nsys*; not any command line that mentions "nsys", such as a test
+    file's path): read from /proc here, with no help from the code under test."""
     out = set()
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -40,7 +41,9 @@ def running_nsys() -> set[int]:
             state = Path(f"/proc/{d}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
         except OSError:
             continue
-        if b"nsys" in cmd and state != b"Z":
+        prog = cmd.split(b"\0", 1)[0]
+        nsys = b"nsight-systems" in prog or os.path.basename(prog).startswith(b"nsys")
+        if nsys and state != b"Z":
             out.add(int(d))
     return out
 
