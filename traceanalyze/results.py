@@ -241,7 +241,7 @@ class Scaling:
 
 @dataclass(frozen=True)
 class Stragglers:
-    """Which rank holds a job back (`traceanalyze.analyses.stragglers`, rules in
+    """Which rank holds a job back (`traceanalyze.analyses.ranks.stragglers`, rules in
     docs/stragglers.md). `ranks`: one row per rank (`rank, collectives, arrived_last,
     arrived_last_pct, wait_ms, wait_caused_ms, clock_offset_us, offset_spread_us, world_size,
     rank_from, job, source_id, file, straggler, cause`); `instances`: one row per matched
