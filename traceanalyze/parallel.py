@@ -28,8 +28,7 @@ from typing import Any
 
 from .errors import TraceanalyzeError
 from .readers.common.limits import InputLimits, current_limits, input_limits
-from .store import STAGING, IngestResult, Staged, Store, plan, stage_file
-from .store.manifest import remove_dead_staging
+from .store import STAGING, IngestResult, Staged, Store, plan, remove_dead_staging, stage_file
 
 PathArg = str | os.PathLike[str]
 Outcome = tuple[Staged | None, IngestResult]

@@ -53,7 +53,6 @@ from . import files as store_files
 from . import lease as store_lease
 from . import log as store_log
 from ._safefs import open_path, regular_file_at, rmtree_at, root_is_link, walk
-from .lease import LEASES
 from .log import LOG_DIR, Entry
 from .manifest import (
     DEFAULT_GRACE_S,
@@ -69,9 +68,8 @@ from .manifest import (
     path_problem,
     read_manifest,
     release_txn,
+    remove_dead_staging,
 )
-
-# --- the store ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -101,7 +99,7 @@ class Store:
             raise root_is_link(self.root)
         if self.root.is_dir() and not (self.root / MARKER).exists():
             # A store being created by another writer has only its lock and staging so far.
-            ours = {LOCK_NAME, STAGING, LOG_DIR, LEASES}
+            ours = {LOCK_NAME, STAGING, LOG_DIR, store_lease.LEASES}
             foreign = [
                 p.name
                 for p in self.root.iterdir()
@@ -597,4 +595,5 @@ __all__ = [
     "KILL_ENV",
     "LAYOUT_VERSION",
     "DEFAULT_GRACE_S",
+    "remove_dead_staging",
 ]
