@@ -1,9 +1,9 @@
 """The package's shape, checked on its source (docs/architecture.md): readers live in one package
 per format family and import only their own family and `readers/common`; nothing imports a
 private name across packages; analyses never take a `Dataset` nor import a reader, and families of
-analyses are packages; the store is one package; the registry's modules exist and follow the
-reader protocol; modules stay under 600 lines; no import cycle anywhere, type-only
-and function-level imports and the lazy registries' module strings included."""
+analyses are packages; the store is one package, the figures another; the registry's modules
+exist and follow the reader protocol; modules stay under 600 lines; no import cycle anywhere,
+type-only and function-level imports and the lazy registries' module strings included."""
 
 from __future__ import annotations
 
@@ -189,6 +189,20 @@ def test_the_store_is_one_package() -> None:
         if mod != "traceanalyze.store" and not mod.startswith("traceanalyze.store.")
         for target, _name, line in imports_of(path)
         if target.startswith("traceanalyze.store.")
+    ]
+    assert bad == []
+
+
+def test_the_figures_are_one_package() -> None:
+    """Every figure is drawn in `plot/` (`ta.plot.<name>(result, path)` and its private modules):
+    nothing else imports matplotlib, and there is no second figures folder."""
+    assert not (PKG / "plots").exists() and (PKG / "plot" / "__init__.py").exists()
+    bad = [
+        f"{mod}:{line} imports {target}"
+        for mod, path in MODULES.items()
+        if mod != "traceanalyze.plot" and not mod.startswith("traceanalyze.plot.")
+        for target, _name, line in imports_of(path)
+        if target.split(".")[0] == "matplotlib"
     ]
     assert bad == []
 
