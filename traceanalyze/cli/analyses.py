@@ -399,7 +399,8 @@ def compare(
     kernel time that matched. Deltas are B - A, ratios B / A. A and B may be the same. With
     files or stores, --source keeps only those sources on each side; --device filters both.
     Each side is one GPU-run: the files of one `collect` run (iteration log, trace) are one,
-    and telemetry goes with the run whose work it overlaps on the same device. A store of
+    by its manifest or, without one, when their epoch times overlap on the same devices; and
+    telemetry goes with the run whose work it overlaps on the same device. A store of
     several GPU-runs is refused with their list (choose with --source), unless --pool.
     --csv prints two CSV tables: the overview, an empty line, then every kernel row.
     """
