@@ -25,6 +25,11 @@ Contenders:
   the first run with `pip install HolisticTraceAnalysis==0.5.0`), so its pins never touch the
   project's environment. DIR holds a copy of the trace made once, before timing.
 
+Whole process only (issue 35), in the same repetitions: `traceanalyze summary TRACE` as a user
+runs it (the console script's `main`, output to /dev/null) against HTA's load plus its kernel
+breakdown (`get_gpu_kernel_breakdown(visualize=False)`: time per kernel, its top kernels).
+Goals (issue 35): warm load >= 12x HTA, `summary` >= 8x, peak RSS <= 0.55 of HTA's.
+
 `traceanalyze` runs from a regular install of this checkout (`benchmarks/_installed.py`:
 `bench-data/ta-venv`, this environment's dependency versions, a wheel of the tree rebuilt and
 reinstalled on every run), as a user's `pip install` would leave it: the development venv's
@@ -77,7 +82,25 @@ LOADS = {
         "TraceAnalysis(trace_dir={p})",
     ),
 }
-LABELS = {"ours": "traceanalyze", "ours-fmt": "traceanalyze (format given)", "hta": "HTA 0.5.0"}
+# Whole process only (issue 35): the `summary` command as a user runs it, against HTA's load and
+# its kernel breakdown (the nearest of its calls: time per kernel, top kernels).
+LOADS |= {
+    "ours-summary": (
+        "import sys; from traceanalyze.cli import main",
+        "sys.argv = ['traceanalyze', 'summary', {p}]; main()",
+    ),
+    "hta-summary": (
+        LOADS["hta"][0],
+        "TraceAnalysis(trace_dir={p}).get_gpu_kernel_breakdown(visualize=False)",
+    ),
+}
+LABELS = {
+    "ours": "traceanalyze",
+    "ours-fmt": "traceanalyze (format given)",
+    "hta": "HTA 0.5.0",
+    "ours-summary": "traceanalyze summary (CLI)",
+    "hta-summary": "HTA load + kernel breakdown",
+}
 
 WARM = """
 import statistics, sys, time
@@ -134,10 +157,16 @@ def whole(python: Path | str, kind: str, target: str) -> tuple[float, float, flo
     imp, load = LOADS[kind]
     code = f"{imp}\n{load.format(p=repr(target))}"
     t0 = time.perf_counter()
-    proc = subprocess.Popen([str(python), "-c", code], env=_env(), stderr=subprocess.PIPE, cwd=_CWD)
+    proc = subprocess.Popen(
+        [str(python), "-c", code],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=_CWD,
+    )
+    err = proc.stderr.read().decode() if proc.stderr else ""  # before the wait: no pipe stall
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
-    err = proc.stderr.read().decode() if proc.stderr else ""
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{kind} failed:\n{err[-2000:]}")
     cpu = usage.ru_utime + usage.ru_stime  # every thread of the child
@@ -204,13 +233,20 @@ def main() -> int:
         if hta is not None:
             shutil.copy(trace, tmp)
             contenders.append(("hta", hta, tmp))
-        res: dict[str, dict[str, list[float]]] = {k: {} for k, _, _ in contenders}
+        summaries = [("ours-summary", ours, str(trace))]
+        if hta is not None:
+            summaries.append(("hta-summary", hta, tmp))
+        res: dict[str, dict[str, list[float]]] = {k: {} for k, _, _ in contenders + summaries}
         for rep in range(args.repeat):
             for kind, py, target in contenders:
                 w, wc, rss = whole(py, kind, target)
                 hot, hc = warm(py, kind, target, args.warm)
                 got = {"whole": w, "whole_cpu": wc, "rss": rss, "warm": hot, "warm_cpu": hc}
                 for name, v in got.items():
+                    res[kind].setdefault(name, []).append(v)
+            for kind, py, target in summaries:
+                w, wc, rss = whole(py, kind, target)
+                for name, v in {"whole": w, "whole_cpu": wc, "rss": rss}.items():
                     res[kind].setdefault(name, []).append(v)
             print(f"repetition {rep + 1}/{args.repeat} done", flush=True)
     finally:
@@ -233,7 +269,7 @@ def _report(trace: Path, res: dict[str, dict[str, list[float]]], args: argparse.
     )
     print(f"{'contender':<29}" + "".join(f" {title:>22}" for _, title in cols))
     for kind, r in res.items():
-        cells = [_rng(r[f], ".0f" if f == "rss" else ".3f") for f, _ in cols]
+        cells = [_rng(r[f], ".0f" if f == "rss" else ".3f") if f in r else "-" for f, _ in cols]
         print(f"{LABELS[kind]:<29}" + "".join(f" {c:>22}" for c in cells))
     if "hta" not in res:
         return
@@ -247,12 +283,20 @@ def _report(trace: Path, res: dict[str, dict[str, list[float]]], args: argparse.
         best = {f: min(h[f]) / min(o[f]) for f in ("whole", "warm")}
         print(
             f"  {LABELS[kind]}:\n"
-            f"    whole process HTA/ours {_rng(ratio['whole'], '.1f')}x (goal >= 6), "
+            f"    whole process HTA/ours {_rng(ratio['whole'], '.1f')}x, "
             f"CPU {_rng(ratio['whole_cpu'], '.1f')}x, fastest runs {best['whole']:.1f}x\n"
-            f"    warm load     HTA/ours {_rng(ratio['warm'], '.1f')}x (goal >= 10), "
+            f"    warm load     HTA/ours {_rng(ratio['warm'], '.1f')}x (goal >= 12), "
             f"CPU {_rng(ratio['warm_cpu'], '.1f')}x, fastest runs {best['warm']:.1f}x\n"
-            f"    peak RSS      ours/HTA {_rng(mem, '.2f')} (goal <= 0.6)"
+            f"    peak RSS      ours/HTA {_rng(mem, '.2f')} (goal <= 0.55)"
         )
+    o, h = res["ours-summary"], res["hta-summary"]
+    whole_ratio = [a / b for a, b in zip(h["whole"], o["whole"], strict=True)]
+    cpu_ratio = [a / b for a, b in zip(h["whole_cpu"], o["whole_cpu"], strict=True)]
+    print(
+        f"  summary, whole process: HTA load + breakdown / `traceanalyze summary` "
+        f"{_rng(whole_ratio, '.1f')}x (goal >= 8), CPU {_rng(cpu_ratio, '.1f')}x, "
+        f"fastest runs {min(h['whole']) / min(o['whole']):.1f}x"
+    )
 
 
 if __name__ == "__main__":

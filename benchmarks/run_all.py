@@ -31,6 +31,11 @@ FIGURES: dict[str, tuple[str, tuple[str, ...], str]] = {
         "`import traceanalyze`, `traceanalyze --help`, `traceanalyze summary` of a small trace",
     ),
     "nsys-speed": ("bench_nsys_sqlite.py", (), "nsys SQLite kernel ingest vs hand-written peers"),
+    "nsys-ai": (
+        "bench_nsysai.py",
+        (),
+        "2 M-kernel nsys export: nsys-ai 0.3 warm + top_kernels vs ingest + summary",
+    ),
     "bombs": ("bench_bombs.py", (), "decompression bombs refused: time and peak RSS"),
     "parallel-ingest": ("bench_parallel_ingest.py", (), "`ingest -j 1` vs `-j 2` speed-up"),
     "ingest-memory-kineto": (

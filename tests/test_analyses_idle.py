@@ -195,7 +195,7 @@ def test_nsys_two_gpus_against_plain_loops() -> None:
 
 
 def test_plot_has_units() -> None:
-    from traceanalyze.plots.idle import idle_figure
+    from traceanalyze.plot._idle import idle_figure
 
     fig = idle_figure(idle_time(KERNELS, COPIES, CALLS))
     ax = fig.axes[0]

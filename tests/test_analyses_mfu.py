@@ -249,7 +249,7 @@ def test_roofline_cli_json_equals_the_library(write) -> None:
 
 
 def test_roofline_figure_axes_carry_units() -> None:
-    from traceanalyze.plots.roofline import roofline_figure
+    from traceanalyze.plot._roofline import roofline_figure
 
     df = pl.DataFrame({"name": ["k"], "flop_per_byte_ratio": [2.0], "achieved_flop_per_s": [1e12]})
     fig = roofline_figure(df, peak_flop_per_s=67e12, peak_bytes_per_s=3.35e12)

@@ -322,7 +322,7 @@ def test_ops_plot(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["ops", str(shared(NVPROF)), "--plot", str(out)])
     assert r.exit_code == 0, r.output
     assert out.read_bytes().startswith(b"\x89PNG")
-    from traceanalyze.plots.ops import ops_figure
+    from traceanalyze.plot._ops import ops_figure
 
     ops, calls, kernels = small()
     ax = ops_figure(op_stats(ops, calls, kernels)).axes[0]

@@ -118,7 +118,7 @@ def test_resnet_iterations_against_json() -> None:
 
 
 def test_plot_per_iteration_with_units() -> None:
-    from traceanalyze.plots.overlap import overlap_figure
+    from traceanalyze.plot._overlap import overlap_figure
 
     ax = overlap_figure(comm_overlap(KERNELS, COPIES, ITERS)).axes[0]
     assert ax.get_xlabel() == "communication time (ms)"

@@ -1,8 +1,9 @@
 """The package's shape, checked on its source (docs/architecture.md): readers live in one package
 per format family and import only their own family and `readers/common`; nothing imports a
-private name across packages; analyses never take a `Dataset`; the registry's modules exist and
-follow the reader protocol; modules stay under 600 lines; no import cycle anywhere, type-only
-and function-level imports and the lazy registries' module strings included."""
+private name across packages; analyses never take a `Dataset` nor import a reader, and families of
+analyses are packages; the store is one package, the figures another; the registry's modules
+exist and follow the reader protocol; modules stay under 600 lines; no import cycle anywhere,
+type-only and function-level imports and the lazy registries' module strings included."""
 
 from __future__ import annotations
 
@@ -142,6 +143,68 @@ def test_analyses_take_frames_never_a_dataset() -> None:
                 for arg in [*node.args.args, *node.args.kwonlyargs]:
                     ann = ast.unparse(arg.annotation) if arg.annotation else ""
                     assert "Dataset" not in ann, f"{mod}:{node.lineno} {node.name}({arg.arg})"
+
+
+def test_no_analysis_imports_a_reader() -> None:
+    """Analyses take frames, never a reader's module: what both need (the rank-name rule) lives in
+    a neutral module outside `readers/` (`rank_names`)."""
+    bad = [
+        f"{mod}:{line} imports {target}"
+        for mod, path in MODULES.items()
+        if mod.startswith("traceanalyze.analyses")
+        for target, _name, line in imports_of(path)
+        if target == "traceanalyze.readers" or target.startswith("traceanalyze.readers.")
+    ]
+    assert bad == []
+    assert "traceanalyze.rank_names" in MODULES
+
+
+def test_families_of_analyses_are_packages() -> None:
+    """A family of analyses with more than two modules is a package (`critical_path/`, `ranks/`),
+    not prefixed modules side by side in `analyses/`."""
+    flat = sorted(p.stem for p in (PKG / "analyses").glob("*.py"))
+    grouped = [s for s in flat if s.startswith(("_cp", "critical_path", "rank", "straggler"))]
+    assert grouped == []
+    for family in ("critical_path", "ranks"):
+        assert (PKG / "analyses" / family / "__init__.py").exists(), family
+
+
+STORE_MODULES = ("files", "log", "lease", "hashing", "manifest", "sink", "_safefs")
+
+
+def test_the_store_is_one_package() -> None:
+    """The store's modules (transaction, files, log, leases, hashing, manifest, sink, the
+    descriptor-safe file operations) live under `store/`, and nothing outside it reaches past
+    the package's own names (`traceanalyze.store`)."""
+    top = sorted(
+        p.name
+        for p in PKG.glob("*.py")
+        if p.stem.startswith("store") or p.stem in ("manifest", "sink", "_safefs")
+    )
+    assert top == [], f"store modules outside store/: {top}"
+    assert {f"traceanalyze.store.{m}" for m in STORE_MODULES} <= set(MODULES)
+    bad = [
+        f"{mod}:{line} imports {target}"
+        for mod, path in MODULES.items()
+        if mod != "traceanalyze.store" and not mod.startswith("traceanalyze.store.")
+        for target, _name, line in imports_of(path)
+        if target.startswith("traceanalyze.store.")
+    ]
+    assert bad == []
+
+
+def test_the_figures_are_one_package() -> None:
+    """Every figure is drawn in `plot/` (`ta.plot.<name>(result, path)` and its private modules):
+    nothing else imports matplotlib, and there is no second figures folder."""
+    assert not (PKG / "plots").exists() and (PKG / "plot" / "__init__.py").exists()
+    bad = [
+        f"{mod}:{line} imports {target}"
+        for mod, path in MODULES.items()
+        if mod != "traceanalyze.plot" and not mod.startswith("traceanalyze.plot.")
+        for target, _name, line in imports_of(path)
+        if target.split(".")[0] == "matplotlib"
+    ]
+    assert bad == []
 
 
 def test_every_dataset_analysis_returns_a_result_class_or_a_frame() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 from conftest import shared
-from test_analyses_coreutil import LAUNCHES, expected, tbd_csv
+from test_analyses_coreutil import FMA, FP16, LAUNCHES, TENSOR, XU, expected, tbd_csv
 
 from traceanalyze import cli
 from traceanalyze.analyses.coreutil import PIPE_METRICS
@@ -107,8 +108,11 @@ def test_coreutil_json_several_files(write) -> None:
     r = run("coreutil", str(a), str(b), "--json")
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)
+    # Every column the library's table has, the metric each number came from included (the
+    # CSV's own metric names: FMA, FP16, TENSOR, XU are the names written into it above).
     assert [list(x) for x in got] == [
         [
+            "source_id",
             "file",
             "batch_size",
             "fma_pct",
@@ -118,8 +122,14 @@ def test_coreutil_json_several_files(write) -> None:
             "launches",
             "weight",
             "scale",
+            "fma_metric",
+            "fp16_metric",
+            "tensor_metric",
+            "sfu_metric",
         ]
     ] * 2
+    metrics = [FMA, FP16, TENSOR, XU]
+    assert all([x[f"{u}_metric"] for u in ("fma", "fp16", "tensor", "sfu")] == metrics for x in got)
     assert [(x["file"], x["batch_size"], x["launches"]) for x in got] == [
         (str(b), 8, 1),
         (str(a), 16, 3),
@@ -135,10 +145,14 @@ def test_coreutil_weight_none_and_plot(write, tmp_path: Path) -> None:
     r = run("coreutil", str(a), "--weight", "none", "--csv", "--plot", str(png))
     assert r.exit_code == 0
     rows = r.stdout.splitlines()
-    assert rows[0] == "file,batch_size,fma_pct,fp16_pct,tensor_pct,sfu_pct,launches,weight,scale"
+    assert rows[0] == (
+        "source_id,file,batch_size,fma_pct,fp16_pct,tensor_pct,sfu_pct,launches,weight,scale,"
+        "fma_metric,fp16_metric,tensor_metric,sfu_metric"
+    )
     fma = sum(x[5] for x in LAUNCHES) / 3
-    assert rows[1].startswith(f"{a},4,{fma!r},")
-    assert rows[1].endswith(",3,none,pct")
+    sid = hashlib.sha256(a.read_bytes()).hexdigest()[:16]
+    assert rows[1].startswith(f"{sid},{a},4,{fma!r},")
+    assert rows[1].endswith(f",3,none,pct,{FMA},{FP16},{TENSOR},{XU}")
     assert png.read_bytes().startswith(b"\x89PNG")
 
 

@@ -316,7 +316,7 @@ def test_saved_figures_keep_long_titles_and_labels(tmp_path: Path) -> None:
     save(fig, out)
     assert imread(out).shape[1] > 2 * DPI  # the picture grew to hold the title
     # An operator name longer than the label room is cut visibly, in the middle.
-    from traceanalyze.plots.ops import ops_figure
+    from traceanalyze.plot._ops import ops_figure
 
     long = "autograd::engine::evaluate_function: ConvolutionBackward0"
     stats = pl_frame(long)

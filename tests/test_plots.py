@@ -14,9 +14,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from traceanalyze.analyses.timeline import lanes  # noqa: E402
-from traceanalyze.plots.coreutil import coreutil_figure  # noqa: E402
-from traceanalyze.plots.timeline import timeline_figure  # noqa: E402
-from traceanalyze.plots.variability import variability_figure  # noqa: E402
+from traceanalyze.plot._coreutil import coreutil_figure  # noqa: E402
+from traceanalyze.plot._timeline import timeline_figure  # noqa: E402
+from traceanalyze.plot._variability import variability_figure  # noqa: E402
 from traceanalyze.tables import Tables  # noqa: E402
 
 

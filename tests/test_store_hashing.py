@@ -1,4 +1,4 @@
-"""A file not hashed yet is hashed while it is read (store_hashing.py, from
+"""A file not hashed yet is hashed while it is read (store/hashing.py, from
 `HASH_ALONGSIDE_BYTES`, patched to 0 here so that the real small traces take that path): the
 source id is the file's SHA-256, the rows are those of a hash-first ingest, a file the store
 (or the same call) has already stops its read and is "unchanged", the store left as it was.
@@ -23,7 +23,7 @@ import polars as pl
 import pytest
 
 import traceanalyze as ta
-import traceanalyze.store_hashing as store_hashing
+import traceanalyze.store.hashing as store_hashing
 from traceanalyze import readers, schema
 from traceanalyze.errors import MalformedInput
 from traceanalyze.readers.common.core import ReadStopped, read_settled, stop_reading_when

@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 import traceanalyze as ta
-from traceanalyze import store_log
 from traceanalyze.cli import main
 from traceanalyze.errors import StoreError
 from traceanalyze.store import KILL_ENV, MARKER, STAGING, Store
+from traceanalyze.store import log as store_log
 
 from . import _store_state
 from .test_store_security import (
@@ -70,7 +70,7 @@ def run_py(code: str, *args: str, env: dict[str, str] | None = None, **kw):
 # In a child: the checkpoint interval set small, then one ingest (argv: every, store, files…).
 INGEST = (
     "import sys, traceanalyze as ta\n"
-    "from traceanalyze import store_log\n"
+    "from traceanalyze.store import log as store_log\n"
     "store_log.CHECKPOINT_EVERY = int(sys.argv[1])\n"
     "for f in sys.argv[3:]: ta.ingest([f], sys.argv[2])\n"
 )
@@ -322,8 +322,8 @@ def test_a_layout_2_store_is_read_and_migrated_by_the_first_writer(tmp_path: Pat
 def test_commit_cost_does_not_walk_other_sources(tmp_path: Path, monkeypatch) -> None:
     """A commit never lists the table directories (the walk whose cost grew with the store):
     counted through the one function that lists a table's partitions."""
-    from traceanalyze import manifest as manifest_mod
-    from traceanalyze import store_files
+    from traceanalyze.store import files as store_files
+    from traceanalyze.store import manifest as manifest_mod
 
     st = tmp_path / "st"
     files = logs(tmp_path, 4)

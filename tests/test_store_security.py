@@ -261,7 +261,7 @@ def test_a_huge_string_in_the_manifest_is_one_short_line(setup) -> None:
 
 
 def test_manifest_bounds(setup, monkeypatch) -> None:
-    from traceanalyze import manifest
+    from traceanalyze.store import manifest
 
     store, _, _ = setup
     monkeypatch.setattr(manifest, "MAX_MANIFEST_BYTES", 100)

@@ -536,7 +536,7 @@ def test_covered_length_before_each_time() -> None:
     import numpy as np
 
     from traceanalyze.analyses import _intervals as iv
-    from traceanalyze.analyses.straggler_causes import _covered
+    from traceanalyze.analyses.ranks.causes import _covered
 
     a = iv.as_set([10, 15, 40], [20, 30, 50])  # -> [10, 30), [40, 50)
     t = np.array([0, 10, 12, 30, 35, 45, 60], dtype=np.int64)

@@ -23,9 +23,9 @@ import polars as pl
 import pytest
 
 import traceanalyze as ta
-from traceanalyze.analyses.straggler_causes import metric_samples
+from traceanalyze.analyses.ranks.causes import metric_samples
 from traceanalyze.errors import UsageProblem
-from traceanalyze.readers.common.ranks import local_rank_arg, named_rank
+from traceanalyze.rank_names import local_rank_arg, named_rank
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 PIPIT = SHARED / "nsys_sqlite" / "pipit_saxpy_mpi_cuda_a100_nsys2022.2.sqlite"

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import traceanalyze as ta
-from traceanalyze import schema, sink
+from traceanalyze import schema
 from traceanalyze.readers import stream
-from traceanalyze.store import STAGING, Store
+from traceanalyze.store import STAGING, Store, sink
 
 from .test_contract import REAL
 

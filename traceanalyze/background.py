@@ -1,6 +1,6 @@
 """Work done on one background thread while the caller does the next piece (pyarrow, polars and
 numpy release the GIL in their C code): writes (`BackgroundWrites`: the store's Parquet row
-groups, `sink.py`, and a reader's spill files, `readers/kineto/stream.py`) and the items of an
+groups, `store/sink.py`, and a reader's spill files, `readers/kineto/stream.py`) and the items of an
 iterator made ahead of their use (`prefetch`: the Perfetto protobuf export sorts the next chunk
 of events while this one is encoded, `export/perfetto_proto.py`)."""
 

@@ -367,12 +367,12 @@ class Dataset:
         res = annotation_time(k, m, a, mk, depth=depth, strip_ids=strip_ids, names=names)
         return with_file(res, names)
 
-    # --- several ranks of one job (traceanalyze.analyses.stragglers) ------------------------
+    # --- several ranks of one job (traceanalyze.analyses.ranks.stragglers) ------------------------
 
     def ranks(self) -> pl.DataFrame:
         """Who is which rank of which job, per source (`rank_from` says how it is known; one
         row per process for a file holding several ranks) and its collective_count."""
-        from .analyses.stragglers import identify
+        from .analyses.ranks.stragglers import identify
 
         return identify(
             self.scan("sources"), self.scan("kernels"), self.scan("ops"), self.scan("markers")
@@ -385,7 +385,7 @@ class Dataset:
         GPU idle before its collectives). `job`: which job when the sources hold several;
         `align`: apply the clock offsets estimated from collective ends (default: only when
         some rank's trace has no epoch time). Rules in docs/stragglers.md."""
-        from .analyses.stragglers import stragglers
+        from .analyses.ranks.stragglers import stragglers
 
         return stragglers(
             self.scan_all("sources"),  # sampler logs of the ranks may be other sources

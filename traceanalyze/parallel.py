@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import TraceanalyzeError
-from .manifest import remove_dead_staging
 from .readers.common.limits import InputLimits, current_limits, input_limits
-from .store import STAGING, IngestResult, Staged, Store, plan, stage_file
+from .store import STAGING, IngestResult, Staged, Store, plan, remove_dead_staging, stage_file
 
 PathArg = str | os.PathLike[str]
 Outcome = tuple[Staged | None, IngestResult]

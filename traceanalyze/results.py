@@ -78,17 +78,29 @@ class CoreUtil:
 
     @property
     def printed(self) -> pl.DataFrame:
-        """The columns the CLI prints (no ids, no metric names). nvprof's 0-10 levels are not
-        percentages: headers `fma_level`… when every row is a level, `fma`… (read with `scale`)
-        when levels and percentages mix; `fma_pct`… only for percentages."""
+        """The columns the CLI prints as a table (no ids, no metric names), named as in
+        `exported`."""
         keys = ["file", "batch_size", *(["name"] if self.by_kernel else [])]
-        pipes = ["fma_pct", "fp16_pct", "tensor_pct", "sfu_pct"]
-        out = self.table.select([*keys, *pipes, "launches", "weight", "scale"])
-        scales = set(out["scale"].drop_nulls().to_list())
+        out = self.table.select([*keys, *_PIPES, "launches", "weight", "scale"])
+        return out.rename(self._pipe_names())
+
+    @property
+    def exported(self) -> pl.DataFrame:
+        """Every column of `table` (`--json`, `--csv`): ids and the `<unit>_metric` each number
+        came from included. nvprof's 0-10 levels are not percentages: `fma_level`… when every
+        row is a level, `fma`… (read with `scale`) when levels and percentages mix; `fma_pct`…
+        only for percentages."""
+        return self.table.rename(self._pipe_names())
+
+    def _pipe_names(self) -> dict[str, str]:
+        scales = set(self.table["scale"].drop_nulls().to_list())
         if "level" not in scales:
-            return out
+            return {}
         suffix = "_level" if scales == {"level"} else ""
-        return out.rename({p: p.removesuffix("_pct") + suffix for p in pipes})
+        return {p: p.removesuffix("_pct") + suffix for p in _PIPES}
+
+
+_PIPES = ("fma_pct", "fp16_pct", "tensor_pct", "sfu_pct")
 
 
 @dataclass(frozen=True)
@@ -241,7 +253,7 @@ class Scaling:
 
 @dataclass(frozen=True)
 class Stragglers:
-    """Which rank holds a job back (`traceanalyze.analyses.stragglers`, rules in
+    """Which rank holds a job back (`traceanalyze.analyses.ranks.stragglers`, rules in
     docs/stragglers.md). `ranks`: one row per rank (`rank, collectives, arrived_last,
     arrived_last_pct, wait_ms, wait_caused_ms, clock_offset_us, offset_spread_us, world_size,
     rank_from, job, source_id, file, straggler, cause`); `instances`: one row per matched

@@ -52,7 +52,7 @@ def saving(ds: DatasetView, spec: str) -> float:
 
 
 def _stragglers(ds: DatasetView) -> tuple[pl.DataFrame, tuple[str, ...]] | None:
-    from ..analyses.stragglers import identify, stragglers
+    from ..analyses.ranks.stragglers import identify, stragglers
 
     ranks = identify(ds.scan("sources"), ds.scan("kernels"), ds.scan("ops"), ds.scan("markers"))
     if ranks["rank"].drop_nulls().n_unique() < 2:

@@ -138,13 +138,31 @@ def gpu_runs(ds: DatasetView) -> dict[str, list[str]]:
 
 
 def gpu_run_map(ds: DatasetView) -> dict[str, str]:
-    """source_id -> the source standing for its collect GPU-run (`analyses.runs`); empty when
-    no source comes from a collect run."""
+    """source_id -> the source standing for its GPU-run (`analyses.runs`): the sources of one
+    collect run by its manifest, else an iteration log and the traces its epoch window overlaps
+    on the same devices (`analyses.gpu_runs.concurrent_runs`); empty when no sources pair."""
     from ..analyses.gpu_runs import representatives
     from ..runinfo import gpu_run_keys
 
     keys = gpu_run_keys(source_files(ds))
+    unkeyed = [sid for sid, key in keys.items() if key is None]
+    if len(unkeyed) >= 2:
+        keys |= _concurrent_keys(ds, unkeyed)
     if not any(keys.values()):
         return {}
     counts = dict(ds.scan("iterations").group_by("source_id").len().collect().iter_rows())
     return representatives(counts, keys)
+
+
+def _concurrent_keys(ds: DatasetView, ids: list[str]) -> dict[str, str]:
+    """GPU-run keys, from their own times, for sources without a collect manifest."""
+    from ..analyses.gpu_runs import WORK_TABLES, concurrent_runs, run_windows
+
+    def only(lf: pl.LazyFrame) -> pl.LazyFrame:
+        return lf.filter(pl.col("source_id").is_in(ids))
+
+    sources = only(ds.scan("sources"))
+    if not sources.select((pl.col("format") == "iterlog").any()).collect().item():
+        return {}  # no iteration log: nothing to pair a trace with
+    work = [(only(ds.scan(table)), dev) for table, dev in WORK_TABLES]
+    return concurrent_runs(run_windows(sources, work))

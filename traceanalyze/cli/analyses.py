@@ -139,13 +139,14 @@ def coreutil(
     `batch_<n>` in the file name. `scale` says what the numbers are: "pct" (ncu, % of peak) or
     "level" (nvprof's *_fu_utilization, 0-10, weighted by invocations). A file without the
     needed metrics is reported on its own line after the others' rows (exit code 1); --verbose
-    lists every metric name looked for.
+    lists every metric name looked for. --json/--csv carry every column, the source id and the
+    metric each number came from (fma_metric, fp16_metric, tensor_metric, sfu_metric) included.
     """
     res = ds.coreutil(weight=weight, by_kernel=by_kernel)
     if res.table.height:
         draw("coreutil", res, plot)
     if res.table.height or out_json or out_csv:
-        emit(res.printed, out_json, out_csv)
+        emit(res.exported if out_json or out_csv else res.printed, out_json, out_csv)
     for file, reason, details in res.unanswered.select("file", "reason", "details").iter_rows():
         error_line(f"{file}: {reason}" + (" [-v for details]" if details and not verbose() else ""))
         if details and verbose():
@@ -405,7 +406,8 @@ def compare(
     kernel time that matched. Deltas are B - A, ratios B / A. A and B may be the same. With
     files or stores, --source keeps only those sources on each side; --device filters both.
     Each side is one GPU-run: the files of one `collect` run (iteration log, trace) are one,
-    and telemetry goes with the run whose work it overlaps on the same device. A store of
+    by its manifest or, without one, when their epoch times overlap on the same devices; and
+    telemetry goes with the run whose work it overlaps on the same device. A store of
     several GPU-runs is refused with their list (choose with --source), unless --pool.
     --csv prints two CSV tables: the overview, an empty line, then every kernel row.
     """

@@ -17,7 +17,6 @@ import json
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -62,30 +61,6 @@ def throughput_table(logs: Sequence[str | Path], warmup: int) -> pl.DataFrame:
         pl.len().cast(pl.Int64).alias("iterations"),
     )
     return q.select(COLUMNS).cast(schema).sort("batch_size")  # type: ignore[arg-type]
-
-
-def plot_throughput(table: pl.DataFrame) -> Any:
-    """Median images/s by batch size, p10–p90 as error bars; returns the Figure."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(5, 3.5))
-    ax = fig.add_subplot()
-    bs = table["batch_size"].to_list()
-    med = table["median_images_per_s"].to_list()
-    lo = [m - p for m, p in zip(med, table["p10_images_per_s"].to_list(), strict=True)]
-    hi = [p - m for m, p in zip(med, table["p90_images_per_s"].to_list(), strict=True)]
-    ax.errorbar(bs, med, yerr=[lo, hi], marker="o", capsize=3)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(bs, [str(b) for b in bs])
-    ax.set_xlabel("batch size (images per rank)")
-    ax.set_ylabel("throughput (images/s), median, p10–p90")
-    ax.set_title("ResNet-50 training throughput")
-    ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    return fig
 
 
 def with_mfu(
@@ -140,5 +115,7 @@ def write_throughput(logs: Sequence[str | Path], warmup: int, run_dir: Path) -> 
     table = with_mfu(table, gpu if device != "cpu" else None, precision, image_size, device)
     table.write_csv(run_dir / "throughput.csv")
     if table.height:
-        plot_throughput(table).savefig(run_dir / "throughput.png", dpi=120)
+        from .. import plot
+
+        plot.throughput(table, run_dir / "throughput.png")
     return table

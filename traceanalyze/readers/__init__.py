@@ -379,7 +379,7 @@ def stream(
     order included). Readers with a `stream_<slug>` hold a bounded amount of the file at a
     time (spilling to `workdir`, a temporary directory by default); others are read whole.
     This is what `ingest` writes from, one Parquet row group after another. `sha256` may be a
-    call that gives it (a hash computed meanwhile, `store_hashing`): asked at the first chunk."""
+    call that gives it (a hash computed meanwhile, `store.hashing`): asked at the first chunk."""
     format = _resolve(path, format, options)
     known = file_sha256(path) if sha256 is None else sha256
     get_sha: Callable[[], str] = known if callable(known) else lambda: str(known)

@@ -1,5 +1,5 @@
 """Rules across GPUs and ranks: communication not hidden by compute (`exposed_comm`) and the
-rank that holds the job back (`straggler`, from `analyses.stragglers`)."""
+rank that holds the job back (`straggler`, from `analyses.ranks.stragglers`)."""
 
 from __future__ import annotations
 

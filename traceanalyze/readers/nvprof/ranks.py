@@ -1,4 +1,4 @@
-"""The rank an nvprof export states (`common.ranks`), for `sources`.
+"""The rank an nvprof export states (`rank_names`), for `sources`.
 
 Kinds, in this order: `NVTX thread name` (SQLite: `CUPTI_ACTIVITY_KIND_NAME` rows of object kind
 2, thread: the name `nvtxNameOsThread` gave it), `command line` (the `--local_rank` /
@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 import sqlite3
 
+from ...rank_names import Hint, hints_from_names, local_rank_arg
 from ..common.core import PathLike, head_bytes, table_columns
-from ..common.ranks import Hint, hints_from_names, local_rank_arg
 
 OBJECT_KIND_THREAD = 2  # CUpti_ActivityObjectKind
 _PROFILING = re.compile(rb"^==\d+== NVPROF is profiling process \d+, command: (.*?)\r?$", re.M)

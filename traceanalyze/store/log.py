@@ -29,9 +29,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import schema
+from .. import schema
+from ..errors import StoreError
 from ._safefs import FILE_MODE, open_dir, open_path, walk
-from .errors import StoreError
 from .manifest import (
     MARKER,
     MAX_GARBAGE,

@@ -1,6 +1,6 @@
 """`critical_path(across_ranks=True)`: one graph per iteration over every rank of a job.
 
-Each rank's graph (`_cpgraph.build`) is kept whole, under one job source node at the earliest
+Each rank's graph (`graph.build`) is kept whole, under one job source node at the earliest
 rank's iteration start (an edge to each rank's own source, `idle`: that rank started later).
 Collectives join them: the k-th collective kernel of a given name on each rank (in start order
 within the iteration) is one collective when every rank has it; it cannot end on any rank before
@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _cpgraph as cg
-from ._cpframes import Slice, SourceEvents
+from . import graph as cg
+from .frames import Slice, SourceEvents
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Per iteration (the iterations table: `ProfilerStep#N` of the PyTorch profiler; a source without
 iterations is one window from its first to its last event, `iteration` null) a graph is built
-from the iteration's events (`_cpgraph`): the host events that start in the iteration (operators,
+from the iteration's events (`graph`): the host events that start in the iteration (operators,
 or NVTX ranges where a source has no operators, as in `ops`; and runtime/driver calls) and the
 GPU events (kernels, copies, memsets) their calls launched (correlation ids, `launches`'s
 pairing), plus GPU events without a launch call that start in the window. Edges:
@@ -41,13 +41,13 @@ from typing import Any
 
 import polars as pl
 
-from ..errors import NotAnswerable
-from ..results import CriticalPath
-from . import _cpgraph as cg
-from . import _cpranks as cr
-from . import _cpwindows as cw
-from ._cpframes import SourceEvents
-from ._cpwhatif import WhatIf, parse_what_if
+from ...errors import NotAnswerable
+from ...results import CriticalPath
+from . import graph as cg
+from . import ranks as cr
+from . import windows as cw
+from .frames import SourceEvents
+from .whatif import WhatIf, parse_what_if
 
 Frame = pl.DataFrame | pl.LazyFrame
 
@@ -151,7 +151,7 @@ def _one_window(
 def _across(
     inp: cw.Inputs, its: pl.DataFrame, only: int | None, wi: WhatIf | None, by_event: bool
 ) -> tuple[pl.DataFrame | None, list[pl.DataFrame]]:
-    """Per iteration number that several sources share: the job-wide path (`_cpranks`)."""
+    """Per iteration number that several sources share: the job-wide path (`ranks`)."""
     by_it: dict[int, list[tuple[str, cw.Window]]] = {}
     for sid in cw.sources(inp):
         for w in cw.windows(inp, its, sid, only):

@@ -16,18 +16,18 @@ Verdict: ranks sorted by `arrived_last` (then `wait_caused_ms`). One straggler w
 last in at least half of the instances and at least twice as often as the next; two when that
 fails but, with at least 4 ranks, the first two together are last in at least 75 % of the
 instances and the second is last at least twice as often as the third; otherwise "no clear
-straggler" (also with fewer than 2 instances). Why each straggler is late: `straggler_causes`.
+straggler" (also with fewer than 2 instances). Why each straggler is late: `causes`.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from ..results import Stragglers
-from . import rank_split, ranks
-from . import straggler_causes as causes
-from .launches import launch_calls
-from .ranks import Matched
+from ...results import Stragglers
+from .. import ranks
+from ..launches import launch_calls
+from . import Matched, causes
+from . import split as rank_split
 
 Frame = pl.DataFrame | pl.LazyFrame
 
@@ -200,7 +200,7 @@ def identify(sources: Frame, kernels: Frame, ops: Frame, markers: Frame) -> pl.D
 
 def _split(src: pl.DataFrame, events: pl.DataFrame, markers: Frame) -> rank_split.Split:
     """Who is which rank: the sources' own statement, else NVTX, else the file name, else one
-    rank per process or per file by GPU (`ranks`, `rank_split`)."""
+    rank per process or per file by GPU (`ranks`, `ranks.split`)."""
     named = ranks.named_ranks(markers)
     table = ranks.with_named_ranks(ranks.rank_table(src), named)
     gpu = events.filter(pl.col("stream_id") != ranks.CPU_STREAM)

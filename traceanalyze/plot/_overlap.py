@@ -9,7 +9,7 @@ from __future__ import annotations
 import polars as pl
 from matplotlib.figure import Figure
 
-from .variability import gpu_label
+from ._variability import gpu_label
 
 
 def overlap_figure(df: pl.DataFrame) -> Figure:

@@ -61,9 +61,9 @@ def stage_hashing(
     `skip(source_id)` true: the caller has the source already (as the store having it).
     Returns the Staged (None when the source is known), its id, the status ("unchanged",
     "ingested", "replaced") and the rows per table."""
-    from .readers import Sha256Thread, source_id_for
-    from .readers import stream as stream_one
-    from .readers.common.core import ReadStopped, stop_reading_when
+    from ..readers import Sha256Thread, source_id_for
+    from ..readers import stream as stream_one
+    from ..readers.common.core import ReadStopped, stop_reading_when
 
     hashing = Sha256Thread(path)
 

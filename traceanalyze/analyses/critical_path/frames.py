@@ -1,5 +1,5 @@
 """`critical_path`'s inputs: one source's host and GPU events as numpy columns, sliced per
-iteration into `_cpgraph`'s `HostSlice` / `GpuSlice`.
+iteration into `graph`'s `HostSlice` / `GpuSlice`.
 
 Host events (operators or NVTX ranges from `ops.host_ops`, and runtime/driver calls) are sorted by
 start, so an iteration's host events are one contiguous range; GPU events are reached through their
@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
-from . import _cpgraph as cg
-from .idle import SYNC_CALL
-from .launches import launch_calls
-from .ops import host_ops
-from .overlap import COMM_KERNEL
+from ..idle import SYNC_CALL
+from ..launches import launch_calls
+from ..ops import host_ops
+from ..overlap import COMM_KERNEL
+from . import graph as cg
 
 if TYPE_CHECKING:
-    from ._cpwhatif import WhatIf
+    from .whatif import WhatIf
 
 Frame = pl.DataFrame | pl.LazyFrame
 _COPY_CALL = pl.col("name").str.contains("^cu(da)?Mem(cpy|set)") & ~pl.col("name").str.contains(
@@ -256,7 +256,7 @@ class SourceEvents:
     }
 
     def __init__(self, source_id: str, h: pl.DataFrame, g: pl.DataFrame, wi: WhatIf | None):
-        from ._cpwhatif import factor as _factor
+        from .whatif import factor as _factor
 
         self.source_id = source_id
         self.h_start, self.h_end = _i64(h["start_ns"]), _i64(h["end_ns"])
@@ -395,7 +395,7 @@ def window_events(
     *,
     orphans: bool,
 ) -> SourceEvents | None:
-    """The `SourceEvents` of one source's window (frames already cut to it, see `_cpwindows`);
+    """The `SourceEvents` of one source's window (frames already cut to it, see `windows`);
     None when it has no timed event. `orphans`: GPU events without a launch call in the window
     count as the window's own when they start in it (the source has no API calls at all, or
     the event carries no correlation id)."""

@@ -4,12 +4,12 @@ ones, and a manifest holding the whole state at the log's last checkpoint (layou
 Layout (docs/store.md has the whole protocol and recipes for outside engines)::
 
     <store>/traceanalyze-store.json                       the manifest: a checkpoint (`version`)
-    <store>/_log/<version: 20 digits>.json                one entry per later commit (store_log)
+    <store>/_log/<version: 20 digits>.json                one entry per later commit (store.log)
     <store>/<table>/source_id=<id>/part-<txn>.parquet     one file per table per source and commit
     <store>/.lock                                         the store lock (flock), held to commit
     <store>/.staging/<owner>.lock                          a writing process's liveness lock
     <store>/.staging/<owner>-<uuid>/ (= <txn>)             a writer's files before its commit
-    <store>/_leases/<32 hex>.lease                        a reader's pinned version (store_lease)
+    <store>/_leases/<32 hex>.lease                        a reader's pinned version (store.lease)
 
 A source is in the store when the manifest and the log entries after it list it; readers
 (`scan`, `table`, `tables`, `files`, `source_ids`, `has_source`) replay the log once per call
@@ -45,9 +45,15 @@ from typing import Any
 
 import polars as pl
 
-from . import schema, store_files, store_lease, store_log
+from .. import schema
+from ..errors import StoreError, TraceanalyzeError, UnknownFormat, quote_path
+from ..readers import READERS, detect_format, file_sha256, source_id_for
+from ..tables import Tables
+from . import files as store_files
+from . import lease as store_lease
+from . import log as store_log
 from ._safefs import open_path, regular_file_at, rmtree_at, root_is_link, walk
-from .errors import StoreError, TraceanalyzeError, UnknownFormat, quote_path
+from .log import LOG_DIR, Entry
 from .manifest import (
     DEFAULT_GRACE_S,
     KILL_ENV,
@@ -62,13 +68,8 @@ from .manifest import (
     path_problem,
     read_manifest,
     release_txn,
+    remove_dead_staging,
 )
-from .readers import READERS, detect_format, file_sha256, source_id_for
-from .store_lease import LEASES
-from .store_log import LOG_DIR, Entry
-from .tables import Tables
-
-# --- the store ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ class Store:
             raise root_is_link(self.root)
         if self.root.is_dir() and not (self.root / MARKER).exists():
             # A store being created by another writer has only its lock and staging so far.
-            ours = {LOCK_NAME, STAGING, LOG_DIR, LEASES}
+            ours = {LOCK_NAME, STAGING, LOG_DIR, store_lease.LEASES}
             foreign = [
                 p.name
                 for p in self.root.iterdir()
@@ -116,7 +117,7 @@ class Store:
         """This store pinned to its current version: every read of the returned Store sees the
         same committed sources, whatever is committed meanwhile, and garbage collection keeps
         the files of that version for as long as the returned Store lives (a lease in
-        `_leases/`, store_lease; where the store cannot be written, the grace period only)."""
+        `_leases/`, store.lease; where the store cannot be written, the grace period only)."""
         pinned = Store.__new__(Store)
         pinned.root, pinned.grace_s, pinned._cache = self.root, self.grace_s, None
         pinned._frames = {}
@@ -229,7 +230,7 @@ class Store:
         by the source. `produce(workdir)` makes the chunks; `workdir` is an empty directory in
         this transaction's staging for the reader's spill files, removed with the staging.
         `source_id` may be a call that gives it, asked once the first row group is written
-        (`store_hashing`). Returns the Staged and the rows per table."""
+        (`store.hashing`). Returns the Staged and the rows per table."""
         from .sink import TableSink
 
         kill_point("stage-start")
@@ -476,11 +477,11 @@ def stage_file(
     or `skip(source_id)` is true (a file seen earlier in the same call); else the Staged and a
     result whose status ("ingested"/"replaced") `commit` may still turn into "unchanged"
     (another writer committed it first). A big file not hashed yet is hashed while it is read
-    (`store_hashing`). Safe to call in worker processes.
+    (`store.hashing`). Safe to call in worker processes.
     """
-    from .readers import options_for
-    from .readers import stream as _stream_one
-    from .store_hashing import HASH_ALONGSIDE_BYTES, stage_hashing
+    from ..readers import options_for
+    from ..readers import stream as _stream_one
+    from .hashing import HASH_ALONGSIDE_BYTES, stage_hashing
 
     p = os.fspath(path)
     opts = options_for(fmt, options or {})
@@ -511,7 +512,7 @@ def plan(
 ) -> list[tuple[str, str]]:
     """(path, format) of every file, checked before any is read: a missing file, an unknown
     format or an option no reader of these files takes fails fast, before minutes of parsing."""
-    from .readers import check_options
+    from ..readers import check_options
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -594,4 +595,5 @@ __all__ = [
     "KILL_ENV",
     "LAYOUT_VERSION",
     "DEFAULT_GRACE_S",
+    "remove_dead_staging",
 ]

@@ -24,9 +24,9 @@ from typing import Any
 
 import polars as pl
 
-from . import schema
+from .. import schema
+from ..background import BackgroundWrites
 from ._safefs import drop_others_write, makedirs
-from .background import BackgroundWrites
 
 ROW_GROUP_ROWS = 1 << 16
 ROW_GROUP_BYTES = 8 << 20
@@ -38,7 +38,7 @@ class TableSink:
     """Per-table Parquet writers under `root`, opened on a table's first non-empty chunk."""
 
     def __init__(self, root: Path, source_id: str | Callable[[], str], txn: str) -> None:
-        """`source_id` may be a call that gives it (`store_hashing`): asked when the first
+        """`source_id` may be a call that gives it (`store.hashing`): asked when the first
         writer opens, or by `source()`, not before."""
         self.root = root
         self._source_id = source_id

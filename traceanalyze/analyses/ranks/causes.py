@@ -49,8 +49,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from . import _intervals as iv
-from .ranks import NCCL_KERNEL, Matched, in_job
+from .. import _intervals as iv
+from . import NCCL_KERNEL, Matched, in_job
 
 MIN_SCORE = 0.02
 CLOCK_FIRST = 0.05

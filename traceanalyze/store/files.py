@@ -17,9 +17,12 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import schema, store_log
+from .. import schema
+from ..errors import StoreError
+from . import log as store_log
 from ._safefs import FILE_MODE, open_path, rmtree_at, walk
-from .errors import StoreError
+from .lease import oldest_pinned
+from .log import Entry
 from .manifest import (
     LAYOUT_VERSION,
     LEGACY_TEMP_PREFIXES,
@@ -33,8 +36,6 @@ from .manifest import (
     path_problem,
     remove_dead_staging,
 )
-from .store_lease import oldest_pinned
-from .store_log import Entry
 
 _MANIFEST_TEMP = re.compile(re.escape(f".{MARKER}.") + "[0-9a-f]{32}")
 
@@ -182,7 +183,7 @@ def remove_debris(root: Path, root_fd: int, m: Manifest) -> None:
 
 def expire(root: Path, root_fd: int, m: Manifest, e: Entry, now: float, grace_s: float) -> None:
     """Under the lock: delete the garbage that is older than the grace period and that no
-    reader's lease still pins (store_lease), and record it in entry `e`. Every garbage path
+    reader's lease still pins (store.lease), and record it in entry `e`. Every garbage path
     was checked to be of the store's shape when the manifest or log entry was read."""
     due = [(rel, v) for rel, since, v in m.garbage if now - since >= grace_s]
     if not due:

@@ -23,7 +23,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from .errors import StoreError
+from ..errors import StoreError
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # Modes before the umask: group-writable where the user's umask allows it (a shared store's

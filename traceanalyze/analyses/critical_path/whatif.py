@@ -1,5 +1,5 @@
 """The what-if rules of the critical path (`critical_path --what-if`): parsed once, applied as a
-factor per event name. Apart from `critical_path` so that `_cpframes` can apply them without
+factor per event name. Apart from `critical_path` so that `frames` can apply them without
 importing the module that imports it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..errors import UsageProblem
+from ...errors import UsageProblem
 
 _WHAT_IF = re.compile(r"^(?:(kernel|op):(.+)|(launch))=([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)$")
 

@@ -7,11 +7,11 @@ Rank identity (`rank_table`, `with_named_ranks`), always stated in `rank_from`:
   PyTorch profiler: "distributedInfo"; other formats that state it: "trace");
 * else NVTX ranges or marks whose whole text names one rank (`rank 3`, `Rank 3 of 8`;
   `named_ranks`): `rank_from = "NVTX"` (a file whose processes name different ranks is split by
-  process, `rank_split`);
+  process, `split`);
 * else `rank<N>` / `worker<N>` in the file name (nsys, nvprof and sampler logs written per rank;
   `rank_from = "file name"`), world size unknown;
 * else, for one file holding the collectives of several processes, one rank per process
-  (`rank_split`);
+  (`split`);
 * else the source has no rank and takes no part (a note says so when it has collectives).
 
 Job key, stated in `job_from`: `sources.job` where the source states one (`traceanalyze
@@ -45,8 +45,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from ..errors import NotAnswerable, UsageProblem
-from ..readers.common.ranks import NAMED_RANK
+from ...errors import NotAnswerable, UsageProblem
+from ...rank_names import NAMED_RANK
 
 Frame = pl.DataFrame | pl.LazyFrame
 
@@ -80,7 +80,7 @@ def rank_from_name(path: str | None) -> int | None:
 
 def rank_table(sources: Frame) -> pl.DataFrame:
     """One row per source: source_id, file, job, job_from, rank, world_size, rank_from,
-    process_id (null: the whole source is the rank; `rank_split` fills it) (module doc)."""
+    process_id (null: the whole source is the rank; `split` fills it) (module doc)."""
     rows = []
     for row in _df(sources).iter_rows(named=True):
         path = row.get("path") or row["source_id"]
@@ -126,7 +126,7 @@ def in_job(job: str) -> pl.Expr:
 
 def named_ranks(markers: Frame) -> pl.DataFrame:
     """Per (source_id, process_id): the rank NVTX names (a range or mark whose whole text is
-    `rank 3`, `Rank 3 of 8`, `MPI Rank 3`, `worker-3`; `readers.common.ranks`): rank,
+    `rank 3`, `Rank 3 of 8`, `MPI Rank 3`, `worker-3`; `rank_names`): rank,
     world_size. A process whose NVTX names several ranks names none."""
     m = (
         lazy(markers)
@@ -155,7 +155,7 @@ def named_ranks(markers: Frame) -> pl.DataFrame:
 def with_named_ranks(table: pl.DataFrame, named: pl.DataFrame) -> pl.DataFrame:
     """`table` with the rank NVTX names for sources whose content states none (file-name ranks
     give way): where all its naming processes name one rank, `rank_from = "NVTX"`. Sources
-    whose processes name several ranks are left to `rank_split`."""
+    whose processes name several ranks are left to `split`."""
     one = (
         named.group_by("source_id")
         .agg(pl.col("rank").unique().alias("_r"), pl.col("world_size").drop_nulls().unique())

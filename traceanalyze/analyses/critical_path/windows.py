@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from ._cpframes import SourceEvents, window_events
+from .frames import SourceEvents, window_events
 
 Frame = pl.DataFrame | pl.LazyFrame
 Window = tuple[int | None, int, int, int | None]  # iteration, lo, hi, GPU read limit

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import NotAnswerable
+from ...errors import NotAnswerable
 
 I64 = npt.NDArray[np.int64]
 NONE = np.iinfo(np.int64).min  # "no such time" in the int64 arrays below

@@ -21,12 +21,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import schema
+from .. import schema
+from ..errors import StoreError
 from ._safefs import FILE_MODE, is_dir_at, not_own, open_dir, regular_file_at, rmtree_at, walk
-from .errors import StoreError
 
 MARKER = "traceanalyze-store.json"
-LAYOUT_VERSION = 3  # 3: the manifest is a checkpoint, later commits are in `_log/` (store_log)
+LAYOUT_VERSION = 3  # 3: the manifest is a checkpoint, later commits are in `_log/` (store.log)
 LOCK_NAME = ".lock"
 STAGING = ".staging"
 DEFAULT_GRACE_S = 60.0
@@ -97,7 +97,7 @@ def path_problem(rel: object, *, table: str | None = None, sid: str | None = Non
 class Manifest:
     """What is committed at one version: per source, per table, the data files (paths relative
     to the root). The manifest file holds it at the version of its last checkpoint; the log's
-    later entries (store_log) bring it to the latest version."""
+    later entries (store.log) bring it to the latest version."""
 
     sources: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     # Files no longer listed by any source: (path, the time and the version from which on it

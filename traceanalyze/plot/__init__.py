@@ -2,8 +2,13 @@
 
 Each function takes the result of one analysis method, returns the matplotlib `Figure` and, given
 a path, also writes it there (.png or .svg by its extension, any other name is an error;
-written to a temporary name and renamed, so a failed write leaves no half file). Built without
-pyplot, so it works headless; never `plt.show()`.
+written to a temporary name and renamed, so a failed write leaves no half file). Built with
+`matplotlib.figure.Figure` directly (no pyplot global state), so it works headless; never
+`plt.show()`. Every axis is labelled with its unit.
+
+The figures are drawn in this package's private modules (`_timeline.py`, `_coreutil.py`, …: an
+analysis frame in, a `Figure` out); the functions here take a `Dataset` result, pass its frames
+and write the file. All the figures' code is in this one package.
 """
 
 from __future__ import annotations
@@ -13,9 +18,9 @@ import os
 import polars as pl
 from matplotlib.figure import Figure
 
-from .errors import NotAnswerable
-from .outpaths import check_figure
-from .results import CoreUtil, Roofline, Scaling, Stragglers, Timeline, Variability
+from ..errors import NotAnswerable
+from ..outpaths import check_figure
+from ..results import CoreUtil, Roofline, Scaling, Stragglers, Timeline, Variability
 
 DPI = 120
 
@@ -35,7 +40,7 @@ def save(fig: Figure, path: str | os.PathLike[str]) -> None:
 
 def timeline(result: Timeline, path: str | os.PathLike[str] | None = None) -> Figure:
     """Lanes per device/stream, iterations, telemetry tracks and a legend of the top kernels."""
-    from .plots.timeline import timeline_figure
+    from ._timeline import timeline_figure
 
     fig = timeline_figure(
         result.lanes,
@@ -54,7 +59,7 @@ def timeline(result: Timeline, path: str | os.PathLike[str] | None = None) -> Fi
 
 def coreutil(result: CoreUtil, path: str | os.PathLike[str] | None = None) -> Figure:
     """Grouped bars per batch size (or file), one panel per scale (ncu % / nvprof levels)."""
-    from .plots.coreutil import coreutil_figure
+    from ._coreutil import coreutil_figure
 
     if result.table.height == 0:
         raise NotAnswerable("nothing to plot: no file has pipe-utilization metrics")
@@ -66,7 +71,7 @@ def coreutil(result: CoreUtil, path: str | os.PathLike[str] | None = None) -> Fi
 
 def variability(result: Variability, path: str | os.PathLike[str] | None = None) -> Figure:
     """Box plots of steady iteration time per GPU; performance against clock, power, temp."""
-    from .plots.variability import variability_figure
+    from ._variability import variability_figure
 
     fig = variability_figure(result.table, result.steady)
     if path is not None:
@@ -79,7 +84,7 @@ def scaling(
 ) -> Figure:
     """Throughput against accelerators (log axes) per group, the ideal line, efficiency at
     each point."""
-    from .plots.scaling import scaling_figure
+    from ._scaling import scaling_figure
 
     if result.table.height == 0:
         raise NotAnswerable(
@@ -94,7 +99,7 @@ def scaling(
 def stragglers(result: Stragglers, path: str | os.PathLike[str] | None = None) -> Figure:
     """Arrival spread per collective instance (ms after the first rank), the last arriver
     outlined; how often each rank came last."""
-    from .plots.stragglers import stragglers_figure
+    from ._stragglers import stragglers_figure
 
     fig = stragglers_figure(result.instances, result.ranks, result.verdict)
     if path is not None:
@@ -107,7 +112,7 @@ def ranks_timeline(
 ) -> Figure:
     """One lane per rank on the common time base: kernels, matched collectives by operation,
     each instance joined across ranks at the arrivals."""
-    from .plots.stragglers import ranks_timeline_figure
+    from ._stragglers import ranks_timeline_figure
 
     title = f"{result.job}: {result.ranks.height} ranks; {result.time_base}"
     fig = ranks_timeline_figure(result.instances, result.kernels, title, max_bars)
@@ -118,7 +123,7 @@ def ranks_timeline(
 
 def idle(result: pl.DataFrame, path: str | os.PathLike[str] | None = None) -> Figure:
     """`Dataset.idle()`: stacked bars of idle time by cause per device."""
-    from .plots.idle import idle_figure
+    from ._idle import idle_figure
 
     fig = idle_figure(result)
     if path is not None:
@@ -128,7 +133,7 @@ def idle(result: pl.DataFrame, path: str | os.PathLike[str] | None = None) -> Fi
 
 def overlap(result: pl.DataFrame, path: str | os.PathLike[str] | None = None) -> Figure:
     """`Dataset.overlap()`: communication, its overlapped and exposed parts, per device."""
-    from .plots.overlap import overlap_figure
+    from ._overlap import overlap_figure
 
     fig = overlap_figure(result)
     if path is not None:
@@ -145,7 +150,7 @@ def ops(
 ) -> Figure:
     """`Dataset.ops()` (by operator) of one source: inclusive and self time of the top
     operators. `source`: which, when the result holds several."""
-    from .plots.ops import ops_figure
+    from ._ops import ops_figure
 
     if "op" not in result.columns:
         raise NotAnswerable("ops plots draw operators: use ds.ops(by='op')")
@@ -172,7 +177,7 @@ def roofline(
 ) -> Figure:
     """`Dataset.roofline()`: kernels by arithmetic intensity and FLOP/s, with the compute roof
     (when known) and the memory roof (`bandwidth_gbps`, when given)."""
-    from .plots.roofline import roofline_figure
+    from ._roofline import roofline_figure
 
     bw = bandwidth_gbps * 1e9 if bandwidth_gbps else None
     fig = roofline_figure(
@@ -196,3 +201,13 @@ __all__ = [
     "ranks_timeline",
     "save",
 ]
+
+
+def throughput(table: pl.DataFrame, path: str | os.PathLike[str] | None = None) -> Figure:
+    """`collect`'s sweep (`throughput.csv`'s table): median images/s by batch size, p10–p90."""
+    from ._throughput import throughput_figure
+
+    fig = throughput_figure(table)
+    if path is not None:
+        save(fig, path)
+    return fig

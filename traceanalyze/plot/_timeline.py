@@ -137,7 +137,7 @@ def timeline_figure(
     win = _Window(t0_ns, t1_ns, span_ms / (width_in * 100), width_in * 0.72 / span_ms)
     any_binned = _draw_lanes(axes[0], lanes, lane_names, win, _Colors(kcolor, acolor))
     if critical_path is not None and critical_path.height:
-        from .timeline_path import draw_path
+        from ._timeline_path import draw_path
 
         draw_path(axes[0], lanes, lane_names, critical_path, win.t0_ns, win.min_w)
     _draw_boundaries(axes, boundaries_ns, iterations, win)
