@@ -16,6 +16,7 @@ from ..analyses.naming import abbreviate
 from ..dataset import Dataset, open_side
 from . import render
 from .common import (
+    answers,
     dataset_input,
     draw,
     emit,
@@ -113,6 +114,7 @@ def health(ds: Dataset, out_json: bool, out_csv: bool) -> None:
 
 
 @click.command()
+@answers("kernel", "batch_size", "fma_pct", "fp16_pct", "tensor_pct", "sfu_pct")
 @dataset_input
 @click.option(
     "--weight",
@@ -158,6 +160,7 @@ def coreutil(
 
 
 @click.command()
+@answers("device_id", "activity", "busy_pct")
 @dataset_input
 @click.option(
     "--start",
@@ -289,6 +292,7 @@ def timeline(
 
 
 @click.command()
+@answers("iteration", "kernel", "sm_clock_mhz", "power_w", "temperature_c", "energy_j")
 @dataset_input
 @click.option(
     "--per",
@@ -317,6 +321,7 @@ def attribute(
 
 
 @click.command()
+@answers("device_id", "median_iteration_ms", "perf_ratio", "outlier")
 @dataset_input
 @click.option(
     "--warmup",
@@ -358,6 +363,7 @@ def variability(
 
 
 @click.command()
+@answers("op", "delta_kernel_ms", "delta_self_ms", "kernel_ms_a", "kernel_ms_b", "metric", "a", "b")
 @click.argument("a")
 @click.argument("b")
 @store_option(required=False)

@@ -14,6 +14,7 @@ as a shell reports it), not click's `Aborted!`.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import warnings
 from collections.abc import Callable, Iterator
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 F = Callable[..., Any]
 _VERBOSE = "traceanalyze.verbose"
 _WIDE = "traceanalyze.wide"
+_ANSWERS = "traceanalyze.answers"
 
 # --- one error and warning path --------------------------------------------------------------
 
@@ -274,6 +276,36 @@ def emit(df: Any, out_json: bool, out_csv: bool, title: str | None = None) -> No
         click.echo(table(df))
 
 
+def answers(*columns: str) -> Callable[[F], F]:
+    """Name a command's answer columns, once: printed first in its tables and never left out
+    to fit the width (the rest fill it), and listed at the end of its help (docs/cli.md).
+    Names as in `--json` (`kernel_self_ns`; the table prints it in its unit). Goes under
+    `@click.command()`."""
+
+    def deco(f: F) -> F:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            ctx = click.get_current_context(silent=True)
+            if ctx is not None:
+                ctx.meta[_ANSWERS] = columns
+            return f(*args, **kwargs)
+
+        listed = ", ".join(columns)
+        wrapper.__doc__ = (
+            f"{inspect.cleandoc(f.__doc__ or '')}\n\n"
+            f"Answer columns (printed first, never left out): {listed}."
+        )
+        return wrapper
+
+    return deco
+
+
+def answer_columns() -> tuple[str, ...]:
+    """The running command's answer columns (`answers`), or none."""
+    ctx = click.get_current_context(silent=True)
+    return tuple(ctx.meta.get(_ANSWERS, ())) if ctx is not None else ()
+
+
 def table_width() -> int | None:
     """The width text tables fit: `render.WIDTH`, or None (no limit) under `--wide`."""
     ctx = click.get_current_context(silent=True)
@@ -282,7 +314,7 @@ def table_width() -> int | None:
 
 def table(df: Any) -> str:
     """One frame as a text table fitting `table_width()`."""
-    return render.text_table(df, width=table_width())
+    return render.text_table(df, width=table_width(), first=answer_columns())
 
 
 def wrote(path: Path) -> None:
