@@ -140,13 +140,21 @@ def abbreviate_distinct(values: list[str], n: int) -> list[str]:
     every `elementwise_kernel`); a value longer than `n` is printed longer when nothing
     shorter tells it apart."""
     cut = {v: abbreviate(v, n) for v in set(values)}
+    for attempt in range(5):
+        # a value cut apart from its own group may now read as one of another group's
+        clashes = [g for g in _same_cut(cut) if len(g) > 1]
+        if not clashes:
+            break
+        for group in clashes:
+            cut.update(_apart(sorted(group), n) if attempt < 4 else {v: v for v in group})
+    return [cut[v] for v in values]
+
+
+def _same_cut(cut: dict[str, str]) -> list[list[str]]:
     groups: dict[str, list[str]] = {}
     for v, c in cut.items():
         groups.setdefault(c, []).append(v)
-    for group in groups.values():
-        if len(group) > 1:
-            cut.update(_apart(sorted(group), n))
-    return [cut[v] for v in values]
+    return list(groups.values())
 
 
 def _apart(group: list[str], n: int) -> dict[str, str]:

@@ -10,7 +10,7 @@ import click
 import polars as pl
 
 from ..dataset import Dataset
-from .common import answers, dataset_input, emit, output_options, table
+from .common import answers, dataset_input, emit, output_options, table, table_width
 
 _TABLE_DROP = ("source_id", "start_ns")
 
@@ -72,10 +72,12 @@ def critical_path(
         main = res.ranks if across_ranks and res.ranks is not None else res.iterations
         emit(res.events if by_event and res.events is not None else main, out_json, out_csv)
         return
-    click.echo(table(res.iterations.drop(_TABLE_DROP, strict=False)))
+    # --wide: every column (issue 32), the start time too
+    drop = _TABLE_DROP if table_width() is not None else ()
+    click.echo(table(res.iterations.drop(drop, strict=False)))
     if res.ranks is not None:
         click.echo("\n== across ranks: one path through every rank, joined at collectives")
-        click.echo(table(res.ranks.drop("start_ns")))
+        click.echo(table(res.ranks.drop(drop, strict=False)))
     if res.predicted is not None:
         click.echo(f"\n== what-if {' '.join(what_if)}: the new path")
         click.echo(table(res.predicted.drop("source_id", strict=False)))

@@ -124,7 +124,7 @@ def without_redundant_ids(df: pl.DataFrame) -> pl.DataFrame:
 WIDTH = 120
 MIN_TEXT = 28  # a name is never cut narrower than this: columns are left out first
 MIN_PATH = 20  # nor a path (cut at its start, so its file name stays)
-PATH_COLUMNS = frozenset({"file", "samples_file", "path"})
+PATH_COLUMNS = frozenset({"file", "samples_file", "path", "end_file"})
 
 
 def _floor(col: str) -> int:
@@ -181,7 +181,7 @@ def file_header(df: pl.DataFrame, wide: bool = False) -> tuple[str | None, pl.Da
         if name is not None:
             drop = ["file"] if wide else ["file", "source_id"]
             return f"file: {name}", df.drop(drop, strict=False)
-    for c in PATH_COLUMNS & set(df.columns) | ({"end_file"} & set(df.columns)):
+    for c in PATH_COLUMNS & set(df.columns):
         if df.schema[c] == pl.String:
             short = distinct_files([v for v in df[c].unique().to_list() if v is not None])
             df = df.with_columns(pl.col(c).replace_strict(short, default=pl.col(c)))
@@ -254,10 +254,10 @@ def _cut(
     for j, c in enumerate(cols):
         if numeric[j] or not any(len(r[j]) > widths[j] for r in rows):
             continue
-        if c in PATH_COLUMNS or c == "end_file":
-            vals = [abbreviate(r[j], widths[j], True) for r in rows]
-        else:
-            vals = abbreviate_distinct([r[j] for r in rows], widths[j])
+        full = [r[j] for r in rows]
+        vals = [abbreviate(v, widths[j], True) for v in full]  # a path keeps its end
+        if c not in PATH_COLUMNS or len(set(vals)) < len(set(full)):
+            vals = abbreviate_distinct(full, widths[j])
         for r, v in zip(rows, vals, strict=True):
             r[j] = v
         widths[j] = max([widths[j], *(len(v) for v in vals)])
