@@ -321,7 +321,7 @@ def attribute(
 
 
 @click.command()
-@answers("device_id", "median_iteration_ms", "perf_ratio", "outlier")
+@answers("system", "device_id", "median_iteration_ms", "perf_ratio", "outlier")
 @dataset_input
 @click.option(
     "--warmup",
@@ -331,6 +331,13 @@ def attribute(
 )
 @click.option("--top", default=3, show_default=True, help="Top kernels (fleet-wide) to time.")
 @click.option(
+    "--by",
+    type=click.Choice(["system", "none"]),
+    default=None,
+    help="Sources of several systems or GPU models: compare within each system (a `system` "
+    "column), or all as one fleet (none). Default: refuse, listing them.",
+)
+@click.option(
     "--plot",
     type=click.Path(path_type=Path),
     callback=figure_path,
@@ -338,7 +345,13 @@ def attribute(
 )
 @output_options
 def variability(
-    ds: Dataset, warmup: int | None, top: int, plot: Path | None, out_json: bool, out_csv: bool
+    ds: Dataset,
+    warmup: int | None,
+    top: int,
+    by: str | None,
+    plot: Path | None,
+    out_json: bool,
+    out_csv: bool,
 ) -> None:
     """Per GPU: steady-state iteration time, top kernels, clock/power/temp, outlier rank.
 
@@ -346,7 +359,7 @@ def variability(
     same run by epoch origins and device). Robust z on the median iteration time: 1.4826·MAD,
     or 1.2533·mean absolute deviation when the MAD is 0 (`z_scale`); outlier when |z| > 3.5.
     """
-    res = ds.variability(warmup=warmup, top=top)
+    res = ds.variability(warmup=warmup, top=top, by=by)
     draw("variability", res, plot)
     if out_json or out_csv:
         emit(res.table, out_json, out_csv)

@@ -55,10 +55,13 @@ def guarded(ctx: click.Context) -> Iterator[None]:
         try:
             yield
         except UsageProblem as e:  # from a command without `misuse_is_usage`
-            raise click.UsageError(str(e)) from e
+            raise click.UsageError(as_flags(ctx, str(e))) from e
         except TraceanalyzeError as e:
             more = bool(e.details) and not ctx.meta.get(_VERBOSE) and _has_verbose(ctx)
-            click.echo(f"traceanalyze: error: {e}{' [-v for details]' if more else ''}", err=True)
+            text = as_flags(ctx, str(e))
+            click.echo(
+                f"traceanalyze: error: {text}{' [-v for details]' if more else ''}", err=True
+            )
             if e.details and ctx.meta.get(_VERBOSE):
                 for line in e.details.splitlines():
                     click.echo(f"  {line}", err=True)
@@ -72,6 +75,24 @@ def guarded(ctx: click.Context) -> Iterator[None]:
         except KeyboardInterrupt:
             click.echo("traceanalyze: interrupted", err=True)
             ctx.exit(130)
+
+
+def as_flags(ctx: click.Context, text: str) -> str:
+    """A library message in the command's terms: the library names its parameters
+    (`image_size=N`, never a flag; issue 32), the command line has options for them
+    (`--image-size N`)."""
+    import re
+
+    name = ctx.invoked_subcommand
+    cmd: click.Command | None = ctx.command
+    if isinstance(cmd, click.Group):
+        cmd = cmd.get_command(ctx, name) if name else None
+    for p in cmd.params if cmd is not None else ():
+        flags = [o for o in p.opts if o.startswith("--")]
+        if isinstance(p, click.Option) and flags and p.name:
+            for name in {p.name, p.name.removesuffix("s")}:  # `sources` takes `source=ID`
+                text = re.sub(rf"\b{re.escape(name)}=", f"{flags[0]} ", text)
+    return text
 
 
 def _has_verbose(ctx: click.Context) -> bool:
@@ -199,8 +220,9 @@ def misuse_is_usage(f: F) -> F:
         try:
             return f(*args, **kwargs)
         except UsageProblem as e:
-            click.echo(f"traceanalyze: error: {e}", err=True)
-            click.get_current_context().exit(2)
+            ctx = click.get_current_context()
+            click.echo(f"traceanalyze: error: {as_flags(ctx, str(e))}", err=True)
+            ctx.exit(2)
 
     return wrapper
 

@@ -222,9 +222,11 @@ def text_table(
             widths = _fit(widths, kc, [numeric[i] for i in keep], width)
         rows, widths = _cut(raw, keep, kc, [numeric[i] for i in keep], widths)
         over = width is not None and sum(widths) + 2 * (len(widths) - 1) > width
-        if not over or len(keep) <= max(must, 1):
+        # an answer cut to make room for a column that is not one: that column goes first
+        cut = any(widths[j] < full[i] for j, i in enumerate(keep[:must]) if not numeric[i])
+        if not (over or cut) or len(keep) <= max(must, 1):
             break
-        keep = keep[:-1]  # distinct names took more room: one optional column fewer
+        keep = keep[:-1]  # one optional column fewer
     dropped = [c for i, c in enumerate(cols) if i not in keep]
     shown_numeric = [numeric[i] for i in keep]
 

@@ -1,0 +1,81 @@
+"""Issue 32, points 5 and 6: answers that are right or refused, and quiet. Each test runs the
+command the user ran first."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import traceanalyze as ta
+from traceanalyze.cli import main
+from traceanalyze.errors import TraceanalyzeError
+
+from .conftest import shared
+from .test_answers_first import mlperf_logs
+
+RESNET = "kineto_json/hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz"
+
+
+def invoke(*args: object):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def trace_device_name(path) -> str:
+    with gzip.open(path, "rt") as f:
+        return json.load(f)["deviceProperties"][0]["name"]
+
+
+@pytest.mark.requires_torch("torchvision")
+def test_mfu_gpu_prefers_the_trace_device_and_says_when_it_overrides() -> None:
+    """Before: `mfu --gpu V100` took "V100 PCIe" (58.1 %) over the trace's own
+    "Tesla V100-SXM2-32GB" (51.8 %), without a note."""
+    r = shared(RESNET)
+    own = trace_device_name(r)
+    assert own == "Tesla V100-SXM2-32GB"
+    base = ("mfu", r, "--image-size", 224, "--batch-size", 32, "--json")
+    first = invoke(*base)
+    # torch's notice about this machine's CUDA driver says nothing about the data: not printed
+    assert first.exit_code == 0 and "CUDA" not in first.stderr
+    plain = json.loads(first.stdout)[0]
+    same = invoke(*base, "--gpu", "V100")
+    assert same.exit_code == 0 and same.stderr == ""  # no torch CUDA-driver notice either
+    got = json.loads(same.stdout)[0]
+    assert got["gpu"] == plain["gpu"] == "V100 SXM2"
+    assert got["mfu_pct"] == pytest.approx(plain["mfu_pct"])
+    # 15.7 TFLOP/s: the V100 SXM2 datasheet's FP32 peak
+    assert got["mfu_pct"] == pytest.approx(100 * got["achieved_flop_per_s"] / 15.7e12)
+    assert own in got["note"]
+    other = json.loads(invoke(*base, "--gpu", "A100 SXM").stdout)[0]
+    assert other["gpu"].startswith("A100") and "overrides" in other["note"] and own in other["note"]
+
+
+def test_library_errors_name_parameters_and_the_cli_its_flags() -> None:
+    """Before: `ds.mfu()` said "give --image-size" (a CLI flag) in the library."""
+    r = shared(RESNET)
+    with pytest.raises(TraceanalyzeError) as e:
+        ta.open(r).mfu()
+    assert "image_size=" in str(e.value) and "--" not in str(e.value)
+    cli = invoke("mfu", r)
+    assert cli.exit_code == 1 and "give --image-size N" in cli.stderr
+
+
+def test_variability_refuses_several_systems_listing_them() -> None:
+    """Before: ten different MLPerf systems were one fleet and one flagged an outlier."""
+    logs = mlperf_logs()
+    systems = {p.parts[-3] for p in logs}  # each log's system directory
+    r = invoke("variability", *logs)
+    assert r.exit_code == 2 and r.stdout == ""
+    line = r.stderr.strip()
+    assert line.count("\n") == 0 and "10:" in line and "--by system" in line
+    assert all(s in line for s in systems)
+    with pytest.raises(TraceanalyzeError):
+        ta.open(*logs).variability()
+    per = json.loads(invoke("variability", *logs, "--by", "system", "--json").stdout)
+    # one system each: no outlier, each its own fleet median
+    assert len(per) == 10 and not any(row["outlier"] for row in per)
+    assert {row["system"] for row in per} == systems
+    one = [p for p in logs if "Habana" in str(p)][:1]
+    assert invoke("variability", *one, "--json").exit_code == 0
