@@ -112,3 +112,49 @@ def test_straggler_cause_names_the_late_step_start() -> None:
     assert got == pytest.approx([late_ms, first_ms], abs=1e-3)
     res = ta.open(*files).stragglers()
     assert "starts each step late" in res.causes[0]
+
+
+def test_gpu_op_what_if_scales_kernels_launched_inside_matching_operators() -> None:
+    """Before: the README's `kernel:conv=0.5` changed the ResNet path by −0.16 % (cuDNN and
+    sgemm kernels are not named `conv`) and nothing scaled an operator's kernels."""
+    r = shared(RESNET)
+
+    def predicted(spec: str) -> list[dict]:
+        out = invoke("critical-path", r, "--what-if", spec, "--json")
+        assert out.exit_code == 0, out.output
+        return json.loads(out.stdout)
+
+    same = predicted("gpu-op:convolution=1")
+    assert all(x["predicted_ms"] == pytest.approx(x["path_ms"], rel=0.01) for x in same)
+    by_name = predicted("kernel:conv=0.5")
+    by_op = predicted("gpu-op:convolution=0.5")
+    # the steady steps' path is GPU compute (93 of ~185 ms; the rest is the carry): halving the
+    # convolutions' kernels must cut it by far more than the kernel-name rule does
+    assert max(abs(x["change_pct"]) for x in by_name) < 2
+    assert all(x["change_pct"] < -20 for x in by_op)
+    text = invoke("critical-path", r, "--what-if", "gpu-op:convolution=0.5").stdout
+    assert "predicted_ms" in text.splitlines()[1] and "change_pct" in text.splitlines()[1]
+
+
+def test_gpu_op_factor_on_a_small_frame() -> None:
+    import numpy as np
+    import polars as pl
+
+    from traceanalyze.analyses._cpwhatif import gpu_op_factor, parse_what_if
+
+    # thread 0: conv [0, 100] holding a call at 10, relu [100, 200] holding a call at 150;
+    # thread 1: a call at 20 (inside no operator of its own thread)
+    h = pl.DataFrame(
+        {
+            "kind": ["op", "call", "op", "call", "call"],
+            "name": ["aten::convolution", "cudaLaunchKernel", "aten::relu", "cudaLaunch", "x"],
+            "start_ns": [0, 10, 100, 150, 20],
+            "end_ns": [100, 12, 200, 152, 22],
+        }
+    )
+    thread = np.array([0, 0, 0, 0, 1])
+    call = np.array([1, 3, 4, -1])  # GPU events' launch calls (the last without one)
+    wi = parse_what_if(["gpu-op:conv=0.5", "gpu-op:relu|conv=0.1"])
+    assert wi is not None and wi.gpu_op == (("conv", 0.5), ("relu|conv", 0.1))
+    got = gpu_op_factor(h, thread, call, wi.gpu_op)
+    assert got.tolist() == pytest.approx([0.05, 0.1, 1.0, 1.0])

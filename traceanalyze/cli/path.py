@@ -25,7 +25,8 @@ _TABLE_DROP = ("source_id", "start_ns")
     multiple=True,
     metavar="SPEC",
     help="Scale and replay: 'kernel:REGEX=F' (kernel durations), 'op:REGEX=F' (host time "
-    "inside matching operators or NVTX ranges), 'launch=F' (launch latencies). Repeatable.",
+    "inside matching operators or NVTX ranges), 'gpu-op:REGEX=F' (the kernels launched inside "
+    "matching operators), 'launch=F' (launch latencies). Repeatable.",
 )
 @click.option("--by-event", is_flag=True, help="The events on the path, with their share.")
 @click.option(
