@@ -271,8 +271,7 @@ def critical_path(
         if pred is not None:
             preds.append(pred)
     if not rows:
-        what = f"iteration {iteration}" if iteration is not None else "timed events"
-        raise NotAnswerable(f"no {what} to build a critical path from")
+        raise NotAnswerable(_nothing(its, iteration))
     out = pl.DataFrame(rows, infer_schema_length=None).with_columns(
         pl.col("iteration").cast(pl.Int64)
     )
@@ -295,3 +294,15 @@ def critical_path(
                 else pl.concat(jframes)
             )
     return CriticalPath(out, events, predicted, specs, ranks)
+
+
+def _nothing(its: pl.DataFrame, iteration: int | None) -> str:
+    """Why there is no window: no timed events, or no such iteration (listing those there are,
+    as `timeline --iteration` does)."""
+    if iteration is None:
+        return "no timed events to build a critical path from"
+    from .timeline import _ranges
+
+    timed = its.drop_nulls(["start_ns", "end_ns"])["iteration"].drop_nulls().unique().sort()
+    have = f"iterations here: {_ranges([int(i) for i in timed])}" if timed.len() else "none here"
+    return f"no iteration {iteration} to build a critical path from; {have}"
