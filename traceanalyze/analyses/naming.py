@@ -104,13 +104,14 @@ def abbreviate(v: str, n: int, tail: bool = False) -> str:
 
 
 def distinct_files(paths: list[str]) -> dict[str, str]:
-    """Each path's shortest name that still tells it from the others: the fewest trailing
-    components that differ, without the components and the trailing profiler suffix they all
-    share (`…/dgxa100_n8_ngc21.09_mxnet/resnet/result_1.txt` -> `dgxa100_n8_ngc21.09_mxnet`;
-    `worker7_step_12.1694128201553.pt.trace.json.gz` -> `worker7_step_12.1694128201553`)."""
+    """Each path's shortest name that still tells it from the others (one path: its stem):
+    the fewest trailing components that differ, without the components and the trailing
+    profiler suffix they all share (`…/dgxa100_n8_ngc21.09_mxnet/resnet/result_1.txt` ->
+    `dgxa100_n8_ngc21.09_mxnet`; `worker7_step_12.1694128201553.pt.trace.json.gz` ->
+    `worker7_step_12.1694128201553`)."""
     uniq = sorted(set(paths))
-    if len(uniq) < 2:
-        return {p: p for p in uniq}
+    if len(uniq) < 2:  # one file: its stem
+        return {p: short_name(p, max_len=len(p)) for p in uniq}
     parts = {p: p.replace("\\", "/").split("/") for p in uniq}
     depth = max(len(x) for x in parts.values())
     k = 1

@@ -1,0 +1,90 @@
+"""Issue 32, point 4: each figure drawn by the command the user ran, checked against the data
+(bars drawn = rows; labels unique and uncut; no empty frame when the data has rows). The
+figure is caught on its way to `ta.plot.save`."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import traceanalyze.plot as plot
+from traceanalyze.cli import main
+
+from .conftest import shared
+from .test_answers_first import dlrm_files, matches, mlperf_logs
+
+RESNET = "kineto_json/hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz"
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """run(*args) -> the matplotlib Figure the command saved (and the file it wrote)."""
+    figs = []
+    real = plot.save
+
+    def keep(fig, path):
+        figs.append(fig)
+        real(fig, path)
+
+    monkeypatch.setattr(plot, "save", keep)
+
+    def run(*args: object):
+        r = CliRunner().invoke(main, [str(a) for a in args])
+        assert r.exit_code == 0, r.output
+        assert len(figs) == 1
+        return figs.pop()
+
+    return run
+
+
+def bars(ax) -> list:
+    from matplotlib.patches import Rectangle
+
+    return [p for p in ax.patches if isinstance(p, Rectangle) and p.get_width() > 0]
+
+
+def test_overlap_without_communication_draws_compute_not_an_empty_frame(drawn, tmp_path) -> None:
+    """Before: an empty frame saying "no communication kernels or copies" while the trace has
+    1,600 device-to-device copies (which are no communication, as the warning says)."""
+    r = shared(RESNET)
+    with gzip.open(r, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    steps = {e["name"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#")}
+    dtod = [e for e in events if e.get("cat") == "gpu_memcpy" and "DtoD" in e.get("name", "")]
+    assert len(dtod) == 1600
+    fig = drawn("overlap", r, "--plot", tmp_path / "o.png")
+    ax = fig.axes[0]
+    assert len(bars(ax)) == len(steps) == 5  # one bar per iteration: its compute time
+    assert "No communication" in ax.get_title() and "peer or host copies" in ax.get_title()
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert len(set(labels)) == len(labels)
+
+
+def test_variability_labels_name_each_system_and_epochs_read_in_seconds(drawn, tmp_path) -> None:
+    """Before: ten identical labels "result_1 · GPU ?" and an axis up to 400,000 ms."""
+    logs = mlperf_logs()
+    fig = drawn("variability", *logs, "--by", "none", "--plot", tmp_path / "v.png")
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert len(labels) == len(set(labels)) == len(logs)
+    assert not any("result_1" in x or "GPU ?" in x for x in labels)
+    systems = [p.parts[-3] for p in logs]
+    for lab in labels:  # each label one system's name, cut with '…' at most
+        assert sum(matches(lab, s) for s in systems) == 1, lab
+    assert ax.get_ylabel() == "iteration time (s)"
+
+
+def test_idle_bars_are_in_rank_order_and_labelled_by_rank(drawn, tmp_path) -> None:
+    """Before: ranks in source-id order (4, 3, 5, 1, 6, 7, 0, 2) in bar figures."""
+    files = dlrm_files()
+    fig = drawn("idle", *files, "--plot", tmp_path / "i.png")
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    ranks = []
+    for f in files:
+        with gzip.open(f, "rt") as fh:
+            ranks.append(json.load(fh)["distributedInfo"]["rank"])
+    assert [x.split(" · ")[0] for x in labels] == [f"rank {r}" for r in sorted(ranks)]
