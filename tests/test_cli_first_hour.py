@@ -329,7 +329,12 @@ def pl_frame(op: str):
     import polars as pl
 
     return pl.DataFrame(
-        {"op": [op], "kernel_self_ns": [2_000_000], "self_ns": [1_000_000], "source_id": ["a"]}
+        {
+            "op": [op],
+            "kernel_inclusive_ns": [2_000_000],
+            "inclusive_ns": [1_000_000],
+            "source_id": ["a"],
+        }
     )
 
 

@@ -88,3 +88,30 @@ def test_idle_bars_are_in_rank_order_and_labelled_by_rank(drawn, tmp_path) -> No
         with gzip.open(f, "rt") as fh:
             ranks.append(json.load(fh)["distributedInfo"]["rank"])
     assert [x.split(" · ")[0] for x in labels] == [f"rank {r}" for r in sorted(ranks)]
+
+
+def test_ops_figure_ranks_by_what_it_draws(drawn, tmp_path) -> None:
+    """Before: the demo's ops.png ranked by inclusive time but drew self time (empty rows; a
+    legend entry with no bars)."""
+    r = shared(RESNET)
+    rows = json.loads(CliRunner().invoke(main, ["ops", str(r), "--top", "0", "--json"]).stdout)
+    fig = drawn("ops", r, "--plot", tmp_path / "ops.png")
+    ax = fig.axes[0]
+    shown = [
+        x
+        for x in sorted(
+            rows, key=lambda x: (x["kernel_inclusive_ns"], x["inclusive_ns"]), reverse=True
+        )
+        if x["kernel_inclusive_ns"] or x["inclusive_ns"]
+    ][:15]
+    labels = [t.get_text() for t in ax.get_yticklabels()][::-1]  # top row first
+    assert len(labels) == len(set(labels)) == len(shown) == 15
+    assert all(
+        lab == x["op"] or matches(lab, x["op"]) for lab, x in zip(labels, shown, strict=True)
+    )
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert len(ax.containers) == len(legend)  # a legend entry per drawn series, no more
+    gpu = next(c for c in ax.containers if c.get_label() == "GPU: kernels launched inside")
+    widths = [b.get_width() for b in gpu][::-1]
+    assert widths == pytest.approx([x["kernel_inclusive_ns"] / 1e6 for x in shown])
+    assert sum(w > 0 for w in widths) >= 10  # no row of empty bars at the top

@@ -168,8 +168,9 @@ def ops(
     source: str | None = None,
     top: int = 15,
 ) -> Figure:
-    """`Dataset.ops()` (by operator) of one source: inclusive and self time of the top
-    operators. `source`: which, when the result holds several."""
+    """`Dataset.ops()` (by operator) of one source: the GPU time of the kernels each top
+    operator launched and its host inclusive time, ranked by that GPU time. `source`: which,
+    when the result holds several."""
     _takes(result, "kernel_self_ns", "ops", "Dataset.ops()")
     from .plots.ops import ops_figure
 

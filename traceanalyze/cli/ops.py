@@ -65,8 +65,8 @@ def ops(
     if plot is not None and by != "op":
         raise click.UsageError("--plot draws operators: leave out --by kernel")
     df = ds.ops(by=by, top=top)
-    if plot is not None:
-        draw("ops", df, plot, source=ds.one_source("ops --plot"))
+    if plot is not None:  # the figure's own top, by the GPU time it draws, from every operator
+        draw("ops", ds.ops(by=by, top=0), plot, source=ds.one_source("ops --plot"))
     emit(df, out_json, out_csv)
 
 
