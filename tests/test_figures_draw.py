@@ -115,3 +115,29 @@ def test_ops_figure_ranks_by_what_it_draws(drawn, tmp_path) -> None:
     widths = [b.get_width() for b in gpu][::-1]
     assert widths == pytest.approx([x["kernel_inclusive_ns"] / 1e6 for x in shown])
     assert sum(w > 0 for w in widths) >= 10  # no row of empty bars at the top
+
+
+def test_scaling_labels_neither_overprint_nor_cut(drawn, tmp_path) -> None:
+    """Before: "95 %" and "100 %" overprinted at 8 accelerators, legend entries cut mid-word,
+    a one-point family labelled "100 %"."""
+    logs = mlperf_logs()
+    table = json.loads(CliRunner().invoke(main, ["scaling", *map(str, logs), "--json"]).stdout)
+    fig = drawn("scaling", *logs, "--plot", tmp_path / "s.png")
+    ax = fig.axes[0]
+    families: dict[tuple, list] = {}
+    for row in table:
+        families.setdefault((row["org"], row["accelerator_model"], row["framework"]), []).append(
+            row
+        )
+    legend = [t.get_text().replace("\n", " ") for t in ax.get_legend().get_texts()]
+    assert sorted(legend) == sorted(" · ".join(k) for k in families)  # whole, not cut
+    notes = [(a.get_text(), a.xy) for a in ax.texts]
+    expected = []
+    for rows in families.values():
+        rows = sorted(rows, key=lambda r: r["accelerators"])
+        expected += [
+            (f"{100 * r['efficiency']:.0f} %", (r["accelerators"], r["throughput_img_per_s"]))
+            for r in rows[1:]  # the smallest count of each family is its 100 % base
+        ]
+    assert sorted(notes) == sorted(expected)
+    assert len({xy for _, xy in notes}) == len(notes)  # no two at one point

@@ -1,8 +1,11 @@
 """Scaling: throughput against accelerators on log axes, per group, with each group's ideal
-(linear from its smallest count) dashed and the efficiency written at each point."""
+(linear from its smallest count) dashed and the efficiency written at each point past the
+smallest (issue 32: the smallest count's "100 %", true by definition, overprinted another
+group's "95 %" and labelled one-point families). Legend entries are wrapped, never cut."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 
 import polars as pl
@@ -11,7 +14,7 @@ from matplotlib.figure import Figure
 
 def _label(row: dict[str, object], by: Sequence[str]) -> str:
     parts = [str(row[k]) for k in by if row.get(k) is not None]
-    return " · ".join(parts)[:60] or "all runs"
+    return textwrap.fill(" · ".join(parts), 60) or "all runs"
 
 
 def scaling_figure(table: pl.DataFrame, by: Sequence[str], title: str | None = None) -> Figure:
@@ -26,7 +29,8 @@ def scaling_figure(table: pl.DataFrame, by: Sequence[str], title: str | None = N
         ax.plot(n, tp, "o-", color=color, label=_label(g.row(0, named=True), by))
         if len(n) > 1:
             ax.plot(n, g["ideal_img_per_s"].to_list(), "--", color=color, alpha=0.5, lw=1)
-        for x, y, e in zip(n, tp, g["efficiency"].to_list(), strict=True):
+        points = zip(n[1:], tp[1:], g["efficiency"].to_list()[1:], strict=True)
+        for x, y, e in points:  # the smallest count is the ideal's base: 100 % by definition
             ax.annotate(
                 f"{100 * e:.0f} %",
                 (x, y),
