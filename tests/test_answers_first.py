@@ -114,8 +114,13 @@ def test_answer_columns_come_first(args: tuple[str, ...], answers: list[str]) ->
     assert header[: len(answers)] == answers
     if args[0] == "idle":  # the four causes
         assert {"launch_gap_ms", "sync_ms", "copy_ms", "unknown_ms"} <= set(header)
-    if args[0] == "critical-path":
+    if args[0] == "critical-path":  # both tables: the iterations', and the new path's
         assert {"predicted_ms", "change_pct"} <= set(header)
+        assert tables(run(*args, shared(RESNET)))[1][1][:3] == [
+            "iteration",
+            "path_ms",
+            "change_pct",
+        ]
 
 
 def test_critical_path_wide_shows_every_column() -> None:

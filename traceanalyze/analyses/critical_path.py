@@ -142,6 +142,7 @@ def _one_window(
     row["predicted_ms"] = new.length / 1e6
     row["change_pct"] = 100.0 * (new.length - base.length) / base.length if base.length else None
     pred = {"source_id": ev.source_id, "iteration": it_no, "path_ms": new.length / 1e6}
+    pred["change_pct"] = row["change_pct"]  # the what-if table says it too (issue 32)
     pred |= _split(new)
     if by_event:
         frames.append(_tag(_path_events(ev, built, sl, new, "w2"), ev, it_no, "what_if"))
