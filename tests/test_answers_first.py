@@ -235,3 +235,15 @@ def test_render_counts_epochs_rates() -> None:
     assert [r["kernel_count"] for r in rows] == ["4,350", "2"]
     assert rows[0]["run_start_utc"] == "2022-05-13T19:07:07.007Z"
     assert [r["dram_gb_per_s"] for r in rows] == ["900", "1.5"]
+
+
+def test_schema_descriptions_are_cut_at_a_word() -> None:
+    """Before: schema descriptions cut mid-word (`per …yTorch profiler's`)."""
+    full = {r["column"]: r["description"] for r in json.loads(run("schema", "kernels", "--json"))}
+    _, header, rows = only_table(run("schema", "kernels"))
+    cut = [r for r in rows if r["description"] != full[r["column"]]]
+    assert cut, "nothing cut at 120 columns: the test no longer tests anything"
+    for r in cut:
+        shown, whole = r["description"], full[r["column"]]
+        assert shown.endswith("…") and whole.startswith(shown[:-1])
+        assert whole[len(shown) - 1] in " ,;:(", (shown, whole)  # the next character ends a word

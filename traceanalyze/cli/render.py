@@ -127,6 +127,18 @@ MIN_PATH = 20  # nor a path (cut at its start, so its file name stays)
 PATH_COLUMNS = frozenset({"file", "samples_file", "path", "end_file"})
 
 
+PROSE_COLUMNS = frozenset({"description", "note", "cause", "details", "reason"})
+
+
+def _words(v: str, n: int) -> str:
+    """`v` in `n` characters, cut after its last whole word that fits, then '…'."""
+    if len(v) <= n:
+        return v
+    cut = v[: n - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > n // 2 else cut).rstrip(" ,;:(") + "…"
+
+
 def _floor(col: str) -> int:
     return max(MIN_PATH if col in PATH_COLUMNS else MIN_TEXT, len(col))
 
@@ -257,9 +269,12 @@ def _cut(
         if numeric[j] or not any(len(r[j]) > widths[j] for r in rows):
             continue
         full = [r[j] for r in rows]
-        vals = [abbreviate(v, widths[j], True) for v in full]  # a path keeps its end
-        if c not in PATH_COLUMNS or len(set(vals)) < len(set(full)):
-            vals = abbreviate_distinct(full, widths[j])
+        if c in PROSE_COLUMNS:  # sentences: cut at a word, at the end (issue 32: mid-word)
+            vals = [_words(v, widths[j]) for v in full]
+        else:
+            vals = [abbreviate(v, widths[j], True) for v in full]  # a path keeps its end
+            if c not in PATH_COLUMNS or len(set(vals)) < len(set(full)):
+                vals = abbreviate_distinct(full, widths[j])
         for r, v in zip(rows, vals, strict=True):
             r[j] = v
         widths[j] = max([widths[j], *(len(v) for v in vals)])
