@@ -60,3 +60,23 @@ def test_plot_offers_figures_only_and_says_what_it_draws() -> None:
         ta.plot.idle(ds.ops())
     fig = ta.plot.idle(ds.idle())  # the right result still draws
     assert fig.axes
+
+
+def test_a_store_that_cannot_be_written_is_named_not_its_staging(tmp_path, monkeypatch) -> None:
+    """Before: ingest into a read-only store named `<store>/.staging` (made by the store, not
+    the user). Root writes whatever the modes, so the refusal is the system's own, raised where
+    the store first writes."""
+    import errno
+
+    import traceanalyze.manifest as manifest
+
+    store = tmp_path / "st"
+    assert invoke("ingest", shared(RESNET), "--store", store).exit_code == 0
+
+    def refuse(staging_root, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(staging_root))
+
+    monkeypatch.setattr(manifest, "_new_owner", refuse)
+    r = invoke("ingest", shared("kineto_json/hta_triton_a100_trace.json.gz"), "--store", store)
+    assert r.exit_code == 1
+    assert r.stderr == f"traceanalyze: error: {store}: Permission denied\n"

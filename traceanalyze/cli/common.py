@@ -69,7 +69,7 @@ def guarded(ctx: click.Context) -> Iterator[None]:
         except OSError as e:
             if e.filename is None:  # not about a path: a bug, keep the traceback
                 raise
-            where = os.fsdecode(e.filename)
+            where = _user_path(os.fsdecode(e.filename))
             click.echo(f"traceanalyze: error: {quote_path(where)}: {e.strerror or e}", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
@@ -93,6 +93,15 @@ def as_flags(ctx: click.Context, text: str) -> str:
             for name in {p.name, p.name.removesuffix("s")}:  # `sources` takes `source=ID`
                 text = re.sub(rf"\b{re.escape(name)}=", f"{flags[0]} ", text)
     return text
+
+
+def _user_path(path: str) -> str:
+    """The path the user gave for one inside a store's own `.staging` (issue 32: ingest into a
+    read-only store named `…/.staging`, a directory the user never made): the store."""
+    from ..manifest import STAGING
+
+    parts = Path(path).parts
+    return str(Path(*parts[: parts.index(STAGING)])) if STAGING in parts[1:] else path
 
 
 def _has_verbose(ctx: click.Context) -> bool:
