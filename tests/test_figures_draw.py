@@ -141,3 +141,43 @@ def test_scaling_labels_neither_overprint_nor_cut(drawn, tmp_path) -> None:
         ]
     assert sorted(notes) == sorted(expected)
     assert len({xy for _, xy in notes}) == len(notes)  # no two at one point
+
+
+def _logs_throughput(log) -> bool:
+    """Whether the MLPerf log itself logs a throughput (a `throughput` record, or one inside
+    `tracked_stats`), read with json from its `:::MLLOG` lines."""
+    for line in log.read_text(errors="replace").splitlines():
+        if ":::MLLOG" not in line:
+            continue
+        try:
+            rec = json.loads(line.split(":::MLLOG", 1)[1])
+        except ValueError:
+            continue
+        value = rec.get("value")
+        if rec.get("key") == "throughput" or (
+            rec.get("key") == "tracked_stats" and isinstance(value, dict) and "throughput" in value
+        ):
+            return True
+    return False
+
+
+def test_scaling_draws_derived_throughput_hollow(drawn, tmp_path) -> None:
+    """Before: logged and derived throughput drawn alike."""
+    logs = mlperf_logs()
+    runs = json.loads(CliRunner().invoke(main, ["runs", *map(str, logs), "--json"]).stdout)
+    logged = {}
+    for log in logs:
+        row = next(r for r in runs if r["file"] == str(log))
+        logged[(row["accelerators"], row["throughput_img_per_s"])] = _logs_throughput(log)
+    assert set(logged.values()) == {True, False}  # both kinds in the set
+    ax = drawn("scaling", *logs, "--plot", tmp_path / "s.png").axes[0]
+    points = {}
+    for line in ax.lines:
+        if line.get_marker() == "o" and len(line.get_xdata()) == 1:
+            xy = (int(line.get_xdata()[0]), float(line.get_ydata()[0]))
+            points[xy] = line.get_markerfacecolor() != "none"
+    assert len(points) == len(logged)
+    for (n, tp), filled in points.items():
+        match = [v for (a, t), v in logged.items() if a == n and t == pytest.approx(tp)]
+        assert match == [filled], (n, tp)
+    assert "hollow: derived" in ax.get_legend().get_title().get_text()
