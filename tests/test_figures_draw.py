@@ -181,3 +181,28 @@ def test_scaling_draws_derived_throughput_hollow(drawn, tmp_path) -> None:
         match = [v for (a, t), v in logged.items() if a == n and t == pytest.approx(tp)]
         assert match == [filled], (n, tp)
     assert "hollow: derived" in ax.get_legend().get_title().get_text()
+
+
+def test_whole_trace_timeline_colours_binned_kernel_lanes(drawn, tmp_path) -> None:
+    """Before: a whole-trace timeline drew its (binned) kernel lane one solid blue and the
+    kernel legend had no swatches."""
+    from matplotlib.colors import to_hex
+
+    r = shared(RESNET)
+    with gzip.open(r, "rt") as f:
+        kernels = [e for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel"]
+    assert len(kernels) == 4350  # > the default 1,500 bars: the lane is binned
+    fig = drawn("timeline", r, "-o", tmp_path / "t.png")
+    ax = fig.axes[0]
+    ticks = [t.get_text() for t in ax.get_yticklabels()]
+    row = next(i for i, t in enumerate(ticks) if "kernels" in t and "binned" in t)
+    lane = next(
+        c for c in ax.collections if abs(c.get_paths()[0].get_extents().y0 - (row - 0.4)) < 1e-6
+    )
+    used = {to_hex(c[:3]) for c in lane.get_facecolors()}
+    legend = next(
+        lg for lg in fig.legends if "kernels with the most time" in lg.get_title().get_text()
+    )
+    swatches = {to_hex(h.get_facecolor()[:3]) for h in legend.legend_handles}
+    assert all(h.get_fill() for h in legend.legend_handles)  # swatches, not bare names
+    assert used <= swatches and len(used) >= 3  # several kernels' colours, not one blue
