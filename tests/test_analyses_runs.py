@@ -197,7 +197,9 @@ def test_history_frame_groups_and_orders_by_start() -> None:
     s = h.filter(pl.col("system") == "s")
     assert s["run_start_ns"].to_list() == list(range(13))
     assert s["verdict"].to_list()[-1] == "regression"
-    assert s["change_pct"][-1] == pytest.approx(100 * (400 / s["baseline"][-1] - 1))
+    assert s["change_pct"][-1] == pytest.approx(
+        100 * (400 / s["baseline_throughput_img_per_s"][-1] - 1)
+    )
     assert h.filter(pl.col("system") == "other")["verdict"].to_list() == ["insufficient history"]
 
 

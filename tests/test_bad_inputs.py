@@ -146,7 +146,8 @@ def rows_of(lines: list[str], skip: int) -> list[list[str]]:
 for fmt in SUFFIX:
     empty_err = {"nsys_sqlite": "StringIds", "nvprof_sqlite": "not an SQLite database"}
     case(fmt, "empty", put(fmt, b""), error=MalformedInput, text=empty_err.get(fmt, ""))
-    case(fmt, "empty-detect", put(fmt, b""), error=UnknownFormat, text="no reader", detect=True)
+    # issue 32: an empty file is "empty file" with or without --format, not "no reader"
+    case(fmt, "empty-detect", put(fmt, b""), error=MalformedInput, text="empty file", detect=True)
     for seed in (1, 2):
         case(fmt, f"garbage{seed}", put(fmt, garbage(seed)), error=MalformedInput)
         case(

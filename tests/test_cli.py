@@ -55,7 +55,7 @@ def test_quiet_ingest_prints_nothing(tmp_path: Path, write) -> None:
 @pytest.mark.parametrize(
     "content,needle",
     [
-        (b"", "no reader recognizes this file"),
+        (b"", "empty file"),  # issue 32: as every reader says of it under --format
         (b"\x00\x01\x02garbage\xff" * 50, "no reader recognizes this file"),
     ],
 )

@@ -181,12 +181,12 @@ def test_coreutil_prints_what_it_can_then_each_bad_file(write, monkeypatch) -> N
     # FMA (10,000 + 370,350 + 40,000,000) / 2,013,345 = 20.0563…; FP16 61,725 / … = 0.0307…;
     # Tensor 120,657,250 / … = 59.9288…; SFU 1,025,690 / … = 0.5094…
     assert r.stdout == (
-        "file          batch_size  fma_pct  fp16_pct  tensor_pct  sfu_pct  launches  weight"
+        "file      batch_size  fma_pct  fp16_pct  tensor_pct  sfu_pct  launches  weight"
         "  scale\n"
-        "------------  ----------  -------  --------  ----------  -------  --------  ------"
+        "--------  ----------  -------  --------  ----------  -------  --------  ------"
         "  -----\n"
-        "batch_8.csv            8       10         0          40        1         1  cycles  pct\n"
-        "batch_16.csv          16   20.056     0.031      59.929    0.509         3  cycles  pct\n"
+        "batch_8            8       10         0          40        1         1  cycles  pct\n"
+        "batch_16          16   20.056     0.031      59.929    0.509         3  cycles  pct\n"
     )
     assert r.stderr == f"traceanalyze: error: bad.csv: {SHORT_NO_PIPES} [-v for details]\n"
     # --verbose: the same line, then every unit and every candidate metric looked for.
@@ -224,7 +224,8 @@ def test_coreutil_nvprof_levels_keep_their_scale(write) -> None:
     assert got["batch_16.csv"]["scale"] == "pct" and "fma_pct" not in lv
     # Levels alone: `fma_level`.
     r = CliRunner().invoke(main, ["coreutil", str(p)])
-    assert r.stdout.splitlines()[0].split()[:3] == ["file", "batch_size", "fma_level"]
+    # one file: named above the table (issue 32)
+    assert r.stdout.splitlines()[1].split()[:2] == ["batch_size", "fma_level"]
     assert (
         f"traceanalyze: warning: {p}: nvprof *_fu_utilization levels have no per-launch cycle "
         "count; weighted by invocations instead of cycles"
@@ -267,25 +268,27 @@ def test_busy_csv_exact(store: str) -> None:
 
 
 def test_busy_table_exact(store: str) -> None:
-    # Every column under --wide; by default the file alone names each source (issue 21).
+    # Every column under --wide; by default the file alone names each source (issue 21); the
+    # answer (busy_pct) right after what names the row, files by their shortest distinct names
+    # (issue 32).
     r = run("busy", "--store", store, "--wide")
     assert r.output == (
-        "source_id         file                  device_id  activity  interval_count  window_ms"
-        "  busy_ms  busy_pct\n"
-        "----------------  --------------------  ---------  --------  --------------  ---------"
-        "  -------  --------\n"
-        "aaaaaaaaaaaaaaaa  aaaaaaaaaaaaaaaa.csv          0  copies                 1        115"
-        "       10     8.696\n"
-        "aaaaaaaaaaaaaaaa  aaaaaaaaaaaaaaaa.csv          0  kernels                4        115"
-        "       30    26.087\n"
-        "bbbbbbbbbbbbbbbb  bbbbbbbbbbbbbbbb.csv          0  copies                 1        225"
-        "       10     4.444\n"
-        "bbbbbbbbbbbbbbbb  bbbbbbbbbbbbbbbb.csv          0  kernels                4        225"
-        "       50    22.222\n"
+        "file              device_id  activity  busy_pct  source_id         interval_count"
+        "  window_ms  busy_ms\n"
+        "----------------  ---------  --------  --------  ----------------  --------------"
+        "  ---------  -------\n"
+        "aaaaaaaaaaaaaaaa          0  copies       8.696  aaaaaaaaaaaaaaaa               1"
+        "        115       10\n"
+        "aaaaaaaaaaaaaaaa          0  kernels     26.087  aaaaaaaaaaaaaaaa               4"
+        "        115       30\n"
+        "bbbbbbbbbbbbbbbb          0  copies       4.444  bbbbbbbbbbbbbbbb               1"
+        "        225       10\n"
+        "bbbbbbbbbbbbbbbb          0  kernels     22.222  bbbbbbbbbbbbbbbb               4"
+        "        225       50\n"
     )
     default = run("busy", "--store", store).output.splitlines()
-    assert default[0].startswith("file                  device_id  activity")
-    assert default[2].startswith("aaaaaaaaaaaaaaaa.csv          0  copies")
+    assert default[0].startswith("file              device_id  activity  busy_pct  interval_")
+    assert default[2].startswith("aaaaaaaaaaaaaaaa          0  copies       8.696")
 
 
 def test_variability_and_plot(store: str, tmp_path: Path) -> None:

@@ -329,7 +329,12 @@ def pl_frame(op: str):
     import polars as pl
 
     return pl.DataFrame(
-        {"op": [op], "kernel_self_ns": [2_000_000], "self_ns": [1_000_000], "source_id": ["a"]}
+        {
+            "op": [op],
+            "kernel_inclusive_ns": [2_000_000],
+            "inclusive_ns": [1_000_000],
+            "source_id": ["a"],
+        }
     )
 
 
@@ -377,6 +382,8 @@ def test_tables_use_units_in_headers_and_no_scientific_notation() -> None:
     table = r.stdout.splitlines()
     assert max(len(ln) for ln in table) <= 120
     assert not re.search(r"\d\.\d+e[+-]\d", r.stdout)
-    assert "_ns" not in table[0] and "_ms" in table[0]  # one readable unit, in the header
+    # one file: named above the table (issue 32), then the header
+    assert table[0] == f"file: {shared(RESNET)}"
+    assert "_ns" not in table[1] and "_ms" in table[1]  # one readable unit, in the header
     wide = invoke("launches", str(shared(RESNET)), "--wide").stdout.splitlines()
-    assert "source_id" in wide[0] and "p95_delay_ms" in wide[0]  # every column under --wide
+    assert "source_id" in wide[1] and "p95_delay_ms" in wide[1]  # every column under --wide

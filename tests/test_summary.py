@@ -138,7 +138,9 @@ def test_text_table_fits_the_width_cutting_text_not_numbers() -> None:
     long = "void kernel<" + "float, " * 30 + ">(int)"
     df = pl.DataFrame({"name": [long, "short"], "file": ["/a/b/c/run_rank0.csv"] * 2, "n": [1, 2]})
     out = text_table(df, width=60)
-    lines = out.splitlines()
+    # One file: named once above the table, not in a column (issue 32).
+    head, *lines = out.splitlines()
+    assert head == "file: /a/b/c/run_rank0.csv" and "file" not in lines[0]
     assert max(len(x) for x in lines) == 60
     # name is cut first (the widest), in its middle (issue 21: both ends tell rows apart);
     # n keeps every digit.
@@ -148,9 +150,11 @@ def test_text_table_fits_the_width_cutting_text_not_numbers() -> None:
     # Wide enough: nothing is cut.
     assert "…" not in text_table(df.with_columns(pl.lit("x").alias("name")), width=120)
     # A path is cut at its start: the file name stays.
-    paths = pl.DataFrame({"file": ["/very/long/directory/" * 5 + "run_rank0.csv"], "n": [1]})
-    row = text_table(paths, width=30).splitlines()[2]
-    assert row.startswith("…") and "run_rank0.csv" in row and len(row) <= 30
+    long_dir = "/very/long/directory/" * 5
+    paths = pl.DataFrame({"file": [long_dir + "run_rank0.log", long_dir + "x/run_rank0.log"]})
+    rows = text_table(paths.with_columns(n=pl.Series([1, 2])), width=12).splitlines()[2:]
+    # several files: their shortest distinct names (issue 32), cut at the start when too long
+    assert [r.split()[0] for r in rows] == ["directory", "x"]
 
 
 def test_per_source_names_each_file_once_then_its_tables() -> None:

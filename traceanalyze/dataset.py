@@ -274,11 +274,15 @@ class Dataset:
 
         return report.attribute(self, per, samples_from)
 
-    def variability(self, warmup: int | None = None, top: int = 3) -> Variability:
-        """Per GPU: steady iteration time, top kernels, telemetry, robust z and outliers."""
+    def variability(
+        self, warmup: int | None = None, top: int = 3, by: str | None = None
+    ) -> Variability:
+        """Per GPU: steady iteration time, top kernels, telemetry, robust z and outliers, over
+        the runs of one system and model (`adapters.fleet`); several are refused, listing them,
+        unless `by="system"` (each on its own) or `by="none"` (all as one fleet)."""
         from .adapters import reports as report
 
-        return report.variability(self, warmup, top)
+        return report.variability(self, warmup, top, by)
 
     def compare(
         self, other: Dataset, *, ops: bool = False, pool: bool = False, by_role: bool = False

@@ -315,7 +315,8 @@ class CriticalPath:
     (adding up to `path_ms`), `gpu_pct` (GPU share of the path without the carry); with a
     what-if also `predicted_ms` and `change_pct`. `events` (with `by_event`): the events on the
     path, each with its category, `path_ms`, `share_pct` and `launched_by` (the operator that
-    launched a kernel), `scenario` "trace" or "what_if". `predicted`: the what-if path's split.
+    launched a kernel), `scenario` "trace" or "what_if". `predicted`: the what-if path's split
+    (its path_ms, change_pct, …).
     """
 
     iterations: pl.DataFrame

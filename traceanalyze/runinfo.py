@@ -64,12 +64,12 @@ def image_size(paths: Mapping[str, str]) -> int:
         files = ", ".join(sorted(paths.values())) or "these sources"
         raise NotAnswerable(
             f"image size unknown: no collect manifest (manifest.json with config.image_size) "
-            f"beside {files}; give --image-size (224 for ImageNet-size training)"
+            f"beside {files}; give image_size=N (224 for ImageNet-size training)"
         )
     raise NotAnswerable(
         "sources trained at different image sizes ("
         + ", ".join(f"{s} px: {len(p)} files" for s, p in sorted(sizes.items()))
-        + "); give --image-size, or one run at a time (--source)"
+        + "); give image_size=N, or one run at a time (source=ID)"
     )
 
 

@@ -39,7 +39,9 @@ def ops(ds: DatasetView, by: str = "op", top: int = 25) -> pl.DataFrame:
         raise NotAnswerable(
             f"no host operators (PyTorch profiler ops) or NVTX ranges in {ds.origin}"
         )
-    df = df.sort(sort, descending=[False, True], nulls_last=True)
+    # names break ties, so that the same input always prints in the same order
+    ties = ["op", *(["kernel"] if by == "kernel" else [])]
+    df = df.sort([*sort, *ties], descending=[False, True, *(False for _ in ties)], nulls_last=True)
     if top > 0:
         df = df.group_by("source_id", maintain_order=True).head(top)
     return with_file(df, ds.names())

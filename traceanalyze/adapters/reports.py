@@ -276,7 +276,26 @@ def attribute(
     return with_file(with_file(df, names), names, "samples_source_id", "samples_file")
 
 
-def variability(ds: DatasetView, warmup: int | None = None, top: int = 3) -> Variability:
+def variability(
+    ds: DatasetView, warmup: int | None = None, top: int = 3, by: str | None = None
+) -> Variability:
+    """`_variability` over one fleet (`adapters.fleet`): refused over several unless `by`
+    is "system" (each fleet on its own, a `system` column) or "none" (all as one)."""
+    from .fleet import check_one_fleet, fleets, label_rows
+
+    groups = fleets(ds)
+    check_one_fleet(groups, by)
+    if by != "system" or len(groups) < 2:
+        return _variability(ds, warmup, top)
+    parts = [_variability(ds.where(source=ids), warmup, top) for ids in groups.values()]
+    return Variability(
+        label_rows(pl.concat([p.table for p in parts], how="diagonal_relaxed"), groups),
+        pl.concat([p.steady for p in parts], how="diagonal_relaxed"),
+        {k: v for p in parts for k, v in p.kernel_names.items()},
+    )
+
+
+def _variability(ds: DatasetView, warmup: int | None, top: int) -> Variability:
     from ..analyses import variability as v
 
     its, kernels = one_per_gpu_run(ds)

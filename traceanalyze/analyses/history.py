@@ -24,8 +24,9 @@ On 200 synthetic series of 100 runs with 1 % (2 %) normal noise the defaults fla
 20,000 runs; a step of 10 % or more on 1 % noise is flagged once, at the run where it happens
 (a 5 % step there in about half the series): tests/test_analyses_runs.py, docs/runs.md.
 
-Columns: the group columns, source_id, run_id, run_start_ns, value, history_count, baseline,
-change_pct, robust_z, confidence, verdict (ok | regression | improvement | insufficient history).
+Columns: the group columns, source_id, run_id, run_start_ns, <metric> (the value, named by its
+metric and unit), history_count, baseline_<metric>, change_pct, robust_z, confidence, verdict
+(ok | regression | improvement | insufficient history).
 """
 
 from __future__ import annotations
@@ -161,4 +162,6 @@ def history(
             )
     schema: dict[str, pl.DataType] = {k: runs.schema[k] for k in keys}
     schema.update({k: v() for k, v in _OUT.items()})
-    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+    out = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+    # The value columns named by their metric and unit, not `value` (issue 32).
+    return out.rename({"value": metric, "baseline": f"baseline_{metric}"})

@@ -132,7 +132,9 @@ def launch_stats(
     order = ["source_id", "device_id"]
     if by_kernel:
         out = out.with_columns((pl.col("mean_gpu_ns") * pl.col("launch_count")).alias("_t"))
-        return out.sort([*order, "_t"], descending=[False, False, True], nulls_last=True).drop("_t")
+        return out.sort(  # the name breaks ties: the same input, the same order
+            [*order, "_t", "name"], descending=[False, False, True, False], nulls_last=True
+        ).drop("_t")
     return out.sort(order, nulls_last=True)
 
 

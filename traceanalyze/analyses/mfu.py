@@ -25,6 +25,7 @@ import csv
 import functools
 import io
 import re
+import warnings
 from dataclasses import dataclass
 from importlib import resources
 
@@ -102,7 +103,18 @@ def peak_flop_per_s(peak: Peak, precision: str) -> tuple[float | None, str]:
 
 @functools.cache
 def resnet50_train_flops_per_image(image_size: int = 224) -> int:
-    """Forward + backward FLOPs of torchvision resnet50 for one image (see the module docstring)."""
+    """Forward + backward FLOPs of torchvision resnet50 for one image (see the module docstring).
+
+    Counted on the meta device: no GPU is used, so torch's notices about the machine's CUDA
+    driver ("CUDA initialization: The NVIDIA driver on your system is too old …", raised where
+    torch probes for a GPU) say nothing about the user's data and are not passed on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"(?s).*CUDA initialization")
+        warnings.filterwarnings("ignore", message=r"(?s).*(NVIDIA driver|CUDA driver)")
+        return _count_flops(image_size)
+
+
+def _count_flops(image_size: int) -> int:
     try:
         import torch
         import torchvision
@@ -150,8 +162,8 @@ def mfu(
     rows = []
     for r in ips.iter_rows(named=True):
         sid = r["source_id"]
-        name = gpu or names.get(sid)
-        note = []
+        note: list[str] = []
+        name = _gpu_name(gpu, names.get(sid), note)
         achieved = None if r["images_per_s"] is None else r["images_per_s"] * flops
         if r["images_per_s"] is None:
             note.append("no images/s (iterations without batch size: give --batch-size)")
@@ -175,6 +187,20 @@ def mfu(
             }
         )
     return pl.DataFrame(rows, schema=_SCHEMA)
+
+
+def _gpu_name(gpu: str | None, own: str | None, note: list[str]) -> str | None:
+    """The device name whose peak is used: the trace's own when `gpu` is not given or names
+    the same GPU less exactly (`V100` for `Tesla V100-SXM2-32GB`: the SXM2 peak, not the first
+    V100 row); `gpu` otherwise, with a note that it overrides the trace's device."""
+    if gpu is None or own is None:
+        return gpu or own
+    same = re.sub(r"[^a-z0-9]", "", gpu.lower()) in re.sub(r"[^a-z0-9]", "", own.lower())
+    if same and find_peak(own) is not None:
+        note.append(f"{gpu!r} read as the trace's own {own}")
+        return own
+    note.append(f"{gpu!r} overrides the trace's {own}")
+    return gpu
 
 
 def _peak_of(

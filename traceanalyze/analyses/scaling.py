@@ -31,6 +31,7 @@ COLUMNS = (
     "ideal_img_per_s",
     "time_to_train_s",
     "global_batch_per_accelerator",
+    "throughput_basis",
 )
 
 
@@ -55,7 +56,13 @@ def scaling(runs: pl.DataFrame, by: Sequence[str] = DEFAULT_BY) -> pl.DataFrame:
         & pl.col("throughput_img_per_s").is_not_null()
     )
     ok = pl.col("status") == "success"
+    if "throughput_basis" not in usable.columns:
+        usable = usable.with_columns(pl.lit(None, dtype=pl.String).alias("throughput_basis"))
+    # logged or derived, per point ("mixed" when its runs differ): the figure draws them apart
+    b = pl.col("throughput_basis").drop_nulls().unique()
+    basis = pl.when(b.len() == 1).then(b.first()).when(b.len() > 1).then(pl.lit("mixed"))
     per_n = usable.group_by(*keys, "accelerators").agg(
+        basis.alias("throughput_basis"),
         pl.len().cast(pl.Int64).alias("runs_count"),
         pl.col("throughput_img_per_s").median(),
         pl.col("time_to_train_s").filter(ok).median(),

@@ -197,7 +197,8 @@ def lanes(
 
     Columns: device_id, stream_id, activity, lane, start_ns, end_ns, busy_ratio (1 for a raw
     interval, the bin's busy fraction when binned), binned, interval_count (per lane), name (the
-    kernel, operator or marker name, a copy's kind; null in a binned lane or when not given).
+    kernel, operator or marker name, a copy's kind; in a binned kernel lane the kernel with the
+    most time in the bin; null in other binned lanes or when not given).
 
     `ops` (host framework operators) adds one "cpu ops" lane per thread, with the thread id in
     `stream_id` and a null `device_id`: a CPU-only run (no kernels) still has a timeline, and on a
@@ -225,7 +226,8 @@ def lanes(
         if n <= max_bars:
             sub = raw.filter(same & (pl.col("activity") == act))
         else:
-            sub = by_act[act].filter(same).select(clip).collect()
+            named = [pl.col("name")] if act == "kernels" else []  # each bin's main kernel
+            sub = by_act[act].filter(same).select(*clip, *named).collect()
         out.append(_lane(sub, (dev, stream, act), t0, t1, max_bars, n))
     return pl.concat(out)
 
@@ -331,9 +333,30 @@ def _lane(
             "busy_ratio": frac,
             "binned": [True] * max_bars,
             "interval_count": pl.Series([n] * max_bars, dtype=pl.Int64),
-            "name": pl.Series([None] * max_bars, dtype=pl.String),
+            "name": pl.Series(_dominant(sub, edges), dtype=pl.String),
         }
     )
+
+
+def _dominant(sub: pl.DataFrame, edges: np.ndarray) -> list[str | None]:
+    """Per bin of a binned lane, the name with the most time among the intervals centred in
+    it (issue 32: binned kernel lanes were one colour); none without names."""
+    bins = edges.size - 1
+    out: list[str | None] = [None] * bins
+    if "name" not in sub.columns or sub.height == 0:
+        return out
+    a, b = sub["start_ns"].to_numpy(), sub["end_ns"].to_numpy()
+    at = np.clip(np.searchsorted(edges, (a + b) // 2, side="right") - 1, 0, bins - 1)
+    per = (
+        pl.DataFrame({"bin": at, "name": sub["name"], "d": b - a})
+        .group_by("bin", "name")
+        .agg(pl.col("d").sum())
+        .sort("d", "name", descending=[True, False], nulls_last=True)
+        .unique("bin", keep="first")
+    )
+    for i, name in per.select("bin", "name").iter_rows():
+        out[int(i)] = name
+    return out
 
 
 def _raw_rows(sub: pl.DataFrame, lane: pl.Expr) -> pl.DataFrame:

@@ -16,6 +16,7 @@ from ..analyses.naming import abbreviate
 from ..dataset import Dataset, open_side
 from . import render
 from .common import (
+    answers,
     dataset_input,
     draw,
     emit,
@@ -113,6 +114,7 @@ def health(ds: Dataset, out_json: bool, out_csv: bool) -> None:
 
 
 @click.command()
+@answers("kernel", "batch_size", "fma_pct", "fp16_pct", "tensor_pct", "sfu_pct")
 @dataset_input
 @click.option(
     "--weight",
@@ -159,6 +161,7 @@ def coreutil(
 
 
 @click.command()
+@answers("device_id", "activity", "busy_pct")
 @dataset_input
 @click.option(
     "--start",
@@ -290,6 +293,7 @@ def timeline(
 
 
 @click.command()
+@answers("iteration", "kernel", "sm_clock_mhz", "power_w", "temperature_c", "energy_j")
 @dataset_input
 @click.option(
     "--per",
@@ -318,6 +322,7 @@ def attribute(
 
 
 @click.command()
+@answers("system", "device_id", "median_iteration_ms", "perf_ratio", "outlier")
 @dataset_input
 @click.option(
     "--warmup",
@@ -327,6 +332,13 @@ def attribute(
 )
 @click.option("--top", default=3, show_default=True, help="Top kernels (fleet-wide) to time.")
 @click.option(
+    "--by",
+    type=click.Choice(["system", "none"]),
+    default=None,
+    help="Sources of several systems or GPU models: compare within each system (a `system` "
+    "column), or all as one fleet (none). Default: refuse, listing them.",
+)
+@click.option(
     "--plot",
     type=click.Path(path_type=Path),
     callback=figure_path,
@@ -334,7 +346,13 @@ def attribute(
 )
 @output_options
 def variability(
-    ds: Dataset, warmup: int | None, top: int, plot: Path | None, out_json: bool, out_csv: bool
+    ds: Dataset,
+    warmup: int | None,
+    top: int,
+    by: str | None,
+    plot: Path | None,
+    out_json: bool,
+    out_csv: bool,
 ) -> None:
     """Per GPU: steady-state iteration time, top kernels, clock/power/temp, outlier rank.
 
@@ -342,7 +360,7 @@ def variability(
     same run by epoch origins and device). Robust z on the median iteration time: 1.4826·MAD,
     or 1.2533·mean absolute deviation when the MAD is 0 (`z_scale`); outlier when |z| > 3.5.
     """
-    res = ds.variability(warmup=warmup, top=top)
+    res = ds.variability(warmup=warmup, top=top, by=by)
     draw("variability", res, plot)
     if out_json or out_csv:
         emit(res.table, out_json, out_csv)
@@ -359,6 +377,7 @@ def variability(
 
 
 @click.command()
+@answers("op", "delta_kernel_ms", "delta_self_ms", "kernel_ms_a", "kernel_ms_b", "metric", "a", "b")
 @click.argument("a")
 @click.argument("b")
 @store_option(required=False)

@@ -14,6 +14,7 @@ as a shell reports it), not click's `Aborted!`.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import warnings
 from collections.abc import Callable, Iterator
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 F = Callable[..., Any]
 _VERBOSE = "traceanalyze.verbose"
 _WIDE = "traceanalyze.wide"
+_ANSWERS = "traceanalyze.answers"
 
 # --- one error and warning path --------------------------------------------------------------
 
@@ -53,10 +55,13 @@ def guarded(ctx: click.Context) -> Iterator[None]:
         try:
             yield
         except UsageProblem as e:  # from a command without `misuse_is_usage`
-            raise click.UsageError(str(e)) from e
+            raise click.UsageError(as_flags(ctx, str(e))) from e
         except TraceanalyzeError as e:
             more = bool(e.details) and not ctx.meta.get(_VERBOSE) and _has_verbose(ctx)
-            click.echo(f"traceanalyze: error: {e}{' [-v for details]' if more else ''}", err=True)
+            text = as_flags(ctx, str(e))
+            click.echo(
+                f"traceanalyze: error: {text}{' [-v for details]' if more else ''}", err=True
+            )
             if e.details and ctx.meta.get(_VERBOSE):
                 for line in e.details.splitlines():
                     click.echo(f"  {line}", err=True)
@@ -64,12 +69,39 @@ def guarded(ctx: click.Context) -> Iterator[None]:
         except OSError as e:
             if e.filename is None:  # not about a path: a bug, keep the traceback
                 raise
-            where = os.fsdecode(e.filename)
+            where = _user_path(os.fsdecode(e.filename))
             click.echo(f"traceanalyze: error: {quote_path(where)}: {e.strerror or e}", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
             click.echo("traceanalyze: interrupted", err=True)
             ctx.exit(130)
+
+
+def as_flags(ctx: click.Context, text: str) -> str:
+    """A library message in the command's terms: the library names its parameters
+    (`image_size=N`, never a flag; issue 32), the command line has options for them
+    (`--image-size N`)."""
+    import re
+
+    name = ctx.invoked_subcommand
+    cmd: click.Command | None = ctx.command
+    if isinstance(cmd, click.Group):
+        cmd = cmd.get_command(ctx, name) if name else None
+    for p in cmd.params if cmd is not None else ():
+        flags = [o for o in p.opts if o.startswith("--")]
+        if isinstance(p, click.Option) and flags and p.name:
+            for name in {p.name, p.name.removesuffix("s")}:  # `sources` takes `source=ID`
+                text = re.sub(rf"\b{re.escape(name)}=", f"{flags[0]} ", text)
+    return text
+
+
+def _user_path(path: str) -> str:
+    """The path the user gave for one inside a store's own `.staging` (issue 32: ingest into a
+    read-only store named `…/.staging`, a directory the user never made): the store."""
+    from ..store import STAGING
+
+    parts = Path(path).parts
+    return str(Path(*parts[: parts.index(STAGING)])) if STAGING in parts[1:] else path
 
 
 def _has_verbose(ctx: click.Context) -> bool:
@@ -197,8 +229,9 @@ def misuse_is_usage(f: F) -> F:
         try:
             return f(*args, **kwargs)
         except UsageProblem as e:
-            click.echo(f"traceanalyze: error: {e}", err=True)
-            click.get_current_context().exit(2)
+            ctx = click.get_current_context()
+            click.echo(f"traceanalyze: error: {as_flags(ctx, str(e))}", err=True)
+            ctx.exit(2)
 
     return wrapper
 
@@ -274,6 +307,36 @@ def emit(df: Any, out_json: bool, out_csv: bool, title: str | None = None) -> No
         click.echo(table(df))
 
 
+def answers(*columns: str) -> Callable[[F], F]:
+    """Name a command's answer columns, once: printed first in its tables and never left out
+    to fit the width (the rest fill it), and listed at the end of its help (docs/cli.md).
+    Names as in `--json` (`kernel_self_ns`; the table prints it in its unit). Goes under
+    `@click.command()`."""
+
+    def deco(f: F) -> F:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            ctx = click.get_current_context(silent=True)
+            if ctx is not None:
+                ctx.meta[_ANSWERS] = columns
+            return f(*args, **kwargs)
+
+        listed = ", ".join(columns)
+        wrapper.__doc__ = (
+            f"{inspect.cleandoc(f.__doc__ or '')}\n\n"
+            f"Answer columns (printed first, never left out): {listed}."
+        )
+        return wrapper
+
+    return deco
+
+
+def answer_columns() -> tuple[str, ...]:
+    """The running command's answer columns (`answers`), or none."""
+    ctx = click.get_current_context(silent=True)
+    return tuple(ctx.meta.get(_ANSWERS, ())) if ctx is not None else ()
+
+
 def table_width() -> int | None:
     """The width text tables fit: `render.WIDTH`, or None (no limit) under `--wide`."""
     ctx = click.get_current_context(silent=True)
@@ -282,7 +345,7 @@ def table_width() -> int | None:
 
 def table(df: Any) -> str:
     """One frame as a text table fitting `table_width()`."""
-    return render.text_table(df, width=table_width())
+    return render.text_table(df, width=table_width(), first=answer_columns())
 
 
 def wrote(path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 import polars as pl
 
-from .common import dataset_input, draw, emit, figure_path, output_options, table
+from .common import answers, dataset_input, draw, emit, figure_path, output_options, table
 
 if TYPE_CHECKING:
     from ..dataset import Dataset
@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 
 
 @click.command()
+@answers(
+    "op", "kernel", "kernel_self_ns", "kernel_inclusive_ns", "kernel_ns", "self_ns", "inclusive_ns"
+)
 @dataset_input
 @click.option("--top", default=25, show_default=True, help="Rows per source (0: all).")
 @click.option(
@@ -62,8 +65,8 @@ def ops(
     if plot is not None and by != "op":
         raise click.UsageError("--plot draws operators: leave out --by kernel")
     df = ds.ops(by=by, top=top)
-    if plot is not None:
-        draw("ops", df, plot, source=ds.one_source("ops --plot"))
+    if plot is not None:  # the figure's own top, by the GPU time it draws, from every operator
+        draw("ops", ds.ops(by=by, top=0), plot, source=ds.one_source("ops --plot"))
     emit(df, out_json, out_csv)
 
 
@@ -86,6 +89,7 @@ def print_ops_diff(res: Comparison, top: int, out_json: bool, out_csv: bool) -> 
 
 
 @click.command()
+@answers("gpu", "mfu_pct", "note", "achieved_flop_per_s", "peak_flop_per_s")
 @dataset_input
 @click.option("--gpu", help="GPU name to take the peak of (default: the source's device name).")
 @click.option(
@@ -144,6 +148,7 @@ def mfu(
 
 
 @click.command()
+@answers("name", "attainable_flop_per_s", "achieved_flop_per_s", "bound")
 @dataset_input
 @click.option(
     "-o",

@@ -10,13 +10,13 @@ import click
 import polars as pl
 
 from ..dataset import Dataset
-from . import render
-from .common import dataset_input, emit, output_options
+from .common import answers, dataset_input, emit, output_options, table, table_width
 
 _TABLE_DROP = ("source_id", "start_ns")
 
 
 @click.command("critical-path")
+@answers("iteration", "path_ms", "predicted_ms", "change_pct", "duration_ms")
 @dataset_input
 @click.option("--iteration", type=int, help="Only this iteration (the iterations table's number).")
 @click.option(
@@ -25,7 +25,8 @@ _TABLE_DROP = ("source_id", "start_ns")
     multiple=True,
     metavar="SPEC",
     help="Scale and replay: 'kernel:REGEX=F' (kernel durations), 'op:REGEX=F' (host time "
-    "inside matching operators or NVTX ranges), 'launch=F' (launch latencies). Repeatable.",
+    "inside matching operators or NVTX ranges), 'gpu-op:REGEX=F' (the kernels launched inside "
+    "matching operators), 'launch=F' (launch latencies). Repeatable.",
 )
 @click.option("--by-event", is_flag=True, help="The events on the path, with their share.")
 @click.option(
@@ -72,13 +73,15 @@ def critical_path(
         main = res.ranks if across_ranks and res.ranks is not None else res.iterations
         emit(res.events if by_event and res.events is not None else main, out_json, out_csv)
         return
-    click.echo(render.text_table(res.iterations.drop(_TABLE_DROP, strict=False)))
+    # --wide: every column (issue 32), the start time too
+    drop = _TABLE_DROP if table_width() is not None else ()
+    click.echo(table(res.iterations.drop(drop, strict=False)))
     if res.ranks is not None:
         click.echo("\n== across ranks: one path through every rank, joined at collectives")
-        click.echo(render.text_table(res.ranks.drop("start_ns")))
+        click.echo(table(res.ranks.drop(drop, strict=False)))
     if res.predicted is not None:
         click.echo(f"\n== what-if {' '.join(what_if)}: the new path")
-        click.echo(render.text_table(res.predicted.drop("source_id", strict=False)))
+        click.echo(table(res.predicted.drop("source_id", strict=False)))
     if res.events is not None:
         ev = res.events.sort("path_ms", descending=True).group_by(
             "file", "iteration", "scenario", maintain_order=True
@@ -86,7 +89,7 @@ def critical_path(
         top_rows = ev.head(top).sort("file", "iteration", "scenario", "step")
         click.echo(f"\n== events on the path (top {top} per iteration by path_ms)")
         keep = ["iteration", "scenario", "category", "kind", "name", "path_ms", "share_pct"]
-        click.echo(render.text_table(top_rows.select([*keep, pl.col("launched_by")])))
+        click.echo(table(top_rows.select([*keep, pl.col("launched_by")])))
 
 
 __all__ = ["critical_path"]

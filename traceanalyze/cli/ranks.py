@@ -13,8 +13,7 @@ import click
 import polars as pl
 
 from ..dataset import Dataset
-from . import render
-from .common import dataset_input, draw, emit, output_options, wrote
+from .common import answers, dataset_input, draw, emit, output_options, table, wrote
 
 _SHOWN = [
     "rank",
@@ -30,6 +29,7 @@ _SHOWN = [
 
 
 @click.command()
+@answers("rank", "arrived_last_pct", "wait_caused_ms")
 @dataset_input
 @click.option("--job", help="Which job, when the sources hold ranks of several (see the error).")
 @click.option(
@@ -85,7 +85,7 @@ def stragglers(
     shown = res.ranks.select(_SHOWN)
     # The file's stem (`worker7_step_12…`), not a path cut from the left.
     names = pl.Series("name", _stems(shown["file"]))
-    click.echo(render.text_table(shown.drop("file").with_columns(names)))
+    click.echo(table(shown.drop("file").with_columns(names)))
     click.echo(f"\n{res.verdict}")
     for line in res.causes:
         # fits the 120 columns of the default tables, continuation lines indented under it

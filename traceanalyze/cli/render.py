@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from ..analyses.naming import abbreviate
+from ..analyses.naming import abbreviate, abbreviate_distinct, distinct_files
 
 
 def _cell(v: Any) -> str:
@@ -38,6 +38,61 @@ _NS_UNITS: tuple[tuple[str, float, float], ...] = (
     ("_ms", 1e6, 1e7),  # suffix, ns per unit, from this largest value (10 ms) up
     ("_us", 1e3, 1e4),  # from 10 µs up; below, the columns stay in ns
 )
+
+
+# An `_ns` value past 2000-01-01 is an epoch time, not a duration (no profile lasts 30 years):
+# printed as an ISO date in UTC, header `_utc` (issue 32: `1,652,468,827,007` ms).
+_EPOCH_FLOOR_NS = 946_684_800 * 10**9
+# Rates printed with an SI prefix chosen by the column's largest value: `achieved_flop_per_s`
+# 8,131,527,637,555 -> `achieved_tflop_per_s` 8.132.
+_RATES = ("flop_per_s", "bytes_per_s")
+_SI = ((1e15, "p"), (1e12, "t"), (1e9, "g"), (1e6, "m"), (1e3, "k"))
+
+
+def _epoch_columns(df: pl.DataFrame) -> list[str]:
+    out = []
+    for c, dt in df.schema.items():
+        if c.endswith("_ns") and dt.is_integer():
+            low = df[c].min()
+            if isinstance(low, int) and low >= _EPOCH_FLOOR_NS:
+                out.append(c)
+    return out
+
+
+def readable_numbers(df: pl.DataFrame) -> pl.DataFrame:
+    """`df` for reading: epoch `_ns` columns as ISO dates (`_utc`), FLOP and byte rates with an
+    SI prefix, whole-number float counts as integers; then `readable_units`."""
+    epochs = _epoch_columns(df)
+    if epochs:
+        whole_ms = all((df[c].drop_nulls() % 1_000_000 == 0).all() for c in epochs)
+        fmt = "%Y-%m-%dT%H:%M:%S%.3fZ" if whole_ms else "%Y-%m-%dT%H:%M:%S%.6fZ"
+        df = df.with_columns(
+            pl.from_epoch(pl.col(c), time_unit="ns").dt.strftime(fmt) for c in epochs
+        ).rename({c: c.removesuffix("_ns") + "_utc" for c in epochs})
+    counts = [
+        c
+        for c, dt in df.schema.items()
+        if dt.is_float()
+        and (c == "count" or c.endswith("_count"))
+        and bool((df[c].drop_nulls() % 1 == 0).all())
+    ]
+    if counts:
+        df = df.with_columns(pl.col(c).round(0).cast(pl.Int64) for c in counts)
+    return readable_units(_si_rates(df))
+
+
+def _si_rates(df: pl.DataFrame) -> pl.DataFrame:
+    for c, dt in df.schema.items():
+        unit = next((u for u in _RATES if c.endswith(u) and dt.is_numeric()), None)
+        top = df[c].abs().max() if unit else None
+        if unit is None or not isinstance(top, (int, float)) or top < 1e3:
+            continue
+        div, prefix = next((d, p) for d, p in _SI if top >= d)
+        base = c.removesuffix(unit)
+        new = f"{base}{prefix}{'b' if unit == 'bytes_per_s' else 'flop'}_per_s"
+        if new not in df.columns:
+            df = df.with_columns((pl.col(c) / div).alias(c)).rename({c: new})
+    return df
 
 
 def readable_units(df: pl.DataFrame) -> pl.DataFrame:
@@ -69,7 +124,19 @@ def without_redundant_ids(df: pl.DataFrame) -> pl.DataFrame:
 WIDTH = 120
 MIN_TEXT = 28  # a name is never cut narrower than this: columns are left out first
 MIN_PATH = 20  # nor a path (cut at its start, so its file name stays)
-PATH_COLUMNS = frozenset({"file", "samples_file", "path"})
+PATH_COLUMNS = frozenset({"file", "samples_file", "path", "end_file"})
+
+
+PROSE_COLUMNS = frozenset({"description", "note", "cause", "details", "reason"})
+
+
+def _words(v: str, n: int) -> str:
+    """`v` in `n` characters, cut after its last whole word that fits, then '…'."""
+    if len(v) <= n:
+        return v
+    cut = v[: n - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > n // 2 else cut).rstrip(" ,;:(") + "…"
 
 
 def _floor(col: str) -> int:
@@ -96,55 +163,122 @@ def _fit(widths: list[int], cols: list[str], numeric: list[bool], width: int) ->
     return out
 
 
-def _drop_to_fit(widths: list[int], width: int) -> int:
-    """How many leading columns fit in `width` (at least one)."""
-    used = 0
-    for i, w in enumerate(widths):
-        used += w + (2 if i else 0)
-        if used > width:
-            return max(i, 1)
-    return len(widths)
+def _choose(widths: list[int], must: int, width: int) -> list[int]:
+    """The columns shown: the first `must` (the command's answer columns) always, then each
+    other one, in order, that still fits in `width` (a wide one left out does not hide the
+    narrow ones after it)."""
+    keep = list(range(min(max(must, 1), len(widths))))
+    used = sum(widths[i] for i in keep) + 2 * (len(keep) - 1)
+    for i in range(len(keep), len(widths)):
+        if used + 2 + widths[i] <= width:
+            keep.append(i)
+            used += 2 + widths[i]
+    return keep
 
 
-def text_table(df: pl.DataFrame, *, max_width: int = 80, width: int | None = WIDTH) -> str:
-    """A plain aligned table: numbers right-aligned, `_ns` columns in ms or µs (header says
-    which), long strings abbreviated from the middle with '…' (at `max_width` characters, and
-    further so that a row fits in `width` columns when it can). Columns that still do not fit
-    are left out, named in a last line, and `source_id` when `file` names each source
-    (`width=None`: every column, nothing cut but at `max_width`)."""
+def answers_first(df: pl.DataFrame, first: tuple[str, ...]) -> tuple[pl.DataFrame, int]:
+    """`df` with the columns named in `first` (those it has) in front, and how many those are;
+    before them what tells the rows' sources apart: `rank` when there is one, else `file`."""
+    ident = ["rank"] if "rank" in df.columns else ["file"] if "file" in df.columns else []
+    lead = [*ident, *(c for c in first if c in df.columns and c not in ident)]
+    return df.select([*lead, *(c for c in df.columns if c not in lead)]), len(lead)
+
+
+def file_header(df: pl.DataFrame, wide: bool = False) -> tuple[str | None, pl.DataFrame]:
+    """One file: the `file` column (and `source_id`, unless `wide`) dropped, the file named in
+    a line above the table. Several: each path column's files by their shortest distinct
+    names."""
+    if "file" in df.columns and df.height and df["file"].n_unique() == 1:
+        name = df["file"][0]
+        if name is not None:
+            drop = ["file"] if wide else ["file", "source_id"]
+            return f"file: {name}", df.drop(drop, strict=False)
+    for c in PATH_COLUMNS & set(df.columns):
+        if df.schema[c] == pl.String:
+            short = distinct_files([v for v in df[c].unique().to_list() if v is not None])
+            df = df.with_columns(pl.col(c).replace_strict(short, default=pl.col(c)))
+    return None, df
+
+
+def text_table(
+    df: pl.DataFrame,
+    *,
+    max_width: int = 80,
+    width: int | None = WIDTH,
+    first: tuple[str, ...] = (),
+) -> str:
+    """A plain aligned table: the columns named in `first` (the command's answers) in front
+    and always shown, numbers right-aligned and readable (`readable_numbers`), long strings
+    abbreviated so that different values stay different (at `max_width` characters, and
+    further so that a row fits in `width` columns when it can). Other columns are shown in
+    order as far as they fit, those left out named in a last line; `source_id` when `file`
+    names each source, and `file` when it is the same on every row (named above instead).
+    `width=None`: every column, nothing cut but at `max_width`."""
     if df.width == 0:
         return "(no columns)"
-    df = readable_units(df if width is None else without_redundant_ids(df))
+    head, df = file_header(df, wide=width is None)
+    df, must = answers_first(df if width is None else without_redundant_ids(df), first)
+    df = readable_numbers(df)
     cols = df.columns
-    rows = [[_cell(v) for v in r] for r in df.iter_rows()]
+    raw = [[_cell(v) for v in r] for r in df.iter_rows()]
     schema = df.schema  # once: polars builds a new Schema at every `.schema`
     numeric = [schema[c].is_numeric() for c in cols]
-    widths = [max([len(c)] + [min(len(r[i]), max_width) for r in rows]) for i, c in enumerate(cols)]
-    dropped: list[str] = []
+    full = [max([len(c)] + [min(len(r[i]), max_width) for r in raw]) for i, c in enumerate(cols)]
+    keep = list(range(len(cols)))
     if width is not None:
-        widths = _fit(widths, cols, numeric, width)
-        keep = _drop_to_fit(widths, width)
-        dropped, cols, widths = cols[keep:], cols[:keep], widths[:keep]
-        rows = [r[:keep] for r in rows]
-    tail = [c in PATH_COLUMNS for c in cols]
-    for r in rows:
-        for i, v in enumerate(r[: len(cols)]):
-            if len(v) > widths[i]:
-                r[i] = abbreviate(v, widths[i], tail[i])
+        keep = _choose(_fit(full, cols, numeric, width), must, width)
+    while True:
+        kc = [cols[i] for i in keep]
+        widths = [full[i] for i in keep]
+        if width is not None:
+            widths = _fit(widths, kc, [numeric[i] for i in keep], width)
+        rows, widths = _cut(raw, keep, kc, [numeric[i] for i in keep], widths)
+        over = width is not None and sum(widths) + 2 * (len(widths) - 1) > width
+        # an answer cut to make room for a column that is not one: that column goes first
+        cut = any(widths[j] < full[i] for j, i in enumerate(keep[:must]) if not numeric[i])
+        if not (over or cut) or len(keep) <= max(must, 1):
+            break
+        keep = keep[:-1]  # one optional column fewer
+    dropped = [c for i, c in enumerate(cols) if i not in keep]
+    shown_numeric = [numeric[i] for i in keep]
 
     def fmt(vals: list[str]) -> str:
         return "  ".join(
             v.rjust(w) if num else v.ljust(w)
-            for v, w, num in zip(vals, widths, numeric, strict=False)
+            for v, w, num in zip(vals, widths, shown_numeric, strict=False)
         ).rstrip()
 
-    out = [fmt(cols), fmt(["-" * w for w in widths])]
+    out = [head] if head else []
+    out += [fmt(kc), fmt(["-" * w for w in widths])]
     out += [fmt(r) for r in rows]
     if not rows:
         out.append("(no rows)")
     if dropped:
         out.append(_more_columns(dropped, width or WIDTH))
     return "\n".join(out)
+
+
+def _cut(
+    raw: list[list[str]], keep: list[int], cols: list[str], numeric: list[bool], widths: list[int]
+) -> tuple[list[list[str]], list[int]]:
+    """The kept cells, text cut to its column's width; names cut so that different ones stay
+    different (a column widens when that needs more room)."""
+    rows = [[r[i] for i in keep] for r in raw]
+    widths = list(widths)
+    for j, c in enumerate(cols):
+        if numeric[j] or not any(len(r[j]) > widths[j] for r in rows):
+            continue
+        full = [r[j] for r in rows]
+        if c in PROSE_COLUMNS:  # sentences: cut at a word, at the end (issue 32: mid-word)
+            vals = [_words(v, widths[j]) for v in full]
+        else:
+            vals = [abbreviate(v, widths[j], True) for v in full]  # a path keeps its end
+            if c not in PATH_COLUMNS or len(set(vals)) < len(set(full)):
+                vals = abbreviate_distinct(full, widths[j])
+        for r, v in zip(rows, vals, strict=True):
+            r[j] = v
+        widths[j] = max([widths[j], *(len(v) for v in vals)])
+    return rows, widths
 
 
 def _more_columns(names: list[str], width: int) -> str:

@@ -16,6 +16,7 @@ import click
 
 from ..dataset import Dataset
 from .common import (
+    answers,
     draw,
     emit,
     format_option,
@@ -76,6 +77,7 @@ def runs_input(f: F) -> F:
 
 
 @click.command()
+@answers("system", "accelerators", "status", "time_to_train_s", "throughput_img_per_s", "score_s")
 @runs_input
 @click.option(
     "--score",
@@ -96,6 +98,7 @@ def runs(ds: Dataset, score: bool, out_json: bool, out_csv: bool) -> None:
 
 
 @click.command()
+@answers("org", "accelerators", "efficiency", "throughput_img_per_s", "per_accelerator_img_per_s")
 @runs_input
 @click.option(
     "--by",
@@ -119,6 +122,13 @@ def scaling(ds: Dataset, by: str | None, plot: Path | None, out_json: bool, out_
 
 
 @click.command()
+@answers(
+    "system",
+    "time_to_train_s",
+    "throughput_img_per_s",
+    "change_pct",
+    "verdict",
+)
 @runs_input
 @click.option(
     "--metric",

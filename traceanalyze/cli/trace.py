@@ -15,12 +15,23 @@ from pathlib import Path
 import click
 
 from ..dataset import Dataset
-from .common import dataset_input, draw, emit, figure_path, output_options, table
+from .common import answers, dataset_input, draw, emit, figure_path, output_options, table
 
 # --- launches --------------------------------------------------------------------------------
 
 
 @click.command()
+@answers(
+    "device_id",
+    "outlier",
+    "name",
+    "launch_count",
+    "count",
+    "median_delay_ns",
+    "p95_delay_ns",
+    "mean_delay_ns",
+    "max_delay_ns",
+)
 @dataset_input
 @click.option("--by-kernel", is_flag=True, help="One row per kernel name instead of per device.")
 @click.option("--outliers", "only_outliers", is_flag=True, help="Print the outliers only.")
@@ -73,6 +84,17 @@ def launches(
 
 
 @click.command()
+@answers(
+    "device_id",
+    "stream_id",
+    "idle_ns",
+    "idle_pct",
+    "host_wait_ns",
+    "launch_gap_ns",
+    "sync_ns",
+    "copy_ns",
+    "unknown_ns",
+)
 @dataset_input
 @click.option(
     "--plot",
@@ -115,6 +137,7 @@ def idle(
 
 
 @click.command()
+@answers("device_id", "iteration", "overlap_pct", "exposed_ns", "comm_ns", "compute_ns")
 @dataset_input
 @click.option(
     "--plot",
@@ -148,6 +171,7 @@ def overlap(
 
 
 @click.command()
+@answers("annotation", "duration_ns", "gpu_time_pct")
 @dataset_input
 @click.option("--depth", type=click.IntRange(min=1), help="Cut paths to their first N ranges.")
 @click.option(

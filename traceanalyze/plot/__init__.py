@@ -13,16 +13,33 @@ and write the file. All the figures' code is in this one package.
 
 from __future__ import annotations
 
-import os
+from typing import TYPE_CHECKING
 
-import polars as pl
+import polars as _pl
 from matplotlib.figure import Figure
 
 from ..errors import NotAnswerable
 from ..outpaths import check_figure
 from ..results import CoreUtil, Roofline, Scaling, Stragglers, Timeline, Variability
 
+if TYPE_CHECKING:  # annotations only: `ta.plot` offers figures, not these modules (issue 32)
+    import os
+
+    import polars as pl
+
 DPI = 120
+
+
+def _takes(result: object, kind: type | str, name: str, what: str) -> None:
+    """A clear error for the wrong result (`ta.plot.timeline(ds.idle())` raised AttributeError
+    deep in the drawing; issue 32): `kind` a result class, or a column its frame must have."""
+    ok = (
+        isinstance(result, _pl.DataFrame) and kind in result.columns
+        if isinstance(kind, str)
+        else isinstance(result, kind)
+    )
+    if not ok:
+        raise TypeError(f"plot.{name} draws the result of {what}, not a {type(result).__name__}")
 
 
 def save(fig: Figure, path: str | os.PathLike[str]) -> None:
@@ -40,6 +57,7 @@ def save(fig: Figure, path: str | os.PathLike[str]) -> None:
 
 def timeline(result: Timeline, path: str | os.PathLike[str] | None = None) -> Figure:
     """Lanes per device/stream, iterations, telemetry tracks and a legend of the top kernels."""
+    _takes(result, Timeline, "timeline", "Dataset.timeline()")
     from ._timeline import timeline_figure
 
     fig = timeline_figure(
@@ -59,6 +77,7 @@ def timeline(result: Timeline, path: str | os.PathLike[str] | None = None) -> Fi
 
 def coreutil(result: CoreUtil, path: str | os.PathLike[str] | None = None) -> Figure:
     """Grouped bars per batch size (or file), one panel per scale (ncu % / nvprof levels)."""
+    _takes(result, CoreUtil, "coreutil", "Dataset.coreutil()")
     from ._coreutil import coreutil_figure
 
     if result.table.height == 0:
@@ -71,6 +90,7 @@ def coreutil(result: CoreUtil, path: str | os.PathLike[str] | None = None) -> Fi
 
 def variability(result: Variability, path: str | os.PathLike[str] | None = None) -> Figure:
     """Box plots of steady iteration time per GPU; performance against clock, power, temp."""
+    _takes(result, Variability, "variability", "Dataset.variability()")
     from ._variability import variability_figure
 
     fig = variability_figure(result.table, result.steady)
@@ -84,6 +104,7 @@ def scaling(
 ) -> Figure:
     """Throughput against accelerators (log axes) per group, the ideal line, efficiency at
     each point."""
+    _takes(result, Scaling, "scaling", "Dataset.scaling()")
     from ._scaling import scaling_figure
 
     if result.table.height == 0:
@@ -99,6 +120,7 @@ def scaling(
 def stragglers(result: Stragglers, path: str | os.PathLike[str] | None = None) -> Figure:
     """Arrival spread per collective instance (ms after the first rank), the last arriver
     outlined; how often each rank came last."""
+    _takes(result, Stragglers, "stragglers", "Dataset.stragglers()")
     from ._stragglers import stragglers_figure
 
     fig = stragglers_figure(result.instances, result.ranks, result.verdict)
@@ -112,6 +134,7 @@ def ranks_timeline(
 ) -> Figure:
     """One lane per rank on the common time base: kernels, matched collectives by operation,
     each instance joined across ranks at the arrivals."""
+    _takes(result, Stragglers, "ranks_timeline", "Dataset.stragglers()")
     from ._stragglers import ranks_timeline_figure
 
     title = f"{result.job}: {result.ranks.height} ranks; {result.time_base}"
@@ -123,6 +146,7 @@ def ranks_timeline(
 
 def idle(result: pl.DataFrame, path: str | os.PathLike[str] | None = None) -> Figure:
     """`Dataset.idle()`: stacked bars of idle time by cause per device."""
+    _takes(result, "idle_ns", "idle", "Dataset.idle()")
     from ._idle import idle_figure
 
     fig = idle_figure(result)
@@ -133,6 +157,7 @@ def idle(result: pl.DataFrame, path: str | os.PathLike[str] | None = None) -> Fi
 
 def overlap(result: pl.DataFrame, path: str | os.PathLike[str] | None = None) -> Figure:
     """`Dataset.overlap()`: communication, its overlapped and exposed parts, per device."""
+    _takes(result, "overlap_pct", "overlap", "Dataset.overlap()")
     from ._overlap import overlap_figure
 
     fig = overlap_figure(result)
@@ -148,8 +173,10 @@ def ops(
     source: str | None = None,
     top: int = 15,
 ) -> Figure:
-    """`Dataset.ops()` (by operator) of one source: inclusive and self time of the top
-    operators. `source`: which, when the result holds several."""
+    """`Dataset.ops()` (by operator) of one source: the GPU time of the kernels each top
+    operator launched and its host inclusive time, ranked by that GPU time. `source`: which,
+    when the result holds several."""
+    _takes(result, "kernel_self_ns", "ops", "Dataset.ops()")
     from ._ops import ops_figure
 
     if "op" not in result.columns:
@@ -158,7 +185,7 @@ def ops(
     if source is None and len(sids) > 1:
         raise NotAnswerable(f"ops of {len(sids)} sources: say which one (source=…)")
     sid = source if source is not None else (sids[0] if sids else None)
-    one = result.filter(pl.col("source_id") == sid)
+    one = result.filter(_pl.col("source_id") == sid)
     if one.height == 0:
         raise NotAnswerable(f"no operators of source {sid}")
     name = str(one["file"][0]) if "file" in one.columns else str(sid)
@@ -177,12 +204,23 @@ def roofline(
 ) -> Figure:
     """`Dataset.roofline()`: kernels by arithmetic intensity and FLOP/s, with the compute roof
     (when known) and the memory roof (`bandwidth_gbps`, when given)."""
+    _takes(result, Roofline, "roofline", "Dataset.roofline()")
     from ._roofline import roofline_figure
 
     bw = bandwidth_gbps * 1e9 if bandwidth_gbps else None
     fig = roofline_figure(
         result.points, peak_flop_per_s=result.peak_flop_per_s, peak_bytes_per_s=bw
     )
+    if path is not None:
+        save(fig, path)
+    return fig
+
+
+def throughput(table: pl.DataFrame, path: str | os.PathLike[str] | None = None) -> Figure:
+    """`collect`'s sweep (`throughput.csv`'s table): median images/s by batch size, p10–p90."""
+    from ._throughput import throughput_figure
+
+    fig = throughput_figure(table)
     if path is not None:
         save(fig, path)
     return fig
@@ -199,15 +237,10 @@ __all__ = [
     "scaling",
     "stragglers",
     "ranks_timeline",
+    "throughput",
     "save",
 ]
 
-
-def throughput(table: pl.DataFrame, path: str | os.PathLike[str] | None = None) -> Figure:
-    """`collect`'s sweep (`throughput.csv`'s table): median images/s by batch size, p10–p90."""
-    from ._throughput import throughput_figure
-
-    fig = throughput_figure(table)
-    if path is not None:
-        save(fig, path)
-    return fig
+# Not figures: the names this module's imports bind (`ta.plot.annotations(...)` raised
+# TypeError; issue 32).
+del annotations, TYPE_CHECKING

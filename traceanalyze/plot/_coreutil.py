@@ -3,7 +3,8 @@
 ncu percentages (0–100 % of peak) and nvprof utilization levels (0–10) are different quantities,
 so they never share an axis: each scale present gets its own panel with its own y label and
 range. Groups are labelled by batch size (`bs 64`) or, without one, by the file's short stem; a
-unit without a value is marked `n/a` on the axis instead of looking like a zero bar. The legend
+unit without a value is marked `n/a` on the axis instead of looking like a zero bar, and a zero
+is written `0`, so that the two never look alike. The legend
 sits outside the bars and the titles are sized to the figure.
 """
 
@@ -70,8 +71,11 @@ def coreutil_figure(df: pl.DataFrame) -> Figure:
             pos = x + (i - 1.5) * w
             ax.bar(pos, np.nan_to_num(vals, nan=0.0), w, label=name, color=color)
             for p, v in zip(pos, vals, strict=True):
-                if np.isnan(v):  # no metric: say so, a missing bar is not a zero
-                    ax.text(p, top * 0.01, "n/a", rotation=90, ha="center", va="bottom", fontsize=7)
+                # no metric: say so, a missing bar is not a zero; and a zero is written, so that
+                # it does not look like nothing drawn either (issue 32)
+                mark = "n/a" if np.isnan(v) else "0" if v == 0 else None
+                if mark is not None:
+                    ax.text(p, top * 0.01, mark, rotation=90, ha="center", va="bottom", fontsize=7)
         ax.set_xticks(x, _labels(d), fontsize=8)
         ax.set_ylim(0, top * 1.05 if scale == "level" else max(top * 0.2, _max(d) * 1.15))
         ax.set_ylabel(ylabel)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import polars as pl
 from matplotlib.figure import Figure
 
-from ._variability import gpu_label
+from ._variability import gpu_labels
 
 SEGMENTS = (
     ("busy_ns", "busy (kernels)", "#bdbdbd"),
@@ -24,11 +24,7 @@ SEGMENTS = (
 def idle_figure(df: pl.DataFrame) -> Figure:
     """Stacked bars of busy time and idle causes per source and device (stream rows ignored)."""
     dev = df.filter(pl.col("stream_id").is_null())
-    files = dev["file"].to_list() if "file" in dev.columns else [None] * dev.height
-    labels = [
-        gpu_label(str(s), d, f)
-        for (s, d), f in zip(dev.select("source_id", "device_id").iter_rows(), files, strict=True)
-    ]
+    labels = gpu_labels(dev, by_rank=True)
     fig = Figure(figsize=(9, 1.2 + 0.5 * max(1, dev.height)), layout="constrained")
     ax = fig.add_subplot()
     left = [0.0] * dev.height

@@ -1,8 +1,13 @@
 """Scaling: throughput against accelerators on log axes, per group, with each group's ideal
-(linear from its smallest count) dashed and the efficiency written at each point."""
+(linear from its smallest count) dashed and the efficiency written at each point past the
+smallest (issue 32: the smallest count's "100 %", true by definition, overprinted another
+group's "95 %" and labelled one-point families). Legend entries are wrapped, never cut. A point
+whose throughput is derived (samples over time, `throughput_basis`) is hollow, a logged one
+filled: they are not the same measurement."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 
 import polars as pl
@@ -11,7 +16,14 @@ from matplotlib.figure import Figure
 
 def _label(row: dict[str, object], by: Sequence[str]) -> str:
     parts = [str(row[k]) for k in by if row.get(k) is not None]
-    return " · ".join(parts)[:60] or "all runs"
+    return textwrap.fill(" · ".join(parts), 60) or "all runs"
+
+
+def _basis_note(table: pl.DataFrame) -> str | None:
+    col = table["throughput_basis"] if "throughput_basis" in table.columns else None
+    if col is None or not col.is_in(["derived", "mixed"]).any():
+        return None
+    return "filled: logged throughput; hollow: derived (samples / time)"
 
 
 def scaling_figure(table: pl.DataFrame, by: Sequence[str], title: str | None = None) -> Figure:
@@ -23,10 +35,16 @@ def scaling_figure(table: pl.DataFrame, by: Sequence[str], title: str | None = N
         color = f"C{i % 10}"
         n = g["accelerators"].to_list()
         tp = g["throughput_img_per_s"].to_list()
-        ax.plot(n, tp, "o-", color=color, label=_label(g.row(0, named=True), by))
+        ax.plot(n, tp, "-", color=color, label=_label(g.row(0, named=True), by))
+        # logged throughput filled, derived (samples / time) hollow: not the same measurement
+        basis = g["throughput_basis"].to_list() if "throughput_basis" in g.columns else []
+        for x, y, bs in zip(n, tp, basis or [None] * len(n), strict=True):
+            hollow = bs in ("derived", "mixed")
+            ax.plot([x], [y], "o", color=color, mfc="none" if hollow else color, ms=6)
         if len(n) > 1:
             ax.plot(n, g["ideal_img_per_s"].to_list(), "--", color=color, alpha=0.5, lw=1)
-        for x, y, e in zip(n, tp, g["efficiency"].to_list(), strict=True):
+        points = zip(n[1:], tp[1:], g["efficiency"].to_list()[1:], strict=True)
+        for x, y, e in points:  # the smallest count is the ideal's base: 100 % by definition
             ax.annotate(
                 f"{100 * e:.0f} %",
                 (x, y),
@@ -42,6 +60,6 @@ def scaling_figure(table: pl.DataFrame, by: Sequence[str], title: str | None = N
     ax.set_title(title or "Throughput against accelerators (dashed: linear from the smallest)")
     ax.grid(True, which="both", alpha=0.3)
     if groups:
-        ax.legend(fontsize=7, loc="upper left")
+        ax.legend(fontsize=7, loc="upper left", title=_basis_note(table), title_fontsize=7)
     fig.tight_layout()
     return fig

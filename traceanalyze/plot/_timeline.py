@@ -1,17 +1,18 @@
 """Timeline: kernels and copies per device and stream, iteration boundaries, telemetry tracks.
 
 Top panel: one lane per (device, stream, activity) from `analyses.timeline.lanes`; raw intervals
-as `broken_barh` bars (markers translucent, as they nest; instant markers as ticks), binned lanes
-as a density strip (bar alpha = busy fraction per bin) with "binned" in the lane label and the
-title; a raw interval narrower than a pixel is drawn one pixel wide (as trace viewers do), so
-that none vanishes; iteration starts and ends as dashed lines, the iteration number above when
-its span is wide enough for it. Markers wide enough for their name are labelled inside (nested
-ones when the label clears the ones already placed), and so are host operators drawn one by one.
-The kernels with the most time in the window (`top_kernels`) get a colour each and a legend
-naming them; other kernels are grey. Annotations (a step's phases, one row per nesting depth) get
-a colour per name when they have at most ten names (`ProfilerStep#2` and `#3` are one), and a
-legend above the kernels' naming each with its time in the window, so that a phase too narrow for
-its label is still named.
+as `broken_barh` bars (markers translucent, as they nest; instant markers as ticks), binned
+lanes as a density strip (bar alpha = busy fraction per bin; a kernel lane's bin in the colour
+of its main kernel) with "binned" in the lane label and the title; a raw interval narrower than
+a pixel is drawn one pixel wide (as trace viewers do), so that none vanishes; iteration starts
+and ends as dashed lines, the iteration number above when its span is wide enough for it.
+Markers wide enough for their name are labelled inside (nested ones when the label clears the
+ones already placed), and so are host operators drawn one by one. The kernels with the most time
+in the window (`top_kernels`) get a colour each and a legend naming them; other kernels are
+grey. Annotations (a step's phases, one row per nesting depth) get a colour per name when they
+have at most ten names (`ProfilerStep#2` and `#3` are one), and a legend above the kernels'
+naming each with its time in the window, so that a phase too narrow for its label is still
+named.
 Below, on the same time axis (ms from the window start): SM clock, power and temperature as step
 functions (sample-and-hold, like the attribution), clipped at the window's edges.
 """
@@ -181,8 +182,7 @@ def _layout(
     figure grows by that much and the panels keep `h_plots` inches."""
     legends = []
     if colors.kernels:
-        raw = lanes.filter((pl.col("activity") == "kernels") & ~pl.col("binned")).height > 0
-        legends.append(_kernel_legend(fig, top_kernels, colors.kernels, raw))
+        legends.append(_kernel_legend(fig, top_kernels, colors.kernels))
     if colors.annotations:
         legends.append(_annotation_legend(fig, lanes, colors.annotations))
     if not legends:
@@ -276,6 +276,9 @@ def _draw_lanes(
             _draw_markers(ax, i, sub, win, palette.annotations)
         elif binned:
             rgba = np.array([to_rgba(color)] * sub.height)
+            if act == "kernels" and kcolor:  # each bin in its main kernel's colour
+                names = sub["name"].to_list()
+                rgba = np.array([to_rgba(kcolor.get(str(n), OTHER_KERNELS)) for n in names])
             rgba[:, 3] = sub["busy_ratio"].to_numpy()
             ax.broken_barh(list(zip(x, w, strict=True)), (i - 0.4, 0.8), facecolors=rgba)
         else:
@@ -367,25 +370,21 @@ def _ms(v: float) -> str:
     return f"{v:,.0f} ms" if v >= 100 else f"{v:.1f} ms" if v >= 1 else f"{v:.3f} ms"
 
 
-def _kernel_legend(
-    fig: Figure, top: pl.DataFrame | None, kcolor: dict[str, str], coloured: bool
-) -> Any:
+def _kernel_legend(fig: Figure, top: pl.DataFrame | None, kcolor: dict[str, str]) -> Any:
     from matplotlib.patches import Patch
 
     assert top is not None
     ms = dict(zip(top["name"].cast(pl.String).to_list(), top["total_ms"].to_list(), strict=True))
-
-    # Binned kernel lanes are one colour (a density): name the kernels, but colour nothing.
-    def patch(c: str, label: str) -> Patch:
-        return Patch(color=c, label=label) if coloured else Patch(fill=False, lw=0, label=label)
-
-    handles = [patch(c, f"{kernel_label(n)} ({ms.get(n, 0.0):,.2f} ms)") for n, c in kcolor.items()]
-    if coloured:
-        handles.append(Patch(color=OTHER_KERNELS, label="other kernels"))
+    # Raw bars and binned lanes alike (a bin in its main kernel's colour): swatches for all.
+    handles = [
+        Patch(color=c, label=f"{kernel_label(n)} ({ms.get(n, 0.0):,.2f} ms)")
+        for n, c in kcolor.items()
+    ]
+    handles.append(Patch(color=OTHER_KERNELS, label="other kernels"))
     title = "kernels with the most time in the window"
     return fig.legend(
         handles=handles,
-        title=title if coloured else f"{title} (kernel lanes binned: zoom in for colours)",
+        title=title,
         title_fontsize=7,
         fontsize=6.5,
         loc="lower center",

@@ -1,9 +1,10 @@
 """Fleet variability: per-GPU box plots of iteration time; performance vs clock, power, temp.
 
-GPUs are labelled by their file's short stem and device (`rank0 · GPU 0`, `GPU ?` when the
-iterations do not say which device), from a `file` column when the frame has one (the CLI adds
-the source's path), else by the first characters of the source id. A scatter panel is drawn
-only for telemetry some GPU has; without any, the x label of the box plots says so.
+GPUs are labelled by their file's shortest distinct name and device (`rank0 · GPU 0`; the file
+alone when the iterations do not say which device), from a `file` column when the frame has one
+(the CLI adds the source's path), else by the first characters of the source id. A scatter
+panel is drawn only for telemetry some GPU has; without any, the x label of the box plots says
+so.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import polars as pl
 from matplotlib.figure import Figure
 
-from ..analyses.naming import short_name
+from ..analyses.naming import abbreviate_distinct, distinct_files
 
 PANELS = (
     ("median_sm_clock_mhz", "median SM clock (MHz)"),
@@ -20,19 +21,24 @@ PANELS = (
 )
 
 
-def gpu_label(source: str, device: int | None, file: str | None = None, max_len: int = 24) -> str:
-    """`<file stem> · GPU <device>` (`GPU ?` for an unknown device)."""
-    who = short_name(file, max_len) if file else str(source)[:8]
-    return f"{who} · GPU {'?' if device is None else device}"
+def gpu_labels(df: pl.DataFrame, n: int = 24, *, by_rank: bool = False) -> list[str]:
+    """One label per row that tells the rows apart: each file by its shortest distinct name
+    (`dgxa100_n8_ngc21.09_mxnet`, not `result_1` on every MLPerf row), cut so that different
+    ones stay different, then `· GPU <device>` where the device is known (issue 32: ten
+    identical "result_1 · GPU ?"). `by_rank`: `rank N` for the rows of a known rank."""
+    files = df["file"].to_list() if "file" in df.columns else [None] * df.height
+    ids = [str(s) for s in df["source_id"].to_list()]
+    short = distinct_files([f for f in files if f is not None])
+    names = [short[f] if f else s[:8] for f, s in zip(files, ids, strict=True)]
+    if by_rank and "rank" in df.columns:  # ranks of one job (`with_file`): the rank says which
+        names = [m if r is None else f"rank {r}" for m, r in zip(names, df["rank"], strict=True)]
+    who = abbreviate_distinct(names, n)
+    devices = df["device_id"].to_list()
+    return [w if d is None else f"{w} · GPU {d}" for w, d in zip(who, devices, strict=True)]
 
 
 def _labels(df: pl.DataFrame) -> list[str]:
-    files = df["file"].to_list() if "file" in df.columns else [None] * df.height
-    n = 40 if df.height <= 6 else 24  # few boxes: room for longer names
-    return [
-        gpu_label(str(s), d, f, n)
-        for (s, d), f in zip(df.select("source_id", "device_id").iter_rows(), files, strict=True)
-    ]
+    return gpu_labels(df, 40 if df.height <= 6 else 24)  # few boxes: room for longer names
 
 
 def variability_figure(
@@ -51,9 +57,12 @@ def variability_figure(
     shown = per_gpu.sort("rank").head(max_boxes).sort("median_iteration_ms")
     data = []
     groups = steady.partition_by(["source_id", "device_id"], as_dict=True)
+    # seconds when steps are long (MLPerf epochs: an axis up to 400,000 ms said little)
+    top = steady["duration_ns"].max() if steady.height else None
+    div, unit = (1e9, "s") if isinstance(top, (int, float)) and top >= 1e10 else (1e6, "ms")
     for sid, dev in shown.select("source_id", "device_id").iter_rows():
         sub = groups.get((sid, dev))
-        data.append([] if sub is None else (sub["duration_ns"] / 1e6).drop_nulls().to_list())
+        data.append([] if sub is None else (sub["duration_ns"] / div).drop_nulls().to_list())
     labels = _labels(shown)
     ax.boxplot(data, showfliers=False)
     ax.set_xticks(
@@ -62,7 +71,7 @@ def variability_figure(
         rotation=90 if len(labels) > 6 else 0,
         fontsize=7 if len(labels) > 6 else 8,
     )
-    ax.set_ylabel("iteration time (ms)")
+    ax.set_ylabel(f"iteration time ({unit})")
     ax.set_xlabel("GPU (file · device)")
     n = per_gpu.height
     ax.set_title(

@@ -153,6 +153,13 @@ class Reader:
 READERS: dict[str, Reader] = {slug: Reader(slug, mod, desc) for slug, (mod, desc) in _SLUGS.items()}
 
 
+def _empty(path: PathLike) -> bool:
+    try:
+        return os.stat(path).st_size == 0
+    except OSError:
+        return False
+
+
 def detect_format(path: PathLike) -> str:
     """The slug of the one reader that claims the file; UnknownFormat for none or several.
 
@@ -174,6 +181,8 @@ def detect_format(path: PathLike) -> str:
         damage = gzip_damage(path) or sqlite_damage(path)
         if damage is not None:
             raise MalformedInput(damage, path=path)
+        if _empty(path):  # what every reader says of it under --format (issue 32)
+            raise MalformedInput("empty file", path=path)
         raise UnknownFormat(
             f"no reader recognizes this file (formats: {', '.join(READERS)}); "
             "pass --format SLUG if you know it",

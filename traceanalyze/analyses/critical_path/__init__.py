@@ -142,6 +142,7 @@ def _one_window(
     row["predicted_ms"] = new.length / 1e6
     row["change_pct"] = 100.0 * (new.length - base.length) / base.length if base.length else None
     pred = {"source_id": ev.source_id, "iteration": it_no, "path_ms": new.length / 1e6}
+    pred["change_pct"] = row["change_pct"]  # the what-if table says it too (issue 32)
     pred |= _split(new)
     if by_event:
         frames.append(_tag(_path_events(ev, built, sl, new, "w2"), ev, it_no, "what_if"))
@@ -274,8 +275,7 @@ def critical_path(
         if pred is not None:
             preds.append(pred)
     if not rows:
-        what = f"iteration {iteration}" if iteration is not None else "timed events"
-        raise NotAnswerable(f"no {what} to build a critical path from")
+        raise NotAnswerable(_nothing(its, iteration))
     out = pl.DataFrame(rows, infer_schema_length=None).with_columns(
         pl.col("iteration").cast(pl.Int64)
     )
@@ -298,3 +298,15 @@ def critical_path(
                 else pl.concat(jframes)
             )
     return CriticalPath(out, events, predicted, specs, ranks)
+
+
+def _nothing(its: pl.DataFrame, iteration: int | None) -> str:
+    """Why there is no window: no timed events, or no such iteration (listing those there are,
+    as `timeline --iteration` does)."""
+    if iteration is None:
+        return "no timed events to build a critical path from"
+    from ..timeline import _ranges
+
+    timed = its.drop_nulls(["start_ns", "end_ns"])["iteration"].drop_nulls().unique().sort()
+    have = f"iterations here: {_ranges([int(i) for i in timed])}" if timed.len() else "none here"
+    return f"no iteration {iteration} to build a critical path from; {have}"

@@ -281,6 +281,10 @@ class SourceEvents:
         self.g_stream, self.g_device = g["stream_id"], g["device_id"]
         kern = pl.when(pl.col("kind") == "kernel").then(pl.col("name"))
         self.g_factor = _factor(g.select(kern).to_series(), wi.kernel if wi else ())
+        if wi is not None and wi.gpu_op:
+            from .whatif import gpu_op_factor
+
+            self.g_factor *= gpu_op_factor(h, self.h_thread, self.g_call, wi.gpu_op)
         with_call = np.flatnonzero(self.g_call >= 0)
         self.by_call = with_call[np.argsort(self.g_call[with_call], kind="stable")]
         self.by_call_key = self.g_call[self.by_call]

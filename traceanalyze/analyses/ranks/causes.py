@@ -31,7 +31,13 @@ Cause rules, each a score (the straggler against the median of the other ranks' 
   temperature and throttle reasons added to the line where they differ or are set);
 * data loader / launch gaps / host: `(own idle - others' idle) / others' gap`, named after
   the loader or the launch gaps when either explains at least half of the extra idle time;
-* kernel time: `(own compute - others' compute) / others' gap`.
+* kernel time: `(own compute - others' compute) / others' gap`;
+* late step start: the rank's host starts its steps (`ProfilerStep#N`, `step_starts`) a median
+  `STEP_LATE_NS` (1 ms) or more after the other ranks' median start of the same step (issue 32:
+  DLRM rank 7 starts step 10 ~7.5 ms after the others, which the GPU idle before its
+  collectives, 0.548 vs 0.454 ms, did not show). Named when it is at least half of the time the
+  others waited on the rank per collective it came last in: first, with the largest host or
+  kernel difference as "also …", unless the SM clock comes first (below), then as its "also".
 
 An SM clock at least `CLOCK_FIRST` (5 %) below the others' median is named first whatever the
 other scores (a slower GPU is the physical cause; what it costs shows up as kernel time or as
@@ -53,6 +59,8 @@ from .. import _intervals as iv
 from . import NCCL_KERNEL, Matched, in_job
 
 MIN_SCORE = 0.02
+STEP_LATE_NS = 1_000_000
+STEP = r"^ProfilerStep#(\d+)$"
 CLOCK_FIRST = 0.05
 TELEMETRY_PAD_NS = 1_000_000_000
 LOADER = r"DataLoader"
@@ -307,15 +315,81 @@ def _host(rank: int, gaps: pl.DataFrame) -> list[tuple[float, str]]:
     return out
 
 
-def cause_lines(stragglers: list[int], gaps: pl.DataFrame, tel: pl.DataFrame) -> dict[int, str]:
-    """One line per straggler: the largest difference (module doc's rules), or "unknown"."""
+def step_starts(m: Matched, ops: pl.DataFrame) -> pl.DataFrame:
+    """Per rank: `late_ms`, the median over the steps all ranks share of its step start
+    (`ProfilerStep#N` on the host, on the common time base) minus the other ranks' median
+    start of that step, and `step_count`; null when the ranks share no step."""
+    steps = ops.with_columns(pl.col("name").str.extract(STEP).cast(pl.Int64).alias("step"))
+    starts = []
+    for rank, sid in m.ranks.select("rank", "source_id").rows():
+        mine = steps.filter((pl.col("source_id") == sid) & pl.col("step").is_not_null())
+        first = mine.group_by("step").agg(pl.col("start_ns").min())
+        shift = m.shifts.get(int(rank), 0)
+        starts.append(first.with_columns(pl.lit(rank).alias("rank"), pl.col("start_ns") + shift))
+    schema = {
+        "rank": pl.Int64,
+        "late_ms": pl.Float64,
+        "after_first_ms": pl.Float64,
+        "step_count": pl.Int64,
+    }
+    if not starts:
+        return pl.DataFrame(schema=schema)
+    df = pl.concat(starts, how="vertical_relaxed")
+    nranks = m.ranks.height
+    shared = df.group_by("step").agg(pl.len().alias("n")).filter(pl.col("n") == nranks)["step"]
+    df = df.filter(pl.col("step").is_in(shared.implode()))
+    rows = []
+    for rank in m.ranks["rank"].to_list():
+        late: list[float] = []
+        after: list[float] = []
+        for _, part in df.group_by("step"):
+            own = part.filter(pl.col("rank") == rank)["start_ns"].to_numpy()
+            others = part.filter(pl.col("rank") != rank)["start_ns"].to_numpy()
+            if own.size and others.size:
+                late.append(float(own[0] - np.median(others)) / 1e6)
+                after.append(float(own[0] - others.min()) / 1e6)
+        med = (float(np.median(late)), float(np.median(after))) if late else (None, None)
+        rows.append((rank, *med, len(late)))
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def _late_start(rank: int, starts: pl.DataFrame, waited_ms: float | None) -> str | None:
+    """The late-step-start line when it explains the others' waiting (module doc)."""
+    row = starts.filter(pl.col("rank") == rank)
+    late = row["late_ms"][0] if row.height else None
+    if late is None or late * 1e6 < STEP_LATE_NS:
+        return None
+    if waited_ms is not None and late < 0.5 * waited_ms:
+        return None
+    n, first = row["step_count"][0], row["after_first_ms"][0]
+    return (
+        f"its host starts each step late: {late:,.3f} ms after the others' median start, "
+        f"{first:,.3f} ms after the first (ProfilerStep, median over {n} step"
+        f"{'s' if n != 1 else ''}), so it reaches its collectives late"
+    )
+
+
+def cause_lines(
+    stragglers: list[int],
+    gaps: pl.DataFrame,
+    tel: pl.DataFrame,
+    starts: pl.DataFrame | None = None,
+    waited_ms: dict[int, float] | None = None,
+) -> dict[int, str]:
+    """One line per straggler: the largest difference (module doc's rules), or "unknown";
+    `starts` (`step_starts`) and `waited_ms` (rank -> the others' waiting per collective it
+    came last in) add the late step start."""
     out = {}
     for r in stragglers:
+        late = None if starts is None else _late_start(r, starts, (waited_ms or {}).get(r))
         clock = _clock(r, tel)
         host = max(_host(r, gaps), default=None, key=lambda c: c[0])
+        also = f"; also {host[1]}" if host is not None and host[0] >= MIN_SCORE else ""
         if clock is not None and clock[0] >= CLOCK_FIRST:
-            also = f"; also {host[1]}" if host is not None and host[0] >= MIN_SCORE else ""
-            out[r] = f"rank {r}: {clock[1]}{also}"
+            out[r] = f"rank {r}: {clock[1]}{f'; also {late}' if late else also}"
+            continue
+        if late is not None:
+            out[r] = f"rank {r}: {late}{also}"
             continue
         best = max([c for c in (clock, host) if c is not None], default=None, key=lambda c: c[0])
         if best is not None and best[0] >= MIN_SCORE:

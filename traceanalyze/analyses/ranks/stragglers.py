@@ -165,7 +165,13 @@ def stragglers(
     gaps = causes.host_gaps(arr, m, kern, op)
     samples = _job_samples(gpu_samples, gpu_metrics, table, m.job, split)
     tel = causes.telemetry(arr, m, table, samples, origins)
-    why = causes.cause_lines(chosen, gaps, tel)
+    starts = causes.step_starts(m, _df(op))
+    waited = {
+        int(r): w / n
+        for r, w, n in rows.select("rank", "wait_caused_ms", "arrived_last").rows()
+        if n and w is not None
+    }
+    why = causes.cause_lines(chosen, gaps, tel, starts, waited)
     rows = rows.with_columns(
         pl.col("rank").is_in(chosen).alias("straggler"),
         pl.col("rank").replace_strict(why, default=None, return_dtype=pl.String).alias("cause"),
