@@ -146,3 +146,75 @@ def test_graph_ids_and_driver_launch(write: Any) -> None:
         ("d", True, None, 42),
     ]
     assert t.memcpy["graph_launch"].to_list() == [True]
+
+
+def _calls_with_kernels(rel: str) -> dict[int, dict[str, Any]]:
+    """Per launch call (runtime or driver) that ran at least one kernel: graph or not, its CPU
+    µs, and its kernels' start µs; from the raw JSON."""
+    events = _events(rel)
+    calls = {
+        e["args"]["correlation"]: e
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+    out: dict[int, dict[str, Any]] = {}
+    for e in events:
+        corr = e.get("args", {}).get("correlation")
+        if e.get("cat") == "kernel" and corr in calls:
+            c = calls[corr]
+            row = out.setdefault(
+                corr,
+                {"graph": bool(LAUNCH.match(c["name"])), "cpu": c["dur"], "call": c["ts"],
+                 "starts": []},
+            )  # fmt: skip
+            row["starts"].append(e["ts"])
+    return out
+
+
+@pytest.mark.parametrize("rel", [A100, MI300X])
+def test_launches_count_a_replay_once(rel: str) -> None:
+    import traceanalyze as ta
+
+    want = _calls_with_kernels(rel)
+    with pytest.warns(UserWarning) if rel == A100 else _no_warning():
+        r = ta.open(shared(rel)).launches(delay_floor_ns=100_000)
+    row = r.stats.row(0, named=True)
+    assert r.stats.height == 1
+    graphs = [c for c in want.values() if c["graph"]]
+    assert row["launch_count"] == len(want)
+    assert row["graph_launch_count"] == len(graphs)
+    assert row["graph_kernel_count"] == sum(len(c["starts"]) for c in graphs)
+    # CPU time once per call (µs in the file, ns in the table)
+    mean_cpu_us = sum(float(c["cpu"]) for c in want.values()) / len(want)
+    assert row["mean_cpu_ns"] == pytest.approx(mean_cpu_us * 1000, rel=1e-9)
+    # a replay's delay: to its first kernel; its kernels' places inside it are offsets
+    delays = sorted(
+        round((min(c["starts"]) - c["call"]) * 1000) for c in want.values() if c["graph"]
+    )
+    t = r.table.filter("graph_launch")
+    got = t.group_by("correlation_id").agg(pl.col("delay_ns").first())["delay_ns"].sort()
+    assert got.to_list() == pytest.approx(delays, abs=1)
+    assert t["replay_offset_ns"].min() == 0
+    assert r.table.filter(~pl.col("graph_launch"))["replay_offset_ns"].null_count() == (
+        r.table.height - t.height
+    )
+    # replay kernels are no launch-delay outliers: outliers name a replay by its call
+    long = r.outliers.filter(pl.col("outlier") == "long_delay")
+    kernel_names = set(t["name"].to_list()) - set(
+        r.table.filter(~pl.col("graph_launch"))["name"].to_list()
+    )
+    assert not set(long["name"].to_list()) & kernel_names
+    assert long["count"].sum() <= len(want)
+
+
+def _no_warning() -> Any:
+    import contextlib
+    import warnings
+
+    @contextlib.contextmanager
+    def ctx() -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            yield
+
+    return ctx()
