@@ -218,3 +218,66 @@ def _no_warning() -> Any:
             yield
 
     return ctx()
+
+
+def _ns(us: Any) -> int:
+    from decimal import Decimal
+
+    return int((Decimal(str(us)) * 1000).to_integral_value())
+
+
+def _graph_kernel_ns_per_op(rel: str) -> tuple[dict[str, tuple[int, int]], int]:
+    """From the raw JSON: per operator name, (count, ns) of the graph kernels whose launch call
+    starts inside it (the innermost operator on the call's thread: latest start, then the
+    shortest); and the kernel time of the whole trace."""
+    events = _events(rel)
+    ops = [e for e in events if e.get("cat", "").lower() in ("cpu_op", "python_function")]
+    calls = {
+        e["args"]["correlation"]: e
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and LAUNCH.match(e["name"])
+    }
+    owner: dict[int, str | None] = {}
+    for corr, c in calls.items():
+        t = _ns(c["ts"])
+        inside = [
+            o
+            for o in ops
+            if (o["pid"], o["tid"]) == (c["pid"], c["tid"])
+            and _ns(o["ts"]) <= t < _ns(o["ts"]) + _ns(o["dur"])
+        ]
+        best = max(inside, key=lambda o: (_ns(o["ts"]), -_ns(o["dur"])), default=None)
+        owner[corr] = None if best is None else best["name"]
+    out: dict[str, tuple[int, int]] = {}
+    total = 0
+    for e in events:
+        if e.get("cat") != "kernel":
+            continue
+        total += _ns(e["dur"])
+        op = owner.get(e["args"].get("correlation"))
+        if op is not None:
+            n, ns = out.get(op, (0, 0))
+            out[op] = (n + 1, ns + _ns(e["dur"]))
+    return out, total
+
+
+@pytest.mark.parametrize("rel", [A100, MI300X])
+def test_replay_gpu_time_goes_to_the_operator_around_its_launch(rel: str) -> None:
+    from traceanalyze.analyses.ops import op_kernels
+
+    want, total = _graph_kernel_ns_per_op(rel)
+    assert want, "the launches sit inside operators"
+    t = read_kineto_json(shared(rel))
+    sid = pl.lit("s").alias("source_id")
+    got = op_kernels(
+        t.ops.with_columns(sid), t.api_calls.with_columns(sid), t.kernels.with_columns(sid)
+    )
+    assert got["kernel_ns"].sum() == total  # no GPU time lost
+    graph = got.join(t.kernels.select("kernel_id", "graph_launch"), on="kernel_id")
+    per_op = (
+        graph.filter("graph_launch")
+        .group_by("op")
+        .agg(pl.len().cast(pl.Int64), pl.col("kernel_ns").sum())
+        .rows()
+    )
+    assert {op: (n, ns) for op, n, ns in per_op} == want
