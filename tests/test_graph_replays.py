@@ -281,3 +281,55 @@ def test_replay_gpu_time_goes_to_the_operator_around_its_launch(rel: str) -> Non
         .rows()
     )
     assert {op: (n, ns) for op, n, ns in per_op} == want
+
+
+def _nsys_graph_export(path: Path) -> Path:
+    """A `--cuda-graph-trace=node` export in miniature: two kernels and a memset of one replay
+    (graphId 5; node 71 a clone of captured node 7), one eager kernel (graph ids 0)."""
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    con.executescript(
+        """
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO StringIds VALUES (1, 'gk'), (2, 'ek'), (3, 'cudaGraphLaunch_v10000'),
+                                     (4, 'cudaLaunchKernel_v7000');
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER,
+            streamId INTEGER, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER,
+            graphNodeId INTEGER, graphId INTEGER);
+        INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES
+            (100, 110, 0, 7, 1, 0, 1, 71, 5), (120, 130, 0, 7, 1, 0, 1, 8, 5),
+            (140, 150, 0, 7, 2, 0, 2, 0, 0);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, end INTEGER, deviceId INTEGER,
+            streamId INTEGER, correlationId INTEGER, globalPid INTEGER, bytes INTEGER,
+            graphNodeId INTEGER);
+        INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (112, 115, 0, 7, 1, 0, 8, 9);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, eventClass INTEGER,
+            globalTid INTEGER, correlationId INTEGER, nameId INTEGER);
+        INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (90, 95, 0, 1, 1, 3), (96, 99, 0, 1, 2, 4);
+        CREATE TABLE CUDA_GRAPH_NODE_EVENTS (start INTEGER, end INTEGER, graphNodeId INTEGER,
+            originalGraphNodeId INTEGER);
+        INSERT INTO CUDA_GRAPH_NODE_EVENTS VALUES (10, 11, 71, 7), (10, 11, 8, NULL);
+        """
+    )
+    con.commit()
+    con.close()
+    return path
+
+
+def test_nsys_graph_node_ids(tmp_path: Path) -> None:
+    from traceanalyze.readers.nsys.nsys_sqlite import read_nsys_sqlite, stream_nsys_sqlite
+
+    p = _nsys_graph_export(tmp_path / "g.sqlite")
+    t = read_nsys_sqlite(p)
+    k = t.kernels.sort("start_ns").select("name", "graph_launch", "graph_id", "graph_node_id")
+    assert k.rows() == [("gk", True, 5, 7), ("gk", True, 5, 8), ("ek", False, None, None)]
+    assert t.memcpy.select("graph_launch", "graph_id", "graph_node_id").rows() == [(True, None, 9)]
+    work = tmp_path / "w"
+    work.mkdir()
+    parts: dict[str, list[pl.DataFrame]] = {}
+    for name, df in stream_nsys_sqlite(p, workdir=work):
+        parts.setdefault(name, []).append(df)
+    for name in ("kernels", "memcpy"):
+        got = schema.conform(name, pl.concat(parts[name], how="diagonal_relaxed"))
+        assert got.sort("start_ns").equals(t[name].sort("start_ns")), name
