@@ -333,3 +333,61 @@ def test_nsys_graph_node_ids(tmp_path: Path) -> None:
     for name in ("kernels", "memcpy"):
         got = schema.conform(name, pl.concat(parts[name], how="diagonal_relaxed"))
         assert got.sort("start_ns").equals(t[name].sort("start_ns")), name
+
+
+def test_critical_path_one_launch_edge_per_replay_stream(write: Any) -> None:
+    """A long cudaGraphLaunch (5..45 µs) whose replay runs G1 30..35 and G2 50..55 on one
+    stream. G2 is not launched by the call on its own: it follows G1 in stream order, so the path
+    is step 0..5 (host 5) -> launch 5..30 (25) -> G1 (5) -> wait on the stream (idle 15) -> G2
+    (5) = 55; an edge from the call to G2 would put 45 µs into launch instead."""
+    k = {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7}
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
+         "ts": 0, "dur": 50},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1,
+         "ts": 5, "dur": 40, "args": {"correlation": 1}},
+        {**k, "name": "G1", "ts": 30, "dur": 5, "args": {"correlation": 1, "device": 0,
+                                                         "stream": 7}},
+        {**k, "name": "G2", "ts": 50, "dur": 5, "args": {"correlation": 1, "device": 0,
+                                                         "stream": 7}},
+    ]  # fmt: skip
+    import traceanalyze as ta
+
+    p = write("g.pt.trace.json", json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    row = ta.open(p).critical_path().iterations.row(0, named=True)
+    got = {c: round(row[c] * 1000, 6) for c in row if c.endswith("_ms") and row[c] is not None}
+    assert got["path_ms"] == 55
+    assert (got["host_ms"], got["launch_ms"], got["gpu_compute_ms"], got["idle_ms"]) == (
+        5,
+        25,
+        10,
+        15,
+    )
+    assert got["carry_ms"] == 0
+
+
+def test_carry_is_no_longer_than_the_earlier_work(write: Any) -> None:
+    """Step 2 (50..70 µs) launches K2 at 52; K2's stream is busy with step 1's K1 until 60, yet
+    K2 starts at 80. The wait on earlier work (carry) is 10 µs, to K1's end; the 20 µs after it
+    are idle; the path 50 -> 90 is 40 µs in all."""
+    k = {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7}
+    rt = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1}
+    gpu = {"device": 0, "stream": 7}
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
+         "ts": 0, "dur": 50},
+        {**rt, "ts": 5, "dur": 2, "args": {"correlation": 1}},
+        {**k, "name": "K1", "ts": 10, "dur": 50, "args": {"correlation": 1, **gpu}},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1,
+         "ts": 50, "dur": 20},
+        {**rt, "ts": 52, "dur": 2, "args": {"correlation": 2}},
+        {**k, "name": "K2", "ts": 80, "dur": 10, "args": {"correlation": 2, **gpu}},
+    ]  # fmt: skip
+    import traceanalyze as ta
+
+    p = write("c.pt.trace.json", json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    rows = ta.open(p).critical_path().iterations.filter(pl.col("iteration") == 2)
+    row = {c: round(v * 1000, 6) for c, v in rows.row(0, named=True).items() if c.endswith("_ms")}
+    assert row["path_ms"] == 40
+    assert (row["carry_ms"], row["idle_ms"], row["gpu_compute_ms"]) == (10, 20, 10)
+    assert sum(row[c] for c in row if c not in ("path_ms", "duration_ms", "predicted_ms")) == 40

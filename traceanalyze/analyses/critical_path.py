@@ -19,7 +19,11 @@ pairing), plus GPU events without a launch call that start in the window. Edges:
   stream waits, collectives);
 * **carry**: a GPU event or a blocking call whose binding predecessor belongs to an earlier
   iteration (the GPU still busy with the previous step) hangs on the iteration's start
-  (`carry`, the wait on earlier work).
+  (`carry`, the wait on earlier work). No carry is longer than that work: the time from its end
+  to the event's start is idle (sync for a blocking call's wake-up).
+* **graph replays**: a `cudaGraphLaunch*` / `cuGraphLaunch*` / `hipGraphLaunch*` call has one
+  launch edge to the first op of each stream its replay uses; the replay's other ops follow in
+  stream order.
 
 The longest path from the iteration's start gives `path_ms` and its split by edge category
 (`gpu_compute_ms`, `gpu_comm_ms` (collective kernels, `overlap.COMM_KERNEL`), `gpu_memory_ms`
