@@ -391,3 +391,43 @@ def test_carry_is_no_longer_than_the_earlier_work(write: Any) -> None:
     assert row["path_ms"] == 40
     assert (row["carry_ms"], row["idle_ms"], row["gpu_compute_ms"]) == (10, 20, 10)
     assert sum(row[c] for c in row if c not in ("path_ms", "duration_ms", "predicted_ms")) == 40
+
+
+@pytest.mark.parametrize("rel", [A100, MI300X])
+def test_perfetto_one_flow_from_the_launch_to_each_replay_op(rel: str) -> None:
+    import traceanalyze as ta
+    from traceanalyze.export.perfetto import chrome_trace_json
+
+    events = _events(rel)
+    launches = {
+        e["args"]["correlation"]: e
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and LAUNCH.match(e["name"])
+    }
+    # per graph launch: its start and its ops' starts (ns from the raw µs)
+    want = sorted(
+        (_ns(launches[c]["ts"]), _ns(e["ts"]))
+        for e in events
+        if e.get("cat") in GPU_CATS and (c := e.get("args", {}).get("correlation")) in launches
+    )
+    t = ta.read(shared(rel))  # with source ids: flows join on them
+    doc = json.loads(
+        chrome_trace_json(
+            t.kernels, t.memcpy, t.markers, None, api_calls=t.api_calls, ops=t.ops,
+            devices=t.devices, sources=t.sources,
+        )
+    )  # fmt: skip
+    ev = doc["traceEvents"]
+    starts = {e["id"]: e for e in ev if e.get("ph") == "s"}
+    ends = {e["id"]: e for e in ev if e.get("ph") == "f"}
+    # a flow of a replay starts at a graph launch call's start, on the call's track
+    calls = [e for e in ev if e.get("ph") == "X" and LAUNCH.match(e.get("name", ""))]
+    assert len(calls) == len(launches)
+    at = {(c["pid"], c["tid"], c["ts"]) for c in calls}
+    got = [
+        (s["ts"], ends[i]["ts"]) for i, s in starts.items() if (s["pid"], s["tid"], s["ts"]) in at
+    ]
+    assert len(got) == len(want)
+    # the arrows span op start - call start, to the ns
+    spans = sorted(round((f - s) * 1000) for s, f in got)
+    assert spans == sorted(op - call for call, op in want)
