@@ -431,3 +431,19 @@ def test_perfetto_one_flow_from_the_launch_to_each_replay_op(rel: str) -> None:
     # the arrows span op start - call start, to the ns
     spans = sorted(round((f - s) * 1000) for s, f in got)
     assert spans == sorted(op - call for call, op in want)
+
+
+def test_critical_path_states_the_gpu_ops_without_a_launch_call() -> None:
+    import traceanalyze as ta
+
+    events = _events(A100)
+    calls = {
+        e["args"]["correlation"]
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+    gpu = [e for e in events if e.get("cat") in GPU_CATS]
+    lost = [e for e in gpu if e.get("args", {}).get("correlation") not in calls]
+    assert sum(e["cat"] == "kernel" for e in lost) == 705  # the figure
+    with pytest.warns(UserWarning, match=f"{len(lost)} of {len(gpu)} GPU events have no launch"):
+        ta.open(shared(A100)).critical_path()

@@ -39,6 +39,7 @@ allows (`predicted_ms`). The carry edges keep their lengths: each iteration is p
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,7 @@ from . import _cpranks as cr
 from . import _cpwindows as cw
 from ._cpframes import SourceEvents
 from ._cpwhatif import WhatIf, parse_what_if
+from .naming import source_name
 
 Frame = pl.DataFrame | pl.LazyFrame
 
@@ -243,6 +245,20 @@ def _tag(df: pl.DataFrame, ev: SourceEvents, it_no: int | None, scenario: str) -
     )
 
 
+def _note_unlaunched(inp: cw.Inputs, sid: str, names: Mapping[str, str] | None) -> None:
+    """Warn of the GPU events whose launch call is not in the trace (`_cpwindows.unlaunched`)."""
+    if not cw.has_calls(inp, sid):
+        return
+    n, total = cw.unlaunched(inp, sid)
+    if n:
+        warnings.warn(
+            f"{source_name(names, sid)}: {n} of {total} GPU events have no launch call in the "
+            "trace (launched before the capture or by an untraced thread): on no iteration's "
+            "path, only the earlier work of what follows them on their stream",
+            stacklevel=3,
+        )
+
+
 def critical_path(
     kernels: Frame,
     memcpy: Frame,
@@ -269,6 +285,7 @@ def critical_path(
     for sid, (it_no, lo, hi, _), ev in cw.iterate(inp, its, iteration, wi):
         if sid != current:
             current, ends = sid, {}
+            _note_unlaunched(inp, sid, names)
         row, fr, pred, ends = _one_window(ev, (it_no, lo, hi), wi, by_event, ends)
         rows.append(row)
         frames.extend(fr)
