@@ -386,5 +386,6 @@ def test_cli_across_ranks_json_equals_the_library() -> None:
     r = CliRunner().invoke(main, ["critical-path", *files, "--across-ranks", "--json"])
     assert r.exit_code == 0, r.output
     lib = ta.open(*files).critical_path(across_ranks=True).ranks
-    assert json.loads(r.output) == json.loads(render.to_json(lib))
-    assert json.loads(r.output)[0]["end_file"] in files
+    # stdout only: stderr may carry data-quality warnings (GPU ops without a launch call)
+    assert json.loads(r.stdout) == json.loads(render.to_json(lib))
+    assert json.loads(r.stdout)[0]["end_file"] in files

@@ -105,6 +105,25 @@ _TIMES = (
     _c("end_ns", _INT, "End time, ns in the source's clock."),
     _c("duration_ns", _INT, "end_ns - start_ns, or the duration the source states."),
 )
+# API calls that replay a graph; `graph_launch` and the analyses that count replays use it.
+GRAPH_LAUNCH_API = r"^(?:cuda|cu|hip)GraphLaunch"
+_GRAPH = (
+    _c(
+        "graph_launch",
+        pl.Boolean(),
+        "True when the row ran in a CUDA/HIP graph replay: a graph launch call "
+        "(cudaGraphLaunch*, cuGraphLaunch*, hipGraphLaunch*) in the source has its correlation "
+        "id, or the source gives it graph ids; False otherwise (also when its launch call is "
+        "not in the trace); null where the format cannot tell.",
+    ),
+    _c("graph_id", _INT, "Graph id the source gives (Kineto 'graph id', nsys graphId)."),
+    _c(
+        "graph_node_id",
+        _INT,
+        "Graph node id the source gives (Kineto 'graph node id', nsys graphNodeId; for a "
+        "node cloned at instantiation, the captured node's id: originalGraphNodeId).",
+    ),
+)
 
 TABLES: dict[str, Table] = {
     t.name: t
@@ -203,6 +222,7 @@ TABLES: dict[str, Table] = {
                     "Static + dynamic shared memory per block, when the source gives only the "
                     "total (PyTorch profiler's 'shared memory').",
                 ),
+                *_GRAPH,
             ),
         ),
         Table(
@@ -224,6 +244,7 @@ TABLES: dict[str, Table] = {
                 _c("dst_kind", _S, "Destination memory kind."),
                 _c("size_bytes", _INT, "Bytes copied or set."),
                 *_TIMES,
+                *_GRAPH,
             ),
         ),
         Table(

@@ -9,7 +9,13 @@ When several calls share the id (a runtime call and the driver call beneath it) 
 the earliest-starting one, is the launch.
 
 Per launch: `cpu_ns` = the call's duration, `gpu_ns` = the kernel's duration, `delay_ns` = kernel
-start − call start (queueing plus launch latency). Formats: Kineto JSON (`cuda_runtime` /
+start − call start (queueing plus launch latency). A graph replay (`cudaGraphLaunch*`,
+`cuGraphLaunch*`, `hipGraphLaunch*`: every GPU op of the replay carries the call's correlation id)
+is one launch: its CPU time once, its kernels' summed time as `gpu_ns`, its delay to the replay's
+first kernel; each kernel's place inside the replay is `replay_offset_ns` in the table, not a
+delay. `graph_launch_count` and `graph_kernel_count` count the replays and the kernels they ran.
+
+Formats: Kineto JSON (`cuda_runtime` /
 `cuda_driver` events with `correlation`), nsys SQLite, nvprof SQLite; nvprof `--print-gpu-trace`
 CSV has no API calls (only with a `--print-api-trace` CSV of the same run beside it).
 
@@ -29,6 +35,7 @@ import polars as pl
 
 from ..errors import NotAnswerable
 from ..results import Launches
+from ..schema import GRAPH_LAUNCH_API
 from .naming import source_name
 
 Frame = pl.DataFrame | pl.LazyFrame
@@ -81,14 +88,24 @@ def launch_calls(events: Frame, api_calls: Frame) -> pl.DataFrame:
 
 
 def launch_table(kernels: Frame, api_calls: Frame) -> pl.DataFrame:
-    """One row per timed kernel with a launch call: ids, name, call, cpu/gpu/delay ns."""
+    """One row per timed kernel with a launch call: ids, name, call, cpu/gpu/delay ns.
+
+    `graph_launch`: the call replays a graph (`cudaGraphLaunch*`, `cuGraphLaunch*`,
+    `hipGraphLaunch*`). For such a kernel `delay_ns` is its replay's delay (first kernel of the
+    replay on the device − call start) and `replay_offset_ns` its start − that first kernel's
+    start: its place inside the replay, not a launch delay. Null for eager kernels.
+    """
     k = _lazy(kernels).filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null())
-    j = launch_calls(k, api_calls)
-    return j.filter(pl.col("call_start_ns").is_not_null()).select(
+    j = launch_calls(k, api_calls).filter(pl.col("call_start_ns").is_not_null())
+    replay = ["source_id", "device_id", "correlation_id", "call_start_ns"]
+    graph = pl.col("call_name").str.contains(GRAPH_LAUNCH_API).fill_null(False)
+    first = pl.col("start_ns").min().over(replay)
+    return j.select(
         "source_id",
         "device_id",
         "stream_id",
         "kernel_id",
+        "correlation_id",
         "name",
         "call_name",
         "call_api",
@@ -96,7 +113,40 @@ def launch_table(kernels: Frame, api_calls: Frame) -> pl.DataFrame:
         "start_ns",
         "cpu_ns",
         (pl.col("end_ns") - pl.col("start_ns")).alias("gpu_ns"),
-        (pl.col("start_ns") - pl.col("call_start_ns")).alias("delay_ns"),
+        (pl.when(graph).then(first).otherwise(pl.col("start_ns")) - pl.col("call_start_ns")).alias(
+            "delay_ns"
+        ),
+        graph.alias("graph_launch"),
+        pl.when(graph).then(pl.col("start_ns") - first).alias("replay_offset_ns"),
+    )
+
+
+def per_call(table: pl.DataFrame) -> pl.DataFrame:
+    """`launch_table` with each graph replay made one row (per device): named after its call,
+    `cpu_ns` once, `gpu_ns` its kernels' summed time, `delay_ns` to its first kernel and
+    `kernel_count` its kernels; eager kernels stay one row each (kernel_count 1)."""
+    eager = table.filter(~pl.col("graph_launch")).with_columns(
+        pl.lit(1, dtype=pl.Int64).alias("kernel_count")
+    )
+    replays = (
+        table.filter(pl.col("graph_launch"))
+        .group_by("source_id", "device_id", "correlation_id", "call_start_ns", maintain_order=True)
+        .agg(
+            pl.col("call_name").first().alias("name"),
+            pl.col("cpu_ns").first(),
+            pl.col("gpu_ns").sum(),
+            pl.col("delay_ns").first(),
+            pl.len().cast(pl.Int64).alias("kernel_count"),
+        )
+        .with_columns(pl.lit(True).alias("graph_launch"))
+    )
+    cols = ["source_id", "device_id", "name", "cpu_ns", "gpu_ns", "delay_ns"]
+    return pl.concat(
+        [
+            eager.select(*cols, "graph_launch", "kernel_count"),
+            replays.select(*cols, "graph_launch", "kernel_count"),
+        ],
+        how="vertical_relaxed",
     )
 
 
@@ -120,9 +170,16 @@ def launch_stats(
     """Per source and device (and kernel name with `by_kernel`): launch_count, mean / median /
     p95 of cpu, gpu and delay ns, short_kernel_count and long_delay_count."""
     keys = ["source_id", "device_id", *(["name"] if by_kernel else [])]
-    t = table.with_columns(_delay_cut(table, delay_floor_ns).alias("_long"))
+    calls = per_call(table)
+    t = calls.with_columns(_delay_cut(calls, delay_floor_ns).alias("_long"))
     out = t.group_by(keys).agg(
         pl.len().cast(pl.Int64).alias("launch_count"),
+        pl.col("graph_launch").sum().cast(pl.Int64).alias("graph_launch_count"),
+        pl.col("kernel_count")
+        .filter("graph_launch")
+        .sum()
+        .cast(pl.Int64)
+        .alias("graph_kernel_count"),
         *_stats("cpu_ns", "cpu"),
         *_stats("gpu_ns", "gpu"),
         *_stats("delay_ns", "delay"),
@@ -139,7 +196,9 @@ def launch_stats(
 
 
 def launch_outliers(table: pl.DataFrame, *, delay_floor_ns: int = DELAY_FLOOR_NS) -> pl.DataFrame:
-    """Per source, device, outlier kind and kernel name: count and mean/max times."""
+    """Per source, device, outlier kind and kernel name (a graph replay: its call's name, one
+    row per replay): count and mean/max times."""
+    table = per_call(table)
     t = table.with_columns(
         (pl.col("gpu_ns") < pl.col("cpu_ns")).alias("short_kernel"),
         _delay_cut(table, delay_floor_ns).alias("long_delay"),

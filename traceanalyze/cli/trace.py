@@ -61,6 +61,11 @@ def launches(
     Per source and device (or kernel name): launch_count and mean, median and p95 of each;
     short_kernel_count and long_delay_count.
 
+    A CUDA/HIP graph replay (cudaGraphLaunch*, cuGraphLaunch*, hipGraphLaunch*) is one launch,
+    named after its call: its CPU time once, gpu_ns its kernels' summed time, delay_ns to its
+    first kernel. graph_launch_count and graph_kernel_count count the replays and the kernels
+    they ran (the library's table gives each kernel's replay_offset_ns).
+
     Outliers, per kernel name: short_kernel = the kernel ran shorter than its launch call took
     (gpu_ns < cpu_ns); long_delay = delay_ns above both the device's p95 delay and
     --delay-floor-us. Needs API calls with correlation ids: PyTorch profiler (cuda_runtime /

@@ -19,7 +19,11 @@ pairing), plus GPU events without a launch call that start in the window. Edges:
   stream waits, collectives);
 * **carry**: a GPU event or a blocking call whose binding predecessor belongs to an earlier
   iteration (the GPU still busy with the previous step) hangs on the iteration's start
-  (`carry`, the wait on earlier work).
+  (`carry`, the wait on earlier work). No carry is longer than that work: the time from its end
+  to the event's start is idle (sync for a blocking call's wake-up).
+* **graph replays**: a `cudaGraphLaunch*` / `cuGraphLaunch*` / `hipGraphLaunch*` call has one
+  launch edge to the first op of each stream its replay uses; the replay's other ops follow in
+  stream order.
 
 The longest path from the iteration's start gives `path_ms` and its split by edge category
 (`gpu_compute_ms`, `gpu_comm_ms` (collective kernels, `overlap.COMM_KERNEL`), `gpu_memory_ms`
@@ -35,6 +39,7 @@ allows (`predicted_ms`). The carry edges keep their lengths: each iteration is p
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +48,7 @@ import polars as pl
 
 from ...errors import NotAnswerable
 from ...results import CriticalPath
+from ..naming import source_name
 from . import graph as cg
 from . import ranks as cr
 from . import windows as cw
@@ -240,6 +246,20 @@ def _tag(df: pl.DataFrame, ev: SourceEvents, it_no: int | None, scenario: str) -
     )
 
 
+def _note_unlaunched(inp: cw.Inputs, sid: str, names: Mapping[str, str] | None) -> None:
+    """Warn of the GPU events whose launch call is not in the trace (`windows.unlaunched`)."""
+    if not cw.has_calls(inp, sid):
+        return
+    n, total = cw.unlaunched(inp, sid)
+    if n:
+        warnings.warn(
+            f"{source_name(names, sid)}: {n} of {total} GPU events have no launch call in the "
+            "trace (launched before the capture or by an untraced thread): on no iteration's "
+            "path, only the earlier work of what follows them on their stream",
+            stacklevel=3,
+        )
+
+
 def critical_path(
     kernels: Frame,
     memcpy: Frame,
@@ -267,6 +287,8 @@ def critical_path(
     ends: Ends = {}
     current = None
     for sid, (it_no, lo, hi, _), ev in cw.iterate(inp, its, iteration, wi):
+        if sid != current:
+            _note_unlaunched(inp, sid, names)
         if sid != current or not chain:
             current, ends = sid, {}
         row, fr, pred, ends = _one_window(ev, (it_no, lo, hi), wi, by_event, ends)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from ...schema import GRAPH_LAUNCH_API
 from ..idle import SYNC_CALL
 from ..launches import launch_calls
 from ..ops import host_ops
@@ -141,9 +142,14 @@ def _gpu(kernels: Frame, memcpy: Frame, api_calls: Frame, h: pl.DataFrame) -> pl
     g = g.sort([*lane, "start_ns", "end_ns"], nulls_last=True).with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).over("source_id").alias("gid")
     )
+    # A graph replay (every op carries its launch call's correlation id) is launched once: the
+    # launch edge goes to the first op of each stream it uses; the rest follow in stream order.
+    graph = pl.col("call_name").str.contains(GRAPH_LAUNCH_API).fill_null(False)
+    first = pl.col("gid").rank("ordinal").over([*lane, "call_hid"]) == 1
     return g.with_columns(
         pl.col("gid").shift(1).over(lane).alias("prev_gid"),
         pl.col("end_ns").shift(1).over(lane).alias("prev_end"),
+        (~graph | first).alias("launch_edge"),
     )
 
 
@@ -273,6 +279,7 @@ class SourceEvents:
         self.h_factor = _factor(h.select(ops_only).to_series(), wi.op if wi else ())
         self.g_start, self.g_end = _i64(g["start_ns"]), _i64(g["end_ns"])
         self.g_cat, self.g_call = _i64(g["cat"]), _i64(g["call_hid"])
+        self.g_launch_edge = g["launch_edge"].fill_null(True).to_numpy()
         self.g_prev, self.g_prev_end = _i64(g["prev_gid"]), _i64(g["prev_end"], cg.NONE)
         self.g_wait, self.g_wait_end = _i64(g["wait_gid"]), _i64(g["wait_end"], cg.NONE)
         # names and ids stay polars Series (no Python object per event): read only for
@@ -343,6 +350,7 @@ class SourceEvents:
             wait=local(self.g_wait[gids]),
             wait_end=self.g_wait_end[gids],
             factor=self.g_factor[gids],
+            launch_edge=self.g_launch_edge[gids],
             prev_global=self.g_prev[gids],
             wait_global=self.g_wait[gids],
         )

@@ -77,8 +77,9 @@ class GpuSlice:
     """GPU events of one iteration: `cat` (GPU_COMPUTE, GPU_COMM or GPU_MEMORY), `call` (local
     host index of the launch call, -1: none in the iteration), `prev` (local index of the previous
     event on the stream, -1: none here) with `prev_end` (its end, NONE: no previous event),
-    `wait` / `wait_end` (the latest event of another stream ended before the start) and `factor`
-    (the what-if factor of the duration)."""
+    `wait` / `wait_end` (the latest event of another stream ended before the start), `factor`
+    (the what-if factor of the duration) and `launch_edge` (False: an op of a graph replay after
+    the first of its stream, which follows in stream order and has no launch edge)."""
 
     start: I64
     end: I64
@@ -91,6 +92,8 @@ class GpuSlice:
     factor: npt.NDArray[np.float64]
     prev_global: I64
     wait_global: I64
+    # False for a graph replay's op after the first of its stream: no launch edge of its own
+    launch_edge: npt.NDArray[np.bool_] | None = None
 
 
 @dataclass
@@ -108,6 +111,9 @@ class Built:
     parent: list[int] = field(default_factory=list)
     # carry edges: (node, global id of the earlier GPU event, ns from its end to the node)
     carry: list[tuple[int, int, int]] = field(default_factory=list)
+    # per node a carry edge enters: (ns of it after the earlier work ended, its category); that
+    # much of the edge is charged there, not to carry (`longest`)
+    carry_rest: dict[int, tuple[int, int]] = field(default_factory=dict)
     src: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     dst: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     w: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
@@ -224,6 +230,16 @@ def _sync_edges(b: Built, h: HostSlice, g: GpuSlice) -> None:
             w = int(h.end[j]) - b.lo
             _add(b, b.source, 2 * j + 1, w, float(w), CARRY, j)
             b.carry.append((2 * j + 1, int(h.wait_global[j]), lag))
+            _rest(b, 2 * j + 1, lag, SYNC)
+
+
+def _rest(b: Built, node: int, ns: int, cat: int) -> None:
+    """Record that a carry edge into `node` lasts `ns` past the end of the earlier work it waits
+    for: no carry is longer than that work (a GPU op whose launch call is not in the trace
+    started `ns` after it for reasons the trace does not show: idle)."""
+    old = b.carry_rest.get(node)
+    if old is None or ns < old[0]:
+        b.carry_rest[node] = (max(ns, 0), cat)
 
 
 def _gpu_edges(b: Built, h: HostSlice, g: GpuSlice, lo: int, launch_factor: float) -> None:
@@ -234,7 +250,7 @@ def _gpu_edges(b: Built, h: HostSlice, g: GpuSlice, lo: int, launch_factor: floa
         ref = b.n_host + k
         cat = int(g.cat[k])
         _add(b, node, node + 1, e - s, (e - s) * float(g.factor[k]), cat, ref)
-        c = int(g.call[k])
+        c = int(g.call[k]) if g.launch_edge is None or g.launch_edge[k] else -1
         ready_call = int(h.end[c]) if c >= 0 else NONE
         ready_prev = int(g.prev_end[k])
         ready = max(ready_call, ready_prev)
@@ -254,6 +270,7 @@ def _gpu_edges(b: Built, h: HostSlice, g: GpuSlice, lo: int, launch_factor: floa
             elif ready == ready_prev and ready_prev > lo:
                 _add(b, b.source, node, s - lo, float(s - lo), CARRY, ref)
                 b.carry.append((node, int(g.prev_global[k]), s - ready_prev))
+                _rest(b, node, s - ready_prev, IDLE)
         if waited:
             q = int(g.wait[k])
             src = 2 * (b.n_host + q) + 1 if q >= 0 else b.source
@@ -261,6 +278,7 @@ def _gpu_edges(b: Built, h: HostSlice, g: GpuSlice, lo: int, launch_factor: floa
             _add(b, src, node, w, float(w), SYNC if q >= 0 else CARRY, ref)
             if q < 0:
                 b.carry.append((node, int(g.wait_global[k]), s - wait))
+                _rest(b, node, s - wait, SYNC)
         if node not in b.has_in:
             _add(b, b.source, node, s - lo, float(s - lo), IDLE, ref)
 
@@ -363,6 +381,13 @@ def longest(b: Built, weight: str = "w") -> Path:
     edges.reverse()
     split = [0.0] * len(CATEGORIES)
     cats = b.cat.tolist()
+    dst = b.dst.tolist()
     for e in edges:
-        split[cats[e]] += w[e]
+        rest = b.carry_rest.get(dst[e]) if cats[e] == CARRY else None
+        if rest is not None:
+            part = min(float(rest[0]), w[e])
+            split[rest[1]] += part
+            split[CARRY] += w[e] - part
+        else:
+            split[cats[e]] += w[e]
     return Path(length=dist[sink], split=tuple(split), edges=tuple(edges), dist=dist)

@@ -101,6 +101,27 @@ def has_calls(inp: Inputs, sid: str) -> bool:
     return bool(n)
 
 
+def unlaunched(inp: Inputs, sid: str) -> tuple[int, int]:
+    """(GPU events with a correlation id that no API call of the source has, timed GPU events)
+    of a source: launched before the capture window or by an untraced thread. They are on no
+    iteration's path (no launch call places them in one); the earlier work of the ops after
+    them on their stream."""
+    calls = (
+        inp.api_calls.filter((pl.col("source_id") == sid) & pl.col("correlation_id").is_not_null())
+        .select("correlation_id")
+        .unique()
+    )
+    n = total = 0
+    for f in (inp.kernels, inp.memcpy):
+        g = f.filter((pl.col("source_id") == sid) & pl.col("start_ns").is_not_null())
+        total += g.select(pl.len()).collect().item()
+        lost = g.filter(pl.col("correlation_id").is_not_null()).join(
+            calls, on="correlation_id", how="anti"
+        )
+        n += lost.select(pl.len()).collect().item()
+    return n, total
+
+
 def iterate(
     inp: Inputs, iterations: pl.DataFrame, only: int | None, wi: object
 ) -> Iterator[tuple[str, Window, SourceEvents]]:

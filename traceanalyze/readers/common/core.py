@@ -156,8 +156,35 @@ def demangle(name: str) -> str:
     try:
         out: str = cxxfilt.demangle(name, external_only=False)
     except cxxfilt.InvalidName:
-        return name
+        return _demangle_tool(name)
     return out
+
+
+def _demangle_tool(name: str) -> str:
+    """`name` through binutils' or LLVM's cxxfilt, when one is installed; else unchanged.
+
+    libstdc++'s __cxa_demangle before GCC 13 refuses newer manglings that ROCm kernels use
+    (`DF16b`, std::bfloat16_t: `_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16b…`); the
+    command-line tools carry their own, newer demangler. The name is one argument, no shell; it
+    starts with `_Z`, so it cannot be read as an option.
+    """
+    import shutil
+    import subprocess
+
+    for tool in ("c++filt", "llvm-cxxfilt"):
+        exe = shutil.which(tool)
+        if exe is None:
+            continue
+        try:
+            run = subprocess.run(
+                [exe, name], capture_output=True, text=True, timeout=10, check=False
+            )
+        except (OSError, subprocess.SubprocessError):
+            continue
+        out = run.stdout.strip()
+        if run.returncode == 0 and out and out != name and "\n" not in out:
+            return out
+    return name
 
 
 def demangle_column(s: pl.Series) -> pl.Series:

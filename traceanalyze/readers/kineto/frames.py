@@ -10,7 +10,8 @@ from typing import Any
 import polars as pl
 
 from ...errors import MalformedInput
-from ..common.core import PathLike, warn
+from ...schema import GRAPH_LAUNCH_API
+from ..common.core import PathLike, demangle_column, warn
 from .structs import (
     _INSTANT,
     _MEMSET,
@@ -121,6 +122,8 @@ _GET: dict[str, Callable[[Any], list[Any]]] = {
     "bytes": lambda ev: [a.bytes for a in ev],
     "cbid": lambda ev: [a.cbid for a in ev],
     "cid": lambda ev: [a.cid for a in ev],
+    "graph_id": lambda ev: [a.graph_id for a in ev],
+    "graph_node_id": lambda ev: [a.graph_node_id for a in ev],
 }
 
 
@@ -207,6 +210,8 @@ def _gpu_ids(sub: list[Any], args: list[Any]) -> list[pl.Series]:
         _ints(args, "context", "context_id"),
         _or(_ints(args, "stream"), lambda: _ints(sub, "tid")).alias("stream_id"),
         _ints(args, "correlation", "correlation_id"),
+        _ints(args, "graph_id"),
+        _ints(args, "graph_node_id"),
     ]
 
 
@@ -283,6 +288,8 @@ def _finish_memcpy(df: pl.DataFrame) -> pl.DataFrame:
         "context_id",
         "stream_id",
         "correlation_id",
+        "graph_id",
+        "graph_node_id",
         "kind",
         "src_kind",
         "dst_kind",
@@ -366,8 +373,39 @@ def _finish_markers(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _finish_kernels(df: pl.DataFrame) -> pl.DataFrame:
-    # launch index in start order (the frame is sorted by then)
+    # launch index in start order (the frame is sorted by then). ROCm traces keep some kernel
+    # names mangled (`_ZN5aiter24add_rmsnorm_quant_kernel…`, formats.md section 10): demangled
+    # as nsys' are, the mangled text kept in `mangled_name`.
+    name = df["name"]
+    mangled = name.str.starts_with("_Z")
+    if mangled.any():
+        df = df.with_columns(
+            demangle_column(name),
+            pl.when(mangled).then(name).otherwise(None).alias("mangled_name"),
+        )
     return df.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("kernel_id"))
+
+
+GRAPH_TABLES = ("kernels", "memcpy")
+
+
+def graph_correlations(api_calls: pl.DataFrame) -> pl.Series:
+    """Correlation ids of the graph launch calls (`cudaGraphLaunch`, `hipGraphLaunch`, …) of an
+    `api_calls` frame (raw or finished: both have `name` and `correlation_id`). Every GPU op of
+    one replay carries its launch's correlation id (formats.md section 10)."""
+    if api_calls.height == 0:
+        return pl.Series("correlation_id", [], dtype=pl.Int64)
+    graph = api_calls.filter(pl.col("name").str.contains(GRAPH_LAUNCH_API))
+    ids: pl.Series = graph["correlation_id"].drop_nulls().unique().sort()
+    return ids
+
+
+def flag_graph(df: pl.DataFrame, launches: pl.Series) -> pl.DataFrame:
+    """`graph_launch` on a kernels or memcpy frame: its correlation id is a graph launch's, or
+    the trace gives it graph ids (Kineto's `graph id` / `graph node id`)."""
+    by_call = pl.col("correlation_id").is_in(launches.implode()).fill_null(False)
+    ids = pl.col("graph_id").is_not_null() | pl.col("graph_node_id").is_not_null()
+    return df.with_columns((by_call | ids).alias("graph_launch"))
 
 
 _TIMES = ("start_ns", "end_ns", "duration_ns")

@@ -87,6 +87,8 @@ from .frames import (
     _devices,
     _iterations,
     _range_rows,
+    flag_graph,
+    graph_correlations,
 )
 from .stream import Spiller, timed
 
@@ -141,7 +143,7 @@ def _stream_split(path: PathLike, parts: _Parts, cut: split.Plan, workdir: Path)
         meta = helper.result() if at_boundary and helper is not None else None
         if meta is not None:
             assert parts.spiller is not None
-            parts.spiller.adopt(meta.rows, meta.nbytes, meta.samples, split.TAG)
+            parts.spiller.adopt(meta.rows, meta.nbytes, meta.samples, split.TAG, meta.graphs)
             parts.ranges += meta.ranges
             parts.docs += meta.docs
             adopted = True
@@ -223,12 +225,18 @@ def read_kineto_json(path: PathLike) -> Tables:
 
     kernels = table("kernels")
     ops, markers = table("ops"), table("markers")
+    memcpy, api_calls = table("memcpy"), table("api_calls")
+    if api_calls is not None:
+        launches = graph_correlations(api_calls)
+    else:
+        launches = pl.Series("correlation_id", [], dtype=pl.Int64)
+    kernels, memcpy = (None if f is None else flag_graph(f, launches) for f in (kernels, memcpy))
     frames = {
         "sources": _sources(head),
         "devices": _devices(head.device_props),
         "kernels": kernels,
-        "memcpy": table("memcpy"),
-        "api_calls": table("api_calls"),
+        "memcpy": memcpy,
+        "api_calls": api_calls,
         "ops": ops,
         "markers": markers,
         "iterations": _iterations(ops, markers, head.rank),

@@ -110,6 +110,7 @@ class Meta(msgspec.Struct):
     samples: dict[str, list[int]]
     ranges: list[_RangeEvent]
     docs: list[_HeadKeys]
+    graphs: list[int] = []  # the graph launches' correlation ids (`Spiller.graph_calls`)
 
 
 class Helper:
@@ -184,6 +185,7 @@ def meta_of(parts: Any) -> bytes:
             samples={t: sp.sample(t).tolist() for t in sp.spills},
             ranges=parts.ranges,
             docs=parts.docs,
+            graphs=sorted(sp.graph_calls),
         )
     )
 

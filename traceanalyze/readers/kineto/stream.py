@@ -37,7 +37,7 @@ import polars as pl
 from ...background import BackgroundWrites
 from ...errors import MalformedInput
 from ..common.core import PathLike, warn
-from .frames import _FINISH, _ns_int, _us_to_ns
+from .frames import _FINISH, GRAPH_TABLES, _ns_int, _us_to_ns, flag_graph, graph_correlations
 from .structs import _STEP
 
 if TYPE_CHECKING:  # numpy and pyarrow load on the first spill: `read_kineto_json` needs neither
@@ -193,10 +193,15 @@ class Spiller:
         self._stride: dict[str, int] = dict.fromkeys(_TABLES, 1)
         # ProfilerStep# rows of ops and markers, for `_iterations`; None: the table is empty
         self.steps: dict[str, pl.DataFrame | None] = {"ops": None, "markers": None}
+        # correlation ids of the graph launch calls, gathered as api_calls are spilled: the
+        # kernels and copies they ran are sorted and yielded before api_calls is read back
+        self.graph_calls: set[int] = set()
 
     def add(self, table: str, df: pl.DataFrame) -> None:
         import numpy as np
 
+        if table == "api_calls":
+            self.graph_calls.update(graph_correlations(df).to_list())
         spill, stride = self.spills[table], self._stride[table]
         # 1 row in `stride`, drawn at random in random order (seeded: the same file gives the
         # same buckets), so that neither this pick nor the thinning by halves below (every other
@@ -227,11 +232,13 @@ class Spiller:
         nbytes: dict[str, int],
         samples: dict[str, list[int]],
         tag: str,
+        graphs: list[int] | None = None,
     ) -> None:
         """Append the spills and samples of a split read's helper (`kineto.split`), written
         under `tag` in this workdir, to this pass 1: its rows come after every row added here."""
         import numpy as np
 
+        self.graph_calls.update(graphs or ())
         for t, spill in self.spills.items():
             if rows.get(t):
                 spill.adopt(self.workdir / f"{tag}{t}.spill.arrow", rows[t], nbytes[t])
@@ -248,6 +255,7 @@ class Spiller:
         """Every table as `read_kineto_json` has it, sorted, in chunks; in its order of tables,
         so that the first bad time raises the same error. Fills `steps`."""
         self.close()
+        launches = pl.Series("correlation_id", sorted(self.graph_calls), dtype=pl.Int64)
         for name in _TABLES:
             spill = self.spills[name]
             if spill.rows == 0:
@@ -256,7 +264,8 @@ class Spiller:
             buckets, steps = _deal(name, spill, base_ns, bounds, path, self.workdir, self.writes)
             if name in self.steps:
                 self.steps[name] = steps
-            yield from _sorted(name, buckets, spill.rows_for(CHUNK_BYTES))
+            for table, part in _sorted(name, buckets, spill.rows_for(CHUNK_BYTES)):
+                yield table, flag_graph(part, launches) if table in GRAPH_TABLES else part
 
     def discard(self) -> None:
         for spill in self.spills.values():

@@ -29,6 +29,9 @@ class _Args(Struct, frozen=True, gc=False):
     bytes: Any = None
     cbid: Any = None
     cid: Any = None
+    # Kineto since early 2026 (CUDA >= 12) on graph kernels (formats.md section 10)
+    graph_id: Any = field(default=None, name="graph id")
+    graph_node_id: Any = field(default=None, name="graph node id")
 
 
 _NO_ARGS = _Args()

@@ -24,7 +24,11 @@ Tables:
 * `kernels` ← `CUPTI_ACTIVITY_KIND_KERNEL`. The three name columns are `StringIds` ids:
   `demangledName` → `name`, `shortName` → `short_name`, `mangledName` → `mangled_name`.
   `process_id` = `(globalPid >> 24) & 0xFFFFFF` (formats.md §3.2). `kernel_id` is the row's index
-  in table (rowid) order.
+  in table (rowid) order. `graphId`/`graphNodeId` (exports with `--cuda-graph-trace=node`; 0 or
+  absent: none) → `graph_id`/`graph_node_id`, a cloned node mapped to the captured one through
+  `CUDA_GRAPH_NODE_EVENTS.originalGraphNodeId`; `graph_launch` where either is set (kernels,
+  copies and memsets). The whole-graph rows of `=graph` (`CUPTI_ACTIVITY_KIND_GRAPH_TRACE`) are
+  not read.
 * `memcpy` ← `CUPTI_ACTIVITY_KIND_MEMCPY` and `CUPTI_ACTIVITY_KIND_MEMSET` (kind `memset`, the
   set memory in `dst_kind`). `copyKind` is labelled from `ENUM_CUDA_MEMCPY_OPER` when present (3.x)
   else from the documented numbering (2.x has no `ENUM_*` tables); `srcKind`/`dstKind`/`memKind`

@@ -6,7 +6,7 @@ checks that count over a table (`NameNotes`, `ApiNotes`) add up batch by batch a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import polars as pl
 
@@ -116,6 +116,9 @@ KERNEL_COLS = {
     "block_z": "blockZ",
     "static_smem_bytes": "staticSharedMemory",
     "dynamic_smem_bytes": "dynamicSharedMemory",
+    # `--cuda-graph-trace=node` only (formats.md section 10); null when absent
+    "graph_id": "graphId",
+    "graph_node_id": "graphNodeId",
 }
 KERNEL_NAMES = tuple(
     (col, f"kernels' {col.removesuffix('_id')}s", "kernels", KERNEL_COLS[col])
@@ -123,7 +126,27 @@ KERNEL_NAMES = tuple(
 )
 
 
-def kernel_rows(df: pl.DataFrame, strings: pl.DataFrame, first_id: int = 0) -> pl.DataFrame:
+def graph_columns(nodes: Mapping[int, int] | None) -> list[pl.Expr]:
+    """`graph_id`, `graph_node_id` (a node cloned at instantiation mapped back to the captured
+    node: `CUDA_GRAPH_NODE_EVENTS.originalGraphNodeId`, in `nodes`) and `graph_launch`. CUPTI
+    writes 0 for an op outside any graph; it is no id."""
+    gid: pl.Expr = pl.when(pl.col("graph_id") != 0).then(pl.col("graph_id"))
+    node: pl.Expr = pl.when(pl.col("graph_node_id") != 0).then(pl.col("graph_node_id"))
+    if nodes:
+        node = node.replace(dict(nodes))
+    return [
+        gid.alias("graph_id"),
+        node.alias("graph_node_id"),
+        (gid.is_not_null() | node.is_not_null()).alias("graph_launch"),
+    ]
+
+
+def kernel_rows(
+    df: pl.DataFrame,
+    strings: pl.DataFrame,
+    first_id: int = 0,
+    nodes: Mapping[int, int] | None = None,
+) -> pl.DataFrame:
     """Kernels of one batch; `kernel_id` counts rows in table order from `first_id`."""
     return df.select(
         pl.int_range(first_id, first_id + pl.len(), dtype=pl.Int64).alias("kernel_id"),
@@ -142,6 +165,7 @@ def kernel_rows(df: pl.DataFrame, strings: pl.DataFrame, first_id: int = 0) -> p
         "registers_per_thread",
         "static_smem_bytes",
         "dynamic_smem_bytes",
+        *graph_columns(nodes),
     )
 
 
@@ -156,6 +180,8 @@ _COPY_COMMON = {
     "correlation_id": "correlationId",
     "global_pid": "globalPid",
     "size_bytes": "bytes",
+    "graph_id": "graphId",
+    "graph_node_id": "graphNodeId",
 }
 MEMCPY_COLS = {**_COPY_COMMON, "copy_kind": "copyKind", "src": "srcKind", "dst": "dstKind"}
 MEMSET_COLS = {**_COPY_COMMON, "mem_kind": "memKind"}
@@ -175,7 +201,10 @@ _TAIL: list[pl.Expr | str] = [
 
 
 def memcpy_rows(
-    df: pl.DataFrame, copy_kinds: dict[int, str | None], mem_kinds: dict[int, str | None]
+    df: pl.DataFrame,
+    copy_kinds: dict[int, str | None],
+    mem_kinds: dict[int, str | None],
+    nodes: Mapping[int, int] | None = None,
 ) -> pl.DataFrame:
     return df.select(
         *_HEAD,
@@ -183,16 +212,20 @@ def memcpy_rows(
         _label(pl.col("src"), mem_kinds, "src_kind"),
         _label(pl.col("dst"), mem_kinds, "dst_kind"),
         *_TAIL,
+        *graph_columns(nodes),
     )
 
 
-def memset_rows(df: pl.DataFrame, mem_kinds: dict[int, str | None]) -> pl.DataFrame:
+def memset_rows(
+    df: pl.DataFrame, mem_kinds: dict[int, str | None], nodes: Mapping[int, int] | None = None
+) -> pl.DataFrame:
     return df.select(
         *_HEAD,
         pl.lit("memset", dtype=pl.String).alias("kind"),
         pl.lit(None, dtype=pl.String).alias("src_kind"),
         _label(pl.col("mem_kind"), mem_kinds, "dst_kind"),
         *_TAIL,
+        *graph_columns(nodes),
     )
 
 

@@ -55,6 +55,7 @@ from .tables import (
     copy_kinds,
     event_classes,
     fetch_batches,
+    graph_nodes,
     mem_kinds,
     metric_info,
     nvtx_where,
@@ -102,13 +103,14 @@ def _kernels(
         return
     times = TimeChecks(KERNEL)
     notes = NameNotes(KERNEL_NAMES, strings, bad_ids)
+    nodes = graph_nodes(con, names)
     first = 0
     for df in fetch_batches(
         con, KERNEL, KERNEL_COLS, dict.fromkeys(KERNEL_COLS, _I), fast=fast, strict_batch=batch
     ):
         times.add(df)
         notes.add(df)
-        yield "kernels", kernel_rows(df, strings, first)
+        yield "kernels", kernel_rows(df, strings, first, nodes)
         first += df.height
     times.finish()
     notes.warn()
@@ -118,6 +120,7 @@ def _memcpy(
     con: sqlite3.Connection, names: set[str], fast: Fast | None, batch: int
 ) -> Iterator[Chunk]:
     mems = mem_kinds(con, names)
+    nodes = graph_nodes(con, names)
     if MEMCPY in names:
         copies = copy_kinds(con, names)
         times = TimeChecks(MEMCPY)
@@ -125,7 +128,7 @@ def _memcpy(
             con, MEMCPY, MEMCPY_COLS, dict.fromkeys(MEMCPY_COLS, _I), fast=fast, strict_batch=batch
         ):
             times.add(df)
-            yield "memcpy", memcpy_rows(df, copies, mems)
+            yield "memcpy", memcpy_rows(df, copies, mems, nodes)
         times.finish()
     if MEMSET in names:
         times = TimeChecks(MEMSET)
@@ -133,7 +136,7 @@ def _memcpy(
             con, MEMSET, MEMSET_COLS, dict.fromkeys(MEMSET_COLS, _I), fast=fast, strict_batch=batch
         ):
             times.add(df)
-            yield "memcpy", memset_rows(df, mems)
+            yield "memcpy", memset_rows(df, mems, nodes)
         times.finish()
 
 

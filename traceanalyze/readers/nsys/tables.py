@@ -145,6 +145,29 @@ _I = pl.Int64()
 _S = pl.String()
 
 
+GRAPH_NODES = "CUDA_GRAPH_NODE_EVENTS"
+
+
+def graph_nodes(con: sqlite3.Connection, names: set[str]) -> dict[int, int]:
+    """graphNodeId -> originalGraphNodeId for the nodes cloned at graph instantiation
+    (`CUDA_GRAPH_NODE_EVENTS`, formats.md section 10), so that a replayed op names the node that
+    was captured; empty when the export has no such table or column."""
+    if GRAPH_NODES not in names:
+        return {}
+    cols = set(table_columns(con, GRAPH_NODES))
+    if not {"graphNodeId", "originalGraphNodeId"} <= cols:
+        return {}
+    wanted = {"node": "graphNodeId", "original": "originalGraphNodeId"}
+    df = _fetch(con, GRAPH_NODES, wanted, dict.fromkeys(wanted, _I))
+    df = df.filter(
+        pl.col("node").is_not_null()
+        & pl.col("original").is_not_null()
+        & (pl.col("original") != 0)
+        & (pl.col("original") != pl.col("node"))
+    ).unique("node", keep="first", maintain_order=True)
+    return dict(zip(df["node"].to_list(), df["original"].to_list(), strict=True))
+
+
 def _kernels(
     con: sqlite3.Connection,
     names: set[str],
@@ -159,7 +182,7 @@ def _kernels(
     notes = NameNotes(KERNEL_NAMES, strings, bad_ids)
     notes.add(df)
     notes.warn()
-    return kernel_rows(df, strings)
+    return kernel_rows(df, strings, nodes=graph_nodes(con, names))
 
 
 def mem_kinds(con: sqlite3.Connection, names: set[str]) -> dict[int, str | None]:
@@ -173,15 +196,16 @@ def copy_kinds(con: sqlite3.Connection, names: set[str]) -> dict[int, str | None
 def _memcpy(con: sqlite3.Connection, names: set[str], fast: Fast | None) -> pl.DataFrame | None:
     parts = []
     mems = mem_kinds(con, names)
+    nodes = graph_nodes(con, names)
     if MEMCPY in names:
         copies = copy_kinds(con, names)
         df = _fetch(con, MEMCPY, MEMCPY_COLS, dict.fromkeys(MEMCPY_COLS, _I), fast=fast)
         check_times(df, path=None, table=MEMCPY)
-        parts.append(memcpy_rows(df, copies, mems))
+        parts.append(memcpy_rows(df, copies, mems, nodes))
     if MEMSET in names:
         df = _fetch(con, MEMSET, MEMSET_COLS, dict.fromkeys(MEMSET_COLS, _I), fast=fast)
         check_times(df, path=None, table=MEMSET)
-        parts.append(memset_rows(df, mems))
+        parts.append(memset_rows(df, mems, nodes))
     return pl.concat(parts, how="vertical") if parts else None
 
 
