@@ -19,6 +19,7 @@ from traceanalyze.analyses import diagnose as dg
 from traceanalyze.analyses.diagnose import comm, gpu, host, memory, steps
 from traceanalyze.analyses.diagnose.model import Inputs, Skip, family, family_regex
 from traceanalyze.cli import main, render
+from traceanalyze.export.diagnose_report import reproduce
 from traceanalyze.results import Diagnosis, Finding
 
 DLRM = ROOT.parent / "shared" / "sets" / "multirank_param_dlrm_8xv100"
@@ -368,10 +369,12 @@ def test_savings_never_above_the_problems_own_time(
         assert savings == sorted(savings, reverse=True)
 
 
-def _replayed(args: list[str], spec: str, iterations: list[int]) -> float:
+def _replayed(args: list[str], spec: str, iterations: list[int | None]) -> float:
+    """mean(path_ms − predicted_ms) over the rows of `critical-path ARGS --what-if SPEC
+    --json`, once per entry of `iterations` (`None`: one run with `--each-iteration`)."""
     rows: list[dict[str, Any]] = []
-    for n in iterations or [None]:
-        more = ["--iteration", str(n)] if n is not None else []
+    for n in iterations:
+        more = ["--iteration", str(n)] if n is not None else ["--each-iteration"]
         r = CliRunner().invoke(main, ["critical-path", *args, "--what-if", spec, "--json", *more])
         assert r.exit_code == 0, r.output
         rows += json.loads(r.stdout)
@@ -387,8 +390,13 @@ def test_saving_is_the_critical_path_replay_of_its_what_if(
         for f in d.findings:
             if f.what_if is None or done == 2:
                 continue
-            got = _replayed(list(d.inputs), f.what_if, its)
+            # the one command the report prints, and the same as one --iteration N run each
+            got = _replayed(list(d.inputs), f.what_if, [None])
             assert got == pytest.approx(f.saving_ms, abs=1e-3), f.rule
+            if its and done == 0:
+                each = _replayed(list(d.inputs), f.what_if, its)
+                assert each == pytest.approx(got, abs=1e-3), f.rule
+            assert "--each-iteration" in reproduce(d, f.what_if)
             done += 1
         assert done
 

@@ -409,13 +409,15 @@ class Dataset:
         what_if: Sequence[str] = (),
         by_event: bool = False,
         across_ranks: bool = False,
+        each_iteration: bool = False,
     ) -> CriticalPath:
         """What bounds each iteration: the longest dependency chain through host events,
         launches, stream order and waits, split by kind (`analyses.critical_path`); `what_if`
         specs ('kernel:REGEX=F', 'op:REGEX=F', 'launch=F') replay it with scaled times; with
         `by_event` the events on the path; `across_ranks` adds the job-wide path of iterations
-        that several ranks share (joined at their collectives). A `file` column names each
-        source."""
+        that several ranks share (joined at their collectives); `each_iteration`: every what-if
+        replayed on each iteration alone, its carry kept (as `iteration=N` gives for each N; the
+        savings `diagnose` reports). A `file` column names each source."""
         from .analyses.critical_path import critical_path
 
         names = self.names()
@@ -427,6 +429,7 @@ class Dataset:
             what_if=tuple(what_if),
             by_event=by_event,
             across_ranks=across_ranks,
+            chain=not each_iteration,
         )
         return replace(
             res,

@@ -44,9 +44,9 @@ def _path(
 
 def saving(ds: DatasetView, spec: str) -> float:
     """mean(path_ms − predicted_ms) with `spec` replayed on each iteration alone (as
-    `critical-path --iteration N --what-if SPEC` gives for each N: the carry, the wait on
-    earlier iterations' GPU work, keeps its length, so a saving never compounds across
-    iterations); a source without iterations is one window."""
+    `critical-path --each-iteration --what-if SPEC` gives: the carry, the wait on earlier
+    iterations' GPU work, keeps its length, so a saving never compounds across iterations);
+    a source without iterations is one window."""
     it = _path(ds, ds.names(), (spec,), chain=False).iterations
     return float((it["path_ms"] - it["predicted_ms"]).mean() or 0.0)
 

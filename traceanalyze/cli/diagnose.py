@@ -48,7 +48,7 @@ def diagnose(
     and pageable copies, small kernels, exposed communication, stragglers, throttling, FP32
     math without Tensor Cores, layout transposes, the top kernels, warm-up and outlier
     iterations), sorted by the saving the critical path predicts when the finding's what-if is
-    replayed (critical-path --iteration N --what-if SPEC, mean of path_ms - predicted_ms),
+    replayed (critical-path --each-iteration --what-if SPEC, mean of path_ms - predicted_ms),
     and the rules this input could not answer. Rules and thresholds: docs/diagnose.md.
     """
     if out_json and out_md:

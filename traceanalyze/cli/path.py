@@ -28,6 +28,12 @@ _TABLE_DROP = ("source_id", "start_ns")
     "inside matching operators or NVTX ranges), 'gpu-op:REGEX=F' (the kernels launched inside "
     "matching operators), 'launch=F' (launch latencies). Repeatable.",
 )
+@click.option(
+    "--each-iteration",
+    is_flag=True,
+    help="Replay each iteration's what-if alone, its carry kept (as --iteration N for each N): "
+    "the savings diagnose reports.",
+)
 @click.option("--by-event", is_flag=True, help="The events on the path, with their share.")
 @click.option(
     "--across-ranks",
@@ -41,6 +47,7 @@ def critical_path(
     ds: Dataset,
     iteration: int | None,
     what_if: tuple[str, ...],
+    each_iteration: bool,
     by_event: bool,
     across_ranks: bool,
     top: int,
@@ -67,7 +74,11 @@ def critical_path(
     many it crosses.
     """
     res = ds.critical_path(
-        iteration=iteration, what_if=what_if, by_event=by_event, across_ranks=across_ranks
+        iteration=iteration,
+        what_if=what_if,
+        by_event=by_event,
+        across_ranks=across_ranks,
+        each_iteration=each_iteration,
     )
     if out_json or out_csv:
         main = res.ranks if across_ranks and res.ranks is not None else res.iterations

@@ -21,14 +21,12 @@ Diagnosis = Any
 
 def reproduce(d: Diagnosis, what_if: str | None) -> str:
     """The command that reproduces a finding's saving (or the diagnosis itself): the mean of
-    path_ms − predicted_ms over its rows, one `--iteration N` run per iteration."""
+    path_ms − predicted_ms over its rows, each iteration replayed alone."""
     args = " ".join(shlex.quote(a) for a in d.inputs)
     if what_if is None:
         return f"traceanalyze diagnose {args} --json"
-    its = d.iterations["iteration"].drop_nulls().unique().sort().to_list()
-    each = f" --iteration N  # N in {', '.join(map(str, its))}" if its else ""
     spec = shlex.quote(what_if)
-    return f"traceanalyze critical-path {args} --what-if {spec} --json{each}"
+    return f"traceanalyze critical-path {args} --each-iteration --what-if {spec} --json"
 
 
 def _saving(f: dict[str, Any]) -> str:
