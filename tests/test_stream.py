@@ -110,4 +110,5 @@ def test_the_big_formats_stream() -> None:
     from traceanalyze.readers import READERS
 
     big = {"kineto_json", "nsys_sqlite", "nsys_rep", "nvprof_sqlite", "nvprof_csv", "smi_csv"}
+    big |= {"rocprofv3_json", "rpd"}  # ROCm traces (issue 36)
     assert {s for s, r in READERS.items() if r.streams} == big
