@@ -94,7 +94,9 @@ def _host(ops: Frame, markers: Frame, api_calls: Frame) -> pl.DataFrame:
     return h.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("source_id").alias("hid"))
 
 
-def _gpu(kernels: Frame, memcpy: Frame, api_calls: Frame, h: pl.DataFrame) -> pl.DataFrame:
+def _gpu(
+    kernels: Frame, memcpy: Frame, api_calls: Frame, h: pl.DataFrame, all_calls: Frame
+) -> pl.DataFrame:
     cols = ["source_id", "process_id", "device_id", "stream_id", "correlation_id"]
     k = (
         kernels.lazy()
@@ -126,7 +128,8 @@ def _gpu(kernels: Frame, memcpy: Frame, api_calls: Frame, h: pl.DataFrame) -> pl
             pl.lit("memcpy").alias("kind"),
         )
     )
-    g = launch_calls(pl.concat([k, m], how="vertical_relaxed"), api_calls)
+    both = pl.concat([k, m], how="vertical_relaxed")
+    g = _launched(launch_calls(both, api_calls), both, all_calls)
     calls = h.filter(pl.col("kind") == "call").select(
         "source_id",
         pl.col("process_id").alias("call_process_id"),
@@ -153,31 +156,46 @@ def _gpu(kernels: Frame, memcpy: Frame, api_calls: Frame, h: pl.DataFrame) -> pl
     )
 
 
+def _launched(g: pl.DataFrame, both: pl.LazyFrame, all_calls: Frame) -> pl.DataFrame:
+    """`launch_ns`: when each op was launched, from the whole trace's calls (a window's calls
+    miss the earlier and later steps'); an op with no launch call anywhere was launched no later
+    than it started, so its start stands in."""
+    at = launch_calls(both.select("source_id", "process_id", "correlation_id"), all_calls)
+    return g.with_columns(pl.coalesce(at["call_start_ns"], pl.col("start_ns")).alias("launch_ns"))
+
+
 def _cross_waits(g: pl.DataFrame) -> pl.DataFrame:
-    """Per GPU event: the latest event of another stream of its device ended by its start."""
-    parts = []
-    for _, dev in g.group_by(["source_id", "device_id"], maintain_order=True):
-        ends = dev.select("stream_id", pl.col("end_ns").alias("wait_end"), "gid").sort("wait_end")
-        for (sid,), lane in dev.group_by(["stream_id"], maintain_order=True):
-            other = ends.filter(pl.col("stream_id").ne_missing(sid)).drop("stream_id")
-            left = lane.select("gid", "start_ns").sort("start_ns")
-            j = left.join_asof(
-                other.rename({"gid": "wait_gid"}),
-                left_on="start_ns",
-                right_on="wait_end",
-                strategy="backward",
-            )
-            parts.append(
-                j.select(
-                    pl.lit(dev["source_id"][0]).alias("source_id"), "gid", "wait_gid", "wait_end"
-                )
-            )
-    if not parts:
-        return g.with_columns(
-            pl.lit(None, dtype=pl.Int64).alias("wait_gid"),
-            pl.lit(None, dtype=pl.Int64).alias("wait_end"),
-        )
-    return g.join(pl.concat(parts), on=["source_id", "gid"], how="left")
+    """Per GPU event: the latest event of another stream of its device that ended by its start
+    and was launched no later than it (`launch_ns`): a wait is set up by the host before the
+    waiting op is launched, so work launched after it (in a later step) is never waited for."""
+    wait_gid = np.full(g.height, -1, dtype=np.int64)
+    wait_end = np.full(g.height, cg.NONE, dtype=np.int64)
+    for rows in g.with_row_index("_r").group_by(["source_id", "device_id"]).agg("_r")["_r"]:
+        r = rows.to_numpy()
+        _device_waits(g[r], r, wait_gid, wait_end)
+    return g.with_columns(
+        pl.Series("wait_gid", wait_gid).replace(-1, None),
+        pl.Series("wait_end", wait_end).replace(cg.NONE, None),
+    )
+
+
+def _device_waits(dev: pl.DataFrame, rows: Any, out_gid: Any, out_end: Any) -> None:
+    start, end, launch = _i64(dev["start_ns"]), _i64(dev["end_ns"]), _i64(dev["launch_ns"])
+    stream, gid = _i64(dev["stream_id"], cg.NONE), _i64(dev["gid"])
+    by_end = np.argsort(end, kind="stable")
+    for sid in np.unique(stream).tolist():
+        mine = np.flatnonzero(stream == sid)
+        other = by_end[stream[by_end] != sid]
+        if other.size == 0:
+            continue
+        ends, late = end[other], launch[other]
+        pos = np.searchsorted(ends, start[mine], side="right") - 1
+        for k, p in zip(mine.tolist(), pos.tolist(), strict=True):
+            if p >= 0 and late[p] > launch[k]:  # the latest one came later: look further back
+                ok = np.flatnonzero(late[: p + 1] <= launch[k])
+                p = int(ok[-1]) if ok.size else -1
+            if p >= 0:
+                out_gid[rows[k]], out_end[rows[k]] = gid[other[p]], ends[p]
 
 
 def _sync_waits(h: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
@@ -198,7 +216,7 @@ def _sync_waits(h: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
             pl.col("pid").alias("process_id"),
             pl.col("end_ns").alias("wait_end"),
             pl.col("gid").alias("wait_gid"),
-            pl.col("call_start_ns").alias("wait_call"),
+            pl.col("launch_ns").alias("wait_call"),
         )
         .sort("wait_end")
     )
@@ -218,7 +236,7 @@ def _sync_waits(h: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
         & (pl.col("own_end") <= pl.col("end_ns"))
     )
     other_ok = (pl.col("wait_end") > pl.col("start_ns")) & (
-        pl.col("wait_call").is_null() | (pl.col("wait_call") < pl.col("start_ns"))
+        pl.col("wait_call") < pl.col("start_ns")
     )
     return j.select(
         "source_id",
@@ -282,6 +300,7 @@ class SourceEvents:
         self.g_launch_edge = g["launch_edge"].fill_null(True).to_numpy()
         self.g_prev, self.g_prev_end = _i64(g["prev_gid"]), _i64(g["prev_end"], cg.NONE)
         self.g_wait, self.g_wait_end = _i64(g["wait_gid"]), _i64(g["wait_end"], cg.NONE)
+        self.g_launch = _i64(g["launch_ns"], cg.NONE)
         # names and ids stay polars Series (no Python object per event): read only for
         # the events on a path (`describe`)
         self.g_name, self.g_kind = g["name"], g["kind"]
@@ -325,7 +344,7 @@ class SourceEvents:
                 return np.full(ix.size, -1, dtype=np.int64)
             return np.where(ix >= 0, gmap[np.maximum(ix, 0)], -1)
 
-        call = self.g_call[gids]
+        call, launched = self.g_call[gids], self._launched
         host = cg.HostSlice(
             thread=self.h_thread[hids],
             process=self.h_pid[hids],
@@ -337,6 +356,7 @@ class SourceEvents:
             wait_end=self.h_wait_end[hids],
             own_factor=self.h_factor[hids],
             wait_global=self.h_wait_gid[hids],
+            wait_launch=launched(self.h_wait_gid[hids]),
         )
         gpu = cg.GpuSlice(
             start=self.g_start[gids],
@@ -353,9 +373,17 @@ class SourceEvents:
             launch_edge=self.g_launch_edge[gids],
             prev_global=self.g_prev[gids],
             wait_global=self.g_wait[gids],
+            prev_launch=launched(self.g_prev[gids]),
+            wait_launch=launched(self.g_wait[gids]),
         )
         gmap[gids] = -1
         return Slice(host, gpu, hids, gids)
+
+    def _launched(self, ix: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """When the GPU events `ix` (window ids, -1: none) were launched (NONE: none)."""
+        if self.g_launch.size == 0:
+            return np.full(ix.size, cg.NONE, dtype=np.int64)
+        return np.where(ix >= 0, self.g_launch[np.maximum(ix, 0)], cg.NONE)
 
     def describe(self, sl: Slice, b: cg.Built, ref: int, cat: int, ns: float) -> tuple[Any, ...]:
         """One `EVENT_SCHEMA` row: the event `ref` (local) charged `ns` of category `cat`."""
@@ -406,13 +434,15 @@ def window_events(
     wi: WhatIf | None,
     *,
     orphans: bool,
+    all_calls: Frame | None = None,
 ) -> SourceEvents | None:
     """The `SourceEvents` of one source's window (frames already cut to it, see `windows`);
     None when it has no timed event. `orphans`: GPU events without a launch call in the window
     count as the window's own when they start in it (the source has no API calls at all, or
-    the event carries no correlation id)."""
+    the event carries no correlation id). `all_calls`: the source's calls beyond the window, to
+    tell when each GPU op was launched (default: the window's)."""
     h = _host(ops, markers, api_calls)
-    g = _gpu(kernels, memcpy, api_calls, h)
+    g = _gpu(kernels, memcpy, api_calls, h, api_calls if all_calls is None else all_calls)
     g = _cross_waits(g).sort("source_id", "gid")
     if h.height == 0 and g.height == 0:
         return None

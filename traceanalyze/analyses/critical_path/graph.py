@@ -70,6 +70,8 @@ class HostSlice:
     wait_end: I64
     own_factor: npt.NDArray[np.float64]
     wait_global: I64
+    # when the waited-for GPU event was launched (NONE: no wait); see `GpuSlice`
+    wait_launch: I64 | None = None
 
 
 @dataclass
@@ -77,9 +79,12 @@ class GpuSlice:
     """GPU events of one iteration: `cat` (GPU_COMPUTE, GPU_COMM or GPU_MEMORY), `call` (local
     host index of the launch call, -1: none in the iteration), `prev` (local index of the previous
     event on the stream, -1: none here) with `prev_end` (its end, NONE: no previous event),
-    `wait` / `wait_end` (the latest event of another stream ended before the start), `factor`
-    (the what-if factor of the duration) and `launch_edge` (False: an op of a graph replay after
-    the first of its stream, which follows in stream order and has no launch edge)."""
+    `wait` / `wait_end` (the latest event of another stream ended before the start, launched
+    no later than this one), `factor` (the what-if factor of the duration), `launch_edge` (False:
+    an op of a graph replay after the first of its stream, which follows in stream order and has
+    no launch edge) and `prev_launch` / `wait_launch`: when those earlier events were launched
+    (their call's start in the whole trace, else their own start). Only an event launched before
+    the iteration's start is earlier work that a carry may wait for."""
 
     start: I64
     end: I64
@@ -94,6 +99,8 @@ class GpuSlice:
     wait_global: I64
     # False for a graph replay's op after the first of its stream: no launch edge of its own
     launch_edge: npt.NDArray[np.bool_] | None = None
+    prev_launch: I64 | None = None
+    wait_launch: I64 | None = None
 
 
 @dataclass
@@ -226,6 +233,10 @@ def _sync_edges(b: Built, h: HostSlice, g: GpuSlice) -> None:
         k = int(h.wait_gpu[j])
         if k >= 0:
             _add(b, 2 * (b.n_host + k) + 1, 2 * j + 1, lag, float(lag), SYNC, j)
+        elif not _earlier(h.wait_launch, j, b.lo):
+            # waited for work outside the graph launched in this iteration: the call's own time
+            w = int(h.end[j]) - int(h.start[j])
+            _add(b, 2 * j, 2 * j + 1, w, float(w), SYNC, j)
         else:
             w = int(h.end[j]) - b.lo
             _add(b, b.source, 2 * j + 1, w, float(w), CARRY, j)
@@ -242,14 +253,17 @@ def _rest(b: Built, node: int, ns: int, cat: int) -> None:
         b.carry_rest[node] = (max(ns, 0), cat)
 
 
+def _earlier(launch: I64 | None, k: int, lo: int) -> bool:
+    """Whether an event outside the graph was launched before the iteration's start (`lo`)."""
+    return launch is None or int(launch[k]) < lo
+
+
 def _gpu_edges(b: Built, h: HostSlice, g: GpuSlice, lo: int, launch_factor: float) -> None:
     """Duration, launch, stream-order and cross-stream wait edges of each GPU event."""
     for k in range(g.start.size):
         node = 2 * (b.n_host + k)
         s, e = int(g.start[k]), int(g.end[k])
-        ref = b.n_host + k
-        cat = int(g.cat[k])
-        _add(b, node, node + 1, e - s, (e - s) * float(g.factor[k]), cat, ref)
+        _add(b, node, node + 1, e - s, (e - s) * float(g.factor[k]), int(g.cat[k]), b.n_host + k)
         c = int(g.call[k]) if g.launch_edge is None or g.launch_edge[k] else -1
         ready_call = int(h.end[c]) if c >= 0 else NONE
         ready_prev = int(g.prev_end[k])
@@ -263,24 +277,55 @@ def _gpu_edges(b: Built, h: HostSlice, g: GpuSlice, lo: int, launch_factor: floa
             w = s - cs if ready == ready_call else min(int(h.end[c]) - cs, s - cs)
             _add(b, 2 * c, node, w, w * launch_factor, LAUNCH, c)
         if ready_prev != NONE:
-            w = s - ready_prev if ready == ready_prev else min(0, s - ready_prev)
-            p = int(g.prev[k])
-            if p >= 0:
-                _add(b, 2 * (b.n_host + p) + 1, node, w, float(w), IDLE, ref)
-            elif ready == ready_prev and ready_prev > lo:
-                _add(b, b.source, node, s - lo, float(s - lo), CARRY, ref)
-                b.carry.append((node, int(g.prev_global[k]), s - ready_prev))
-                _rest(b, node, s - ready_prev, IDLE)
+            _stream_edge(b, h, g, k, ready == ready_prev, lo)
         if waited:
-            q = int(g.wait[k])
-            src = 2 * (b.n_host + q) + 1 if q >= 0 else b.source
-            w = s - wait if q >= 0 else s - lo
-            _add(b, src, node, w, float(w), SYNC if q >= 0 else CARRY, ref)
-            if q < 0:
-                b.carry.append((node, int(g.wait_global[k]), s - wait))
-                _rest(b, node, s - wait, SYNC)
+            _wait_edge(b, h, g, k, lo)
         if node not in b.has_in:
-            _add(b, b.source, node, s - lo, float(s - lo), IDLE, ref)
+            _add(b, b.source, node, s - lo, float(s - lo), IDLE, b.n_host + k)
+
+
+def _stream_edge(b: Built, h: HostSlice, g: GpuSlice, k: int, binding: bool, lo: int) -> None:
+    """The previous event on the stream -> event k (the gap, idle); a previous event outside
+    the graph is a carry when it was launched before the iteration, else unknown work."""
+    node, s, ready_prev = 2 * (b.n_host + k), int(g.start[k]), int(g.prev_end[k])
+    w = s - ready_prev if binding else min(0, s - ready_prev)
+    p = int(g.prev[k])
+    if p >= 0:
+        _add(b, 2 * (b.n_host + p) + 1, node, w, float(w), IDLE, b.n_host + k)
+    elif binding and ready_prev > lo and _earlier(g.prev_launch, k, lo):
+        _add(b, b.source, node, s - lo, float(s - lo), CARRY, b.n_host + k)
+        b.carry.append((node, int(g.prev_global[k]), s - ready_prev))
+        _rest(b, node, s - ready_prev, IDLE)
+    elif binding and ready_prev > lo:
+        _unknown(b, h, g, k, lo)
+
+
+def _wait_edge(b: Built, h: HostSlice, g: GpuSlice, k: int, lo: int) -> None:
+    """The cross-stream wait of event k: from the waited-for event's end (sync), a carry when
+    that event is outside the graph and was launched before the iteration, else unknown work."""
+    node, s, wait = 2 * (b.n_host + k), int(g.start[k]), int(g.wait_end[k])
+    q = int(g.wait[k])
+    if q >= 0:
+        _add(b, 2 * (b.n_host + q) + 1, node, s - wait, float(s - wait), SYNC, b.n_host + k)
+    elif _earlier(g.wait_launch, k, lo):
+        _add(b, b.source, node, s - lo, float(s - lo), CARRY, b.n_host + k)
+        b.carry.append((node, int(g.wait_global[k]), s - wait))
+        _rest(b, node, s - wait, SYNC)
+    else:
+        _unknown(b, h, g, k, lo)
+
+
+def _unknown(b: Built, h: HostSlice, g: GpuSlice, k: int, lo: int) -> None:
+    """Event k waited for GPU work outside the graph that was launched in this iteration (by no
+    call in the trace, or by a thread it leaves out): not earlier work, so no carry. The wait is
+    idle after its own launch call (no host-free step), or after the iteration's start without
+    one."""
+    node, s = 2 * (b.n_host + k), int(g.start[k])
+    c = int(g.call[k])
+    src, t0 = (b.source, lo) if c < 0 else (2 * c + 1, int(h.end[c]))
+    if c >= 0 and t0 > s:  # a graph launch call still running when the op started
+        src, t0 = 2 * c, int(h.start[c])
+    _add(b, src, node, s - t0, float(s - t0), IDLE, b.n_host + k)
 
 
 def build(h: HostSlice, g: GpuSlice, lo: int, launch_factor: float = 1.0) -> Built:

@@ -83,8 +83,10 @@ def events(inp: Inputs, sid: str, w: Window, wi: object, orphans: bool) -> Sourc
     mine = pl.col("source_id") == sid
     host = mine & (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
     gpu = mine & (pl.col("end_ns") >= lo)
+    launched = mine  # the calls that launched the GPU events read: all before the last's start
     if gpu_hi is not None:
         gpu = gpu & (pl.col("start_ns") < gpu_hi)
+        launched = launched & (pl.col("start_ns") < gpu_hi)
     return window_events(
         inp.kernels.filter(gpu),
         inp.memcpy.filter(gpu),
@@ -93,6 +95,7 @@ def events(inp: Inputs, sid: str, w: Window, wi: object, orphans: bool) -> Sourc
         inp.markers.filter(host),
         wi,  # type: ignore[arg-type]
         orphans=orphans,
+        all_calls=inp.api_calls.filter(launched),
     )
 
 
