@@ -15,10 +15,11 @@ pairing), plus GPU events without a launch call that start in the window. Edges:
   ends after the GPU event it waited for (the copy it issued, else the latest GPU event of its
   process that ended inside the call and was launched before it) -- `sync`, the wake-up lag; a
   GPU event that starts more than 5 µs after its launch and stream predecessor were ready waited
-  for the latest event of another stream of its device that ended before it (`sync`; event and
-  stream waits, collectives);
-* **carry**: a GPU event or a blocking call whose binding predecessor belongs to an earlier
-  iteration (the GPU still busy with the previous step) hangs on the iteration's start
+  for the latest event of another stream of its device that ended before it and was launched no
+  later than it (`sync`; event and stream waits, collectives). *Launched*: the launch call's start
+  over the whole trace (without a call: the op's start), so no wait is on a later step's work;
+* **carry**: a GPU event or a blocking call whose binding predecessor was launched before the
+  iteration's start (the GPU still busy with the previous step) hangs on the iteration's start
   (`carry`, the wait on earlier work). No carry is longer than that work: the time from its end
   to the event's start is idle (sync for a blocking call's wake-up).
 * **graph replays**: a `cudaGraphLaunch*` / `cuGraphLaunch*` / `hipGraphLaunch*` call has one
