@@ -180,7 +180,7 @@ def check_max_bars(max_bars: int) -> None:
     """`max_bars` is at least 1 (checked when the timeline is asked for, before the lanes are
     made: they are made when the figure reads them)."""
     if max_bars < 1:
-        raise UsageProblem(f"max_bars (--max-bars) must be at least 1, got {max_bars}")
+        raise UsageProblem(f"max_bars={max_bars}: must be at least 1")
 
 
 def lanes(
