@@ -206,3 +206,46 @@ def test_whole_trace_timeline_colours_binned_kernel_lanes(drawn, tmp_path) -> No
     swatches = {to_hex(h.get_facecolor()[:3]) for h in legend.legend_handles}
     assert all(h.get_fill() for h in legend.legend_handles)  # swatches, not bare names
     assert used <= swatches and len(used) >= 3  # several kernels' colours, not one blue
+
+
+NSYS_H100 = "nsys_sqlite/nsysai_h100x2_torchrun_train_1window_nsys2026.2.sqlite"
+
+
+def nvtx_names(path) -> set[str]:
+    """The export's NVTX range names, PyTorch emit_nvtx's `, seq = N, op_id = N` dropped."""
+    import re
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = con.execute(
+            "SELECT coalesce(e.text, s.value) FROM NVTX_EVENTS e "
+            "LEFT JOIN StringIds s ON s.id = e.textId"
+        ).fetchall()
+    finally:
+        con.close()
+    return {re.sub(r", (seq|op_id) = \d+", "", n).rstrip("0123456789# ") for (n,) in rows if n}
+
+
+def test_nvtx_lanes_coloured_by_name_with_a_legend(drawn, tmp_path) -> None:
+    """Before: the NVTX lanes of an nsys trace were one colour with no legend."""
+    from matplotlib.colors import to_hex
+
+    r = shared(NSYS_H100)
+    names = nvtx_names(r)
+    assert len(names) > 10  # more names than colours: the ones with the most time get one
+    fig = drawn("timeline", r, "-o", tmp_path / "t.png")
+    ax = fig.axes[0]
+    ticks = [t.get_text() for t in ax.get_yticklabels()]
+    rows = [i for i, t in enumerate(ticks) if "annotations" in t]
+    assert rows  # the NVTX lanes (one per thread)
+    used: set[str] = set()
+    for c in ax.collections:
+        if any(abs(c.get_paths()[0].get_extents().y0 - (i - 0.4)) < 1e-6 for i in rows):
+            used |= {to_hex(f[:3]) for f in c.get_facecolors()}
+    [legend] = [lg for lg in fig.legends if "annotations" in lg.get_title().get_text()]
+    labels = [t.get_text().rsplit(" (", 1)[0] for t in legend.get_texts()]
+    swatches = {to_hex(h.get_facecolor()[:3]) for h in legend.legend_handles}
+    assert set(labels) - {"other annotations"} <= names and len(labels) == len(set(labels))
+    assert "aten::linear" in labels  # the emit_nvtx ids dropped: one name, not one per call
+    assert used <= swatches and len(used) >= 3  # colours by name, each in the legend

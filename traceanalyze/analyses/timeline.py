@@ -226,7 +226,8 @@ def lanes(
         if n <= max_bars:
             sub = raw.filter(same & (pl.col("activity") == act))
         else:
-            named = [pl.col("name")] if act == "kernels" else []  # each bin's main kernel
+            # each bin's main kernel, or annotation (issue 32: NVTX lanes were one colour)
+            named = [pl.col("name")] if act in ("kernels", "markers") else []
             sub = by_act[act].filter(same).select(*clip, *named).collect()
         out.append(_lane(sub, (dev, stream, act), t0, t1, max_bars, n))
     return pl.concat(out)
