@@ -249,3 +249,42 @@ def test_nvtx_lanes_coloured_by_name_with_a_legend(drawn, tmp_path) -> None:
     assert set(labels) - {"other annotations"} <= names and len(labels) == len(set(labels))
     assert "aten::linear" in labels  # the emit_nvtx ids dropped: one name, not one per call
     assert used <= swatches and len(used) >= 3  # colours by name, each in the legend
+
+
+def test_coreutil_draws_a_zero_as_0_and_a_missing_metric_as_na(drawn, write, tmp_path) -> None:
+    """Before: `coreutil.png` drew nothing for 0 % and nothing for a missing metric alike."""
+    from .test_analyses_coreutil import CYC, DUR, FMA, FP16, HEADER_2020, TENSOR
+
+    # Two files, two launches each: FP16 0 % on every launch, no SFU (XU) metric at all.
+    launches = {16: [(0, 10.0, 40.0), (1, 30.0, 50.0)], 32: [(0, 20.0, 60.0), (1, 40.0, 70.0)]}
+    files = []
+    for bs, rows in launches.items():
+        lines = [HEADER_2020]
+        for kid, fma, tensor in rows:
+            for m, unit, v in (
+                (CYC, "cycle", "1000"),
+                (DUR, "nsecond", "1500"),
+                (FMA, "%", fma),
+                (FP16, "%", 0.0),
+                (TENSOR, "%", tensor),
+            ):
+                lines.append(
+                    f'"{kid}","100","python","h","k{kid}","2024-Jul-13 19:18:31","1","7",'
+                    f'"Command line profiler metrics","{m}","{unit}","{v}"'
+                )
+        files.append(write(f"batch_{bs}.csv", "\n".join(lines) + "\n"))
+    fig = drawn("coreutil", *files, "--plot", tmp_path / "cu.png")
+    [ax] = fig.axes
+    units = {c.get_label(): c for c in ax.containers}
+    assert list(units) == ["FMA", "FP16", "Tensor Core", "SFU"]
+    assert all(len(c.patches) == len(launches) for c in units.values())  # bars = rows
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["bs 16", "bs 32"]
+    # equal cycles: the weighted mean is the plain mean of the launches' values
+    fma = [sum(r[1] for r in rows) / len(rows) for rows in launches.values()]
+    assert [p.get_height() for p in units["FMA"].patches] == pytest.approx(fma)
+    marks: dict[str, list[float]] = {}
+    for t in ax.texts:
+        marks.setdefault(t.get_text(), []).append(round(t.get_position()[0], 6))
+    centre = {k: [round(p.get_x() + p.get_width() / 2, 6) for p in c] for k, c in units.items()}
+    assert sorted(marks) == ["0", "n/a"]
+    assert marks["0"] == centre["FP16"] and marks["n/a"] == centre["SFU"]
