@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 import traceanalyze as ta
 from traceanalyze.cli import main
-from traceanalyze.errors import UnknownFormat
+from traceanalyze.errors import NotAnswerable, UnknownFormat
 
 PACKAGE = Path(ta.__file__).parent
 # Not the library: the command line itself, and `collect` (the `collect` command's own steps and
@@ -123,3 +123,19 @@ def test_the_command_says_its_flag(unknown: Path, tmp_path: Path) -> None:
     assert "pass --format SLUG if you know it" in r.stderr and "format=" not in r.stderr
     r = CliRunner().invoke(main, ["summary", str(unknown)])
     assert r.exit_code == 1 and "pass --format SLUG" in r.stderr
+
+
+CPU_TRACE = (
+    Path(__file__).parents[1] / "fixtures/kineto_json-resnet50-cpu/torch_bs2_rank0.pt.trace.json.gz"
+)
+
+
+def test_a_warning_names_the_parameter_and_the_command_its_flag() -> None:
+    """A CPU run (the fixture has no GPU work) filtered to device 7: a warning."""
+    said = r"^device=7: these sources have no per-device data$"
+    # the warning, then no kernels to answer with
+    with pytest.warns(UserWarning, match=said), pytest.raises(NotAnswerable):
+        ta.open(CPU_TRACE).where(device=7).busy()
+    r = CliRunner().invoke(main, ["busy", str(CPU_TRACE), "--device", "7"])
+    line = "traceanalyze: warning: --device 7: these sources have no per-device data\n"
+    assert r.stderr.startswith(line)
