@@ -136,7 +136,7 @@ def test_mfu_unknown_gpu_and_missing_batch_size() -> None:
     # The ResNet-50 V100 trace: profiler steps without a batch size.
     k = read(shared(RESNET))
     r = M.mfu(k.iterations, k.devices).row(0, named=True)
-    assert r["mfu_pct"] is None and "--batch-size" in r["note"]
+    assert r["mfu_pct"] is None and "batch_size=N" in r["note"]
     assert r["device_name"] == "Tesla V100-SXM2-32GB"
 
 

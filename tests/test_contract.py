@@ -93,7 +93,7 @@ def test_detect_format_none_lists_candidates(tmp_path: Path) -> None:
     with pytest.raises(UnknownFormat) as e:
         detect_format(p)
     msg = str(e.value)
-    assert str(p) in msg and "--format" in msg
+    assert str(p) in msg and "format=SLUG" in msg
     for slug in SLUGS:
         assert slug in msg
 

@@ -206,3 +206,85 @@ def test_whole_trace_timeline_colours_binned_kernel_lanes(drawn, tmp_path) -> No
     swatches = {to_hex(h.get_facecolor()[:3]) for h in legend.legend_handles}
     assert all(h.get_fill() for h in legend.legend_handles)  # swatches, not bare names
     assert used <= swatches and len(used) >= 3  # several kernels' colours, not one blue
+
+
+NSYS_H100 = "nsys_sqlite/nsysai_h100x2_torchrun_train_1window_nsys2026.2.sqlite"
+
+
+def nvtx_names(path) -> set[str]:
+    """The export's NVTX range names, PyTorch emit_nvtx's `, seq = N, op_id = N` dropped."""
+    import re
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = con.execute(
+            "SELECT coalesce(e.text, s.value) FROM NVTX_EVENTS e "
+            "LEFT JOIN StringIds s ON s.id = e.textId"
+        ).fetchall()
+    finally:
+        con.close()
+    return {re.sub(r", (seq|op_id) = \d+", "", n).rstrip("0123456789# ") for (n,) in rows if n}
+
+
+def test_nvtx_lanes_coloured_by_name_with_a_legend(drawn, tmp_path) -> None:
+    """Before: the NVTX lanes of an nsys trace were one colour with no legend."""
+    from matplotlib.colors import to_hex
+
+    r = shared(NSYS_H100)
+    names = nvtx_names(r)
+    assert len(names) > 10  # more names than colours: the ones with the most time get one
+    fig = drawn("timeline", r, "-o", tmp_path / "t.png")
+    ax = fig.axes[0]
+    ticks = [t.get_text() for t in ax.get_yticklabels()]
+    rows = [i for i, t in enumerate(ticks) if "annotations" in t]
+    assert rows  # the NVTX lanes (one per thread)
+    used: set[str] = set()
+    for c in ax.collections:
+        if any(abs(c.get_paths()[0].get_extents().y0 - (i - 0.4)) < 1e-6 for i in rows):
+            used |= {to_hex(f[:3]) for f in c.get_facecolors()}
+    [legend] = [lg for lg in fig.legends if "annotations" in lg.get_title().get_text()]
+    labels = [t.get_text().rsplit(" (", 1)[0] for t in legend.get_texts()]
+    swatches = {to_hex(h.get_facecolor()[:3]) for h in legend.legend_handles}
+    assert set(labels) - {"other annotations"} <= names and len(labels) == len(set(labels))
+    assert "aten::linear" in labels  # the emit_nvtx ids dropped: one name, not one per call
+    assert used <= swatches and len(used) >= 3  # colours by name, each in the legend
+
+
+def test_coreutil_draws_a_zero_as_0_and_a_missing_metric_as_na(drawn, write, tmp_path) -> None:
+    """Before: `coreutil.png` drew nothing for 0 % and nothing for a missing metric alike."""
+    from .test_analyses_coreutil import CYC, DUR, FMA, FP16, HEADER_2020, TENSOR
+
+    # Two files, two launches each: FP16 0 % on every launch, no SFU (XU) metric at all.
+    launches = {16: [(0, 10.0, 40.0), (1, 30.0, 50.0)], 32: [(0, 20.0, 60.0), (1, 40.0, 70.0)]}
+    files = []
+    for bs, rows in launches.items():
+        lines = [HEADER_2020]
+        for kid, fma, tensor in rows:
+            for m, unit, v in (
+                (CYC, "cycle", "1000"),
+                (DUR, "nsecond", "1500"),
+                (FMA, "%", fma),
+                (FP16, "%", 0.0),
+                (TENSOR, "%", tensor),
+            ):
+                lines.append(
+                    f'"{kid}","100","python","h","k{kid}","2024-Jul-13 19:18:31","1","7",'
+                    f'"Command line profiler metrics","{m}","{unit}","{v}"'
+                )
+        files.append(write(f"batch_{bs}.csv", "\n".join(lines) + "\n"))
+    fig = drawn("coreutil", *files, "--plot", tmp_path / "cu.png")
+    [ax] = fig.axes
+    units = {c.get_label(): c for c in ax.containers}
+    assert list(units) == ["FMA", "FP16", "Tensor Core", "SFU"]
+    assert all(len(c.patches) == len(launches) for c in units.values())  # bars = rows
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["bs 16", "bs 32"]
+    # equal cycles: the weighted mean is the plain mean of the launches' values
+    fma = [sum(r[1] for r in rows) / len(rows) for rows in launches.values()]
+    assert [p.get_height() for p in units["FMA"].patches] == pytest.approx(fma)
+    marks: dict[str, list[float]] = {}
+    for t in ax.texts:
+        marks.setdefault(t.get_text(), []).append(round(t.get_position()[0], 6))
+    centre = {k: [round(p.get_x() + p.get_width() / 2, 6) for p in c] for k, c in units.items()}
+    assert sorted(marks) == ["0", "n/a"]
+    assert marks["0"] == centre["FP16"] and marks["n/a"] == centre["SFU"]

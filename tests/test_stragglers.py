@@ -429,10 +429,11 @@ def test_duplicate_ranks_mixed_world_sizes_and_two_jobs_are_errors() -> None:
     with pytest.raises(UsageProblem, match=r"ranks from different jobs .*world size 4: .*worker2_"):
         with_sources("world_size", 4, s2).stragglers()
     other = with_sources("path", "/elsewhere/worker2.json", s2)
-    with pytest.raises(UsageProblem, match=r"ranks of several jobs; choose one \(--job\): ") as err:
+    several = r"ranks of several jobs; choose one \(job=NAME\): "
+    with pytest.raises(UsageProblem, match=several) as err:
         other.stragglers()
     # both jobs named, sorted (the order depends on where ../shared lies)
-    listed = str(err.value).split("(--job): ", 1)[1].split(", ")
+    listed = str(err.value).split("(job=NAME): ", 1)[1].split(", ")
     assert listed == sorted(["/elsewhere", str(SET)])
     res = other.stragglers(job=str(SET))
     assert 2 not in res.ranks["rank"].to_list() and "missing rank(s) 2" in " ".join(res.notes)
@@ -773,7 +774,7 @@ def test_cli_several_jobs_is_a_usage_error_and_job_picks_one() -> None:
     r = CliRunner().invoke(main, ["stragglers", *files])
     assert r.exit_code == 2
     assert (
-        f"traceanalyze: error: ranks of several jobs; choose one (--job): {SET}, {NSYS_2GPU}"
+        f"traceanalyze: error: ranks of several jobs; choose one (--job NAME): {SET}, {NSYS_2GPU}"
         in r.output
     )
     r = CliRunner().invoke(main, ["stragglers", *files, "--job", str(NSYS_2GPU)])

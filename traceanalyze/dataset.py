@@ -206,7 +206,7 @@ class Dataset:
             names = self.names()
             listed = ", ".join(f"{i} ({source_name(names, i)})" if i in names else i for i in ids)
             raise UsageProblem(
-                f"{what} works on one source; choose one (--source, or Dataset.where(source=…)): "
+                f"{what} works on one source; choose one with source=ID: "
                 f"{listed or 'none selected'}"
             )
         return ids[0]

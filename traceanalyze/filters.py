@@ -29,7 +29,7 @@ def check_devices(want: Sequence[int], active: set[int]) -> None:
         return
     names = ", ".join(map(str, missing))
     if not active:
-        warnings.warn(f"--device {names}: these sources have no per-device data", stacklevel=3)
+        warnings.warn(f"device={names}: these sources have no per-device data", stacklevel=3)
         return
     there = f"devices with work: {', '.join(map(str, sorted(active)))}"
     if len(missing) == len(set(want)):

@@ -215,7 +215,7 @@ def ingest_dask(
         from distributed import as_completed as dask_as_completed
     except ImportError:
         raise TraceanalyzeError(
-            "--dask needs dask.distributed: pip install 'traceanalyze[dask]'"
+            "ingest_dask needs dask.distributed: pip install 'traceanalyze[dask]'"
         ) from None
     root = (store.root if isinstance(store, Store) else Path(store)).absolute()
     st = Store(root)

@@ -34,7 +34,7 @@ def ops(ds: DatasetView, by: str = "op", top: int = 25) -> pl.DataFrame:
     else:
         raise UsageProblem(f"by must be 'op' or 'kernel', not {by!r}")
     if by == "kernel" and df.height == 0 and ds.scan("kernels").head(1).collect().height == 0:
-        raise NotAnswerable(f"no GPU kernels in {ds.origin} (a CPU run?): try --by op")
+        raise NotAnswerable(f"no GPU kernels in {ds.origin} (a CPU run?): try by=op")
     if df.height == 0 or (by == "op" and df["op"].drop_nulls().len() == 0):
         raise NotAnswerable(
             f"no host operators (PyTorch profiler ops) or NVTX ranges in {ds.origin}"

@@ -176,7 +176,7 @@ def busy(
 
     window = None
     if start_ms is not None or end_ms is not None:
-        ds.one_source("a --start/--end window")
+        ds.one_source("a window (start_ms=MS or end_ms=MS)")
         t0, t1 = extent(ds)
         origin = trace_origin(ds)  # the timeline's origin: the first event of any kind
         window = (
@@ -261,7 +261,7 @@ def attribute(
     if per not in ("iteration", "kernel"):
         raise UsageProblem(f"per must be 'iteration' or 'kernel', got {per!r}")
     if samples_from is not None:
-        ds.one_source("samples from another source (--samples-from)")
+        ds.one_source("samples from another source (samples_from=ID)")
         check_source(ds, samples_from)
     samples, srcs = ds.scan_all("gpu_samples"), ds.scan_all("sources")
     if per == "iteration":

@@ -189,8 +189,8 @@ def one_gpu_run(ds: DatasetView, label: str, desc: str, pool: bool) -> str:
         " + ".join(f"{sid} ({file(sid)})" for sid in members) for members in runs.values()
     )
     raise UsageProblem(
-        f"side {label} holds {len(runs)} GPU-runs: {listed}; choose one with --source ID (each "
-        "side keeps the ids it holds; every file of a run), or pool them with --pool",
+        f"side {label} holds {len(runs)} GPU-runs: {listed}; choose one with source=ID (each "
+        "side keeps the ids it holds; every file of a run), or pool them with pool=True",
         path=ds.origin,
     )
 

@@ -394,7 +394,7 @@ def _check_launches(launches: pl.DataFrame, chosen: dict[str, str | None], weigh
         also = f"; also no metric for {_looked_for(absent)}" if absent else ""
         raise _Unanswered(
             f"weight {weight!r} needs metric {wmetric} on each launch "
-            f"(add it to ncu --metrics, or use --weight none){also}",
+            f"(add it to ncu --metrics, or use weight=none){also}",
             [*absent, wmetric],
         )
     if launches.height == 0:
@@ -487,7 +487,7 @@ def _check_level_weight(label: str, weight: str) -> None:
     if weight == "duration":
         raise _Unanswered(
             "nvprof *_fu_utilization levels are aggregates per kernel name; weight 'duration' "
-            "is not available (use --weight none: every launch counts once)",
+            "is not available (use weight=none: every launch counts once)",
             ["gpu__time_duration.sum"],
         )
     if weight == "cycles":

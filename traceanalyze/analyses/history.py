@@ -143,7 +143,7 @@ def history(
     if unknown:
         raise UsageProblem(f"unknown runs column(s): {', '.join(unknown)}")
     if not runs.schema[metric].is_numeric():
-        raise UsageProblem(f"--metric {metric} is not a numeric runs column")
+        raise UsageProblem(f"metric={metric}: not a numeric runs column")
     df = runs.filter(pl.col(metric).is_not_null() & pl.col("run_start_ns").is_not_null())
     df = df.sort(*keys, "run_start_ns", "source_id", nulls_last=True)
     rows: list[dict[str, object]] = []

@@ -166,7 +166,7 @@ def mfu(
         name = _gpu_name(gpu, names.get(sid), note)
         achieved = None if r["images_per_s"] is None else r["images_per_s"] * flops
         if r["images_per_s"] is None:
-            note.append("no images/s (iterations without batch size: give --batch-size)")
+            note.append("no images/s (iterations without batch size: give batch_size=N)")
         peak, pk, used = _peak_of(name, precision, note)
         m = None
         if achieved is not None and pk is not None:
@@ -210,7 +210,7 @@ def _peak_of(
     is added to `note`."""
     peak = find_peak(name) if name else None
     if name is None:
-        note.append("GPU unknown (no device name: give --gpu)")
+        note.append("GPU unknown (no device name: give gpu=NAME)")
         return None, None, None
     if peak is None:
         note.append(f"no peak for GPU {name!r} in gpu_peaks.csv")

@@ -41,10 +41,10 @@ def check_by(by: Sequence[str], columns: Sequence[str]) -> None:
     unknown = [c for c in by if c not in columns]
     if unknown:
         raise UsageProblem(
-            f"unknown runs column(s) {', '.join(unknown)} in --by (columns: {', '.join(columns)})"
+            f"unknown runs column(s) {', '.join(unknown)} in by= (columns: {', '.join(columns)})"
         )
     if "accelerators" in by:
-        raise UsageProblem("--by cannot hold 'accelerators': it is what each group scales over")
+        raise UsageProblem("by= cannot hold 'accelerators': it is what each group scales over")
 
 
 def scaling(runs: pl.DataFrame, by: Sequence[str] = DEFAULT_BY) -> pl.DataFrame:

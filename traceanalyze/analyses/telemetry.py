@@ -145,7 +145,7 @@ def pair_samples(
         if warn and problems:
             warnings.warn(
                 f"{label}: no telemetry for {what}: {'; '.join(dict.fromkeys(problems))}; "
-                "left null (choose with --samples-from and/or --device)",
+                "left null (choose with samples_from=ID and/or device=N)",
                 stacklevel=2,
             )
     return pl.DataFrame(rows, schema=PAIR_SCHEMA, orient="row")

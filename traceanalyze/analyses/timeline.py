@@ -180,7 +180,7 @@ def check_max_bars(max_bars: int) -> None:
     """`max_bars` is at least 1 (checked when the timeline is asked for, before the lanes are
     made: they are made when the figure reads them)."""
     if max_bars < 1:
-        raise UsageProblem(f"max_bars (--max-bars) must be at least 1, got {max_bars}")
+        raise UsageProblem(f"max_bars={max_bars}: must be at least 1")
 
 
 def lanes(
@@ -226,7 +226,8 @@ def lanes(
         if n <= max_bars:
             sub = raw.filter(same & (pl.col("activity") == act))
         else:
-            named = [pl.col("name")] if act == "kernels" else []  # each bin's main kernel
+            # each bin's main kernel, or annotation (issue 32: NVTX lanes were one colour)
+            named = [pl.col("name")] if act in ("kernels", "markers") else []
             sub = by_act[act].filter(same).select(*clip, *named).collect()
         out.append(_lane(sub, (dev, stream, act), t0, t1, max_bars, n))
     return pl.concat(out)

@@ -44,7 +44,7 @@ def guarded(ctx: click.Context) -> Iterator[None]:
     seen: set[str] = set()
 
     def show(message: Warning | str, *args: Any, **kwargs: Any) -> None:
-        text = str(message)
+        text = as_flags(ctx, str(message))
         if text not in seen:  # the same note from a loop once, not once per row
             seen.add(text)
             click.echo(f"traceanalyze: warning: {text}", err=True)
@@ -90,8 +90,12 @@ def as_flags(ctx: click.Context, text: str) -> str:
     for p in cmd.params if cmd is not None else ():
         flags = [o for o in p.opts if o.startswith("--")]
         if isinstance(p, click.Option) and flags and p.name:
-            for name in {p.name, p.name.removesuffix("s")}:  # `sources` takes `source=ID`
-                text = re.sub(rf"\b{re.escape(name)}=", f"{flags[0]} ", text)
+            # `sources` takes `source=ID`; `fmt` is `format=`, `store_dir` is `store=`
+            names = {p.name, p.name.removesuffix("s"), flags[0][2:].replace("-", "_")}
+            for name in sorted(names, key=len, reverse=True):
+                if p.is_flag:  # `pool=True` is `--pool`
+                    text = re.sub(rf"(?<![\w.]){re.escape(name)}=True\b", flags[0], text)
+                text = re.sub(rf"(?<![\w.]){re.escape(name)}=", f"{flags[0]} ", text)
     return text
 
 
@@ -131,7 +135,8 @@ def verbose_option(f: F) -> F:
 
 def error_line(message: str) -> None:
     """One more `traceanalyze: error:` line (a command that answers in part, like coreutil)."""
-    click.echo(f"traceanalyze: error: {message}", err=True)
+    ctx = click.get_current_context(silent=True)
+    click.echo(f"traceanalyze: error: {as_flags(ctx, message) if ctx else message}", err=True)
 
 
 def verbose() -> bool:
@@ -297,6 +302,7 @@ def emit(df: Any, out_json: bool, out_csv: bool, title: str | None = None) -> No
     """Print one frame as a table, JSON or CSV."""
     if out_json and out_csv:
         raise click.UsageError("--json and --csv are exclusive")
+    df = _prose_flags(df)
     if out_json:
         click.echo(render.to_json(df))
     elif out_csv:
@@ -305,6 +311,20 @@ def emit(df: Any, out_json: bool, out_csv: bool, title: str | None = None) -> No
         if title:
             click.echo(title)
         click.echo(table(df))
+
+
+def _prose_flags(df: Any) -> Any:
+    """A frame's sentences (a note, a reason) in the command's terms: the library's
+    `gpu=NAME` is the command's `--gpu NAME` (`as_flags`)."""
+    import polars as pl
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or not isinstance(df, pl.DataFrame):
+        return df
+    prose = [c for c, t in df.schema.items() if c in render.PROSE_COLUMNS and t == pl.String]
+    return df.with_columns(
+        pl.col(c).map_elements(lambda v: as_flags(ctx, v), return_dtype=pl.String) for c in prose
+    )
 
 
 def answers(*columns: str) -> Callable[[F], F]:

@@ -61,6 +61,7 @@ ANNOTATION_COLORS = (
     "#d9d9d9",
 )
 _NUMBERED = re.compile(r"[#\s]*\d+$")
+_PYTORCH_IDS = re.compile(r", (seq|op_id) = \d+")
 LABEL_PT = 6.5  # font size of marker and iteration labels
 LEGEND_NAME = 60  # characters of a kernel name in the legend
 
@@ -220,18 +221,36 @@ class _Colors:
 
 
 def annotation_key(name: object) -> str:
-    """An annotation's name as coloured and listed: `ProfilerStep#3` -> `ProfilerStep`."""
-    return _NUMBERED.sub("", str(name)) or str(name)
+    """An annotation's name as coloured and listed: `ProfilerStep#3` -> `ProfilerStep`,
+    `aten::mm, seq = 12, op_id = 40` (PyTorch emit_nvtx) -> `aten::mm`."""
+    text = _PYTORCH_IDS.sub("", str(name))
+    return _NUMBERED.sub("", text) or text
 
 
 def annotation_colors(lanes: pl.DataFrame) -> dict[str, str]:
-    """A colour per name of the annotations drawn one by one, in order of appearance, when
-    they have at most `len(ANNOTATION_COLORS)` names; else none (all purple, as before)."""
-    drawn = lanes.filter((pl.col("activity") == "markers") & ~pl.col("binned"))
-    keys = dict.fromkeys(annotation_key(n) for n in drawn["name"].drop_nulls().to_list())
-    if not keys or len(keys) > len(ANNOTATION_COLORS):
-        return {}
+    """A colour per annotation name, in order of appearance, when they have at most
+    `len(ANNOTATION_COLORS)` names. More names in a binned lane (nsys/nvprof NVTX ranges, each
+    bin drawn in its main range's colour; issue 32: one colour, no legend): the names with the
+    most time get a colour each, the rest stay purple. Else none (all purple)."""
+    drawn = lanes.filter(pl.col("activity") == "markers").drop_nulls("name")
+    keys = dict.fromkeys(annotation_key(n) for n in drawn["name"].to_list())
+    if len(keys) > len(ANNOTATION_COLORS):
+        if not drawn["binned"].any():
+            return {}
+        ms = _annotation_ms(drawn)
+        top = set(sorted(ms, key=lambda k: (-ms[k], k))[: len(ANNOTATION_COLORS) - 1])
+        keys = {k: None for k in keys if k in top}
     return dict(zip(keys, ANNOTATION_COLORS, strict=False))
+
+
+def _annotation_ms(drawn: pl.DataFrame) -> dict[str, float]:
+    """Time per annotation name in the window; a binned lane's bin counts for its main
+    annotation, its busy fraction of the bin."""
+    ms: dict[str, float] = {}
+    for n, a, b, f in drawn.select("name", "start_ns", "end_ns", "busy_ratio").iter_rows():
+        key = annotation_key(n)
+        ms[key] = ms.get(key, 0.0) + (b - a) * f / 1e6
+    return ms
 
 
 def _draw_markers(ax: Any, i: int, sub: pl.DataFrame, win: _Window, acolor: dict[str, str]) -> None:
@@ -279,6 +298,9 @@ def _draw_lanes(
             if act == "kernels" and kcolor:  # each bin in its main kernel's colour
                 names = sub["name"].to_list()
                 rgba = np.array([to_rgba(kcolor.get(str(n), OTHER_KERNELS)) for n in names])
+            elif act == "markers" and palette.annotations:  # or its main annotation's
+                keys = [annotation_key(n) for n in sub["name"].to_list()]
+                rgba = np.array([to_rgba(palette.annotations.get(k, color)) for k in keys])
             rgba[:, 3] = sub["busy_ratio"].to_numpy()
             ax.broken_barh(list(zip(x, w, strict=True)), (i - 0.4, 0.8), facecolors=rgba)
         else:
@@ -345,12 +367,11 @@ def _annotation_legend(fig: Figure, lanes: pl.DataFrame, acolor: dict[str, str])
     its bar is too narrow for its label."""
     from matplotlib.patches import Patch
 
-    drawn = lanes.filter((pl.col("activity") == "markers") & ~pl.col("binned")).drop_nulls("name")
-    ms: dict[str, float] = {}
-    for n, a, b in drawn.select("name", "start_ns", "end_ns").iter_rows():
-        key = annotation_key(n)
-        ms[key] = ms.get(key, 0.0) + (b - a) / 1e6
+    ms = _annotation_ms(lanes.filter(pl.col("activity") == "markers").drop_nulls("name"))
     handles = [Patch(color=c, label=f"{k} ({_ms(ms.get(k, 0.0))})") for k, c in acolor.items()]
+    rest = sum(v for k, v in ms.items() if k not in acolor)
+    if rest > 0:  # the names without a colour of their own, drawn purple
+        handles.append(Patch(color=COLORS["markers"], label=f"other annotations ({_ms(rest)})"))
     # One row when the names fit across the figure (read left to right, in order of appearance).
     longest = _text_in(max(len(str(h.get_label())) for h in handles) + 4, 6.5)
     ncols = max(1, min(len(handles), int(fig.get_figwidth() * 0.95 / longest)))

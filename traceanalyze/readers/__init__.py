@@ -185,11 +185,11 @@ def detect_format(path: PathLike) -> str:
             raise MalformedInput("empty file", path=path)
         raise UnknownFormat(
             f"no reader recognizes this file (formats: {', '.join(READERS)}); "
-            "pass --format SLUG if you know it",
+            "pass format=SLUG if you know it",
             path=path,
         )
     raise UnknownFormat(
-        f"several readers claim this file ({', '.join(matches)}); pass --format SLUG", path=path
+        f"several readers claim this file ({', '.join(matches)}); pass format=SLUG", path=path
     )
 
 

@@ -116,8 +116,9 @@ def _finding(inp: Inputs, rule: str, rows: pl.DataFrame, what: str) -> Finding:
         "for steady outliers look at what else runs then: data loading, checkpointing, garbage "
         "collection (gc.freeze()), other processes on the GPU."
         if rule == "warmup"
-        else "Compare an outlier with a median iteration (traceanalyze compare, timeline "
-        "--iteration N): data loading stalls, checkpoints, GC pauses, clocks.",
+        else "Compare an outlier with a median iteration (`traceanalyze compare`; "
+        "`traceanalyze timeline --iteration N`): data loading stalls, checkpoints, GC pauses, "
+        "clocks.",
         evidence={
             "count": len(its),
             "median_ms": ms(med),

@@ -250,7 +250,7 @@ def choose_job(
         for f in with_coll.filter(pl.col("rank").is_null())["file"].to_list()
     ]
     if job is None and len(jobs) > 1:
-        raise UsageProblem(f"ranks of several jobs; choose one (--job): {', '.join(jobs)}")
+        raise UsageProblem(f"ranks of several jobs; choose one (job=NAME): {', '.join(jobs)}")
     if job is not None and job not in jobs:
         raise UsageProblem(f"no job {job!r} with collectives; jobs: {', '.join(jobs) or 'none'}")
     if not jobs:
@@ -439,7 +439,7 @@ def _on_one_base(
     if worst > BIG_OFFSET_NS:
         notes.append(
             f"collective ends put the ranks' clocks up to {worst / 1e3:,.1f} µs apart "
-            "(clock_offset_us); --align / align=True applies the estimate"
+            "(clock_offset_us); align=True applies the estimate"
         )
     return inst, base + " (offsets estimated from collective ends reported, not applied)"
 

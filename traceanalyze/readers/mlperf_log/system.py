@@ -124,6 +124,6 @@ def find_system(
     where = f" (looked for {', '.join(looked)})" if looked else " (not in a results layout)"
     warn(
         f"{log}: no system description found{where}: accelerators, nodes, accelerator model "
-        "and framework are null; give one with --system FILE"
+        "and framework are null; give one with system=FILE"
     )
     return None
