@@ -8,6 +8,7 @@ from typing import Any
 
 import polars as pl
 import pytest
+from _trace_raw import sql
 
 import traceanalyze as ta
 from traceanalyze.readers import detect_format
@@ -15,14 +16,6 @@ from traceanalyze.readers import detect_format
 from .conftest import shared_set
 
 SAMPLE = "rocm/rpd/rocmprofiledata_matmul_result.rpd"
-
-
-def _sql(path: Path, q: str) -> list[tuple[Any, ...]]:
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return con.execute(q).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +36,7 @@ _OPS = (
 
 
 def test_kernels_are_the_kernel_ops(path: Path, tables: ta.Tables) -> None:
-    want = _sql(path, _OPS + "WHERE t.string = 'KernelExecution' ORDER BY o.id")
+    want = sql(path, _OPS + "WHERE t.string = 'KernelExecution' ORDER BY o.id")
     k = tables.kernels
     assert detect_format(path) == "rpd"
     assert k.height == len(want) == 29
@@ -54,7 +47,7 @@ def test_kernels_are_the_kernel_ops(path: Path, tables: ta.Tables) -> None:
 
 
 def test_copies_with_their_bytes(path: Path, tables: ta.Tables) -> None:
-    want = _sql(
+    want = sql(
         path,
         "SELECT t.string, c.size FROM rocpd_op o JOIN rocpd_string t ON t.id = o.opType_id "
         "LEFT JOIN rocpd_api_ops ao ON ao.op_id = o.id "
@@ -66,14 +59,14 @@ def test_copies_with_their_bytes(path: Path, tables: ta.Tables) -> None:
 
 
 def test_calls_link_to_their_kernels(path: Path, tables: ta.Tables) -> None:
-    hip = _sql(
+    hip = sql(
         path,
         "SELECT count(*) FROM rocpd_api a JOIN rocpd_string n ON n.id = a.apiName_id "
         "WHERE n.string LIKE 'hip%' OR n.string LIKE 'hsa%'",
     )[0][0]
     assert tables.api_calls.height == hip
     links = dict(
-        _sql(
+        sql(
             path,
             "SELECT ao.op_id, n.string FROM rocpd_api_ops ao JOIN rocpd_api a ON a.id = ao.api_id "
             "JOIN rocpd_string n ON n.id = a.apiName_id JOIN rocpd_op o ON o.id = ao.op_id "
@@ -87,7 +80,7 @@ def test_calls_link_to_their_kernels(path: Path, tables: ta.Tables) -> None:
 
 
 def test_monitor_samples_are_sm_clock(path: Path, tables: ta.Tables) -> None:
-    rows = _sql(path, "SELECT start, CAST(value AS REAL) FROM rocpd_monitor ORDER BY start")
+    rows = sql(path, "SELECT start, CAST(value AS REAL) FROM rocpd_monitor ORDER BY start")
     s = tables.gpu_samples
     assert s.height == len(rows) == 15
     assert s["timestamp_ns"].to_list() == [r[0] for r in rows]

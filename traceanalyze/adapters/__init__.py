@@ -12,9 +12,12 @@ never imports `traceanalyze.dataset`, so there is no import cycle, type-only one
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import polars as pl
+
+if TYPE_CHECKING:
+    from ..results import Stragglers
 
 
 class DatasetView(Protocol):
@@ -38,6 +41,7 @@ class DatasetView(Protocol):
     def source_ids(self) -> list[str]: ...
     def all_source_ids(self) -> list[str]: ...
     def names(self) -> dict[str, str]: ...
+    def stragglers(self, *, job: str | None = None, align: bool | None = None) -> Stragglers: ...
     def one_source(self, what: str) -> str: ...
     def where(
         self,

@@ -52,21 +52,13 @@ def saving(ds: DatasetView, spec: str) -> float:
 
 
 def _stragglers(ds: DatasetView) -> tuple[pl.DataFrame, tuple[str, ...]] | None:
-    from ..analyses.ranks.stragglers import identify, stragglers
+    from ..analyses.ranks.stragglers import identify
 
     ranks = identify(ds.scan("sources"), ds.scan("kernels"), ds.scan("ops"), ds.scan("markers"))
     if ranks["rank"].drop_nulls().n_unique() < 2:
         return None
     try:
-        res = stragglers(
-            ds.scan_all("sources"),
-            ds.scan("kernels"),
-            ds.scan("ops"),
-            ds.scan("markers"),
-            ds.scan_all("gpu_samples"),
-            api_calls=ds.scan("api_calls"),
-            gpu_metrics=ds.scan_all("gpu_metrics"),
-        )
+        res = ds.stragglers()
     except TraceanalyzeError:
         return None
     return res.ranks, res.causes
