@@ -27,6 +27,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / "bench-data" / "ta-venv"
+HTA_VENV = ROOT / "bench-data" / "hta-venv"
+# HTA 0.5.0 declares no upper bound on pandas but is written for pandas 2: under pandas 3 its
+# critical path fails and its loads are not the ones its users time. Every benchmark that runs it
+# uses this one venv, made by `hta_python` with these pins (whichever benchmark runs first).
+HTA_PINS = ("HolisticTraceAnalysis==0.5.0", "pandas<3")
 
 
 def _pins() -> list[str]:
@@ -79,3 +84,30 @@ def installed_python() -> Path | None:
 if __name__ == "__main__":
     print(installed_python())
     sys.exit(0)
+
+
+def hta_python() -> Path | None:
+    """The python of `bench-data/hta-venv` (HTA 0.5.0 and pandas 2, `HTA_PINS`), made on first
+    use; a venv left by an older run with pandas 3 is remade. None, saying why, when it cannot be
+    made (the first install needs the package index)."""
+    py = HTA_VENV / "bin" / "python"
+    if py.exists():
+        probe = subprocess.run(
+            [str(py), "-c", "import pandas; print(pandas.__version__)"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if probe.returncode == 0 and int(probe.stdout.strip().split(".")[0]) < 3:
+            return py
+        print(f"{HTA_VENV}: pandas {probe.stdout.strip() or '?'} (not < 3): remaking it")
+        shutil.rmtree(HTA_VENV, ignore_errors=True)
+    print(f"creating {HTA_VENV} and installing {' '.join(HTA_PINS)} (once) ...", flush=True)
+    try:
+        venv.create(HTA_VENV, with_pip=True)
+        _pip(py, "install", *HTA_PINS)
+    except (RuntimeError, OSError) as e:
+        print(f"SKIP HTA: could not install {' '.join(HTA_PINS)}: {e}")
+        shutil.rmtree(HTA_VENV, ignore_errors=True)
+        return None
+    return py

@@ -209,7 +209,7 @@ def run_hta(trace: Path, work: Path, max_s: float, max_mb: float) -> tuple[float
     """Wall s, peak RSS MB and the outcome of HTA's load plus kernel breakdown of `trace`."""
     import bench_kineto_json
 
-    py = bench_kineto_json._hta_python()
+    py = bench_kineto_json.hta_python()
     if py is None:
         return float("nan"), float("nan"), "HTA could not be installed"
     tdir = work / "hta-trace"

@@ -97,7 +97,6 @@ def child(task: str, store: str) -> None:
     print(json.dumps(out))
 
 
-HTA_VENV = ROOT / "bench-data" / "hta-venv"
 HTA_SCRIPT = """
 import json, sys
 from hta.trace_analysis import TraceAnalysis
@@ -120,15 +119,14 @@ print(json.dumps(out))
 
 def hta_compare() -> None:
     import tempfile
-    import venv
+
+    from _installed import hta_python
 
     import traceanalyze as ta
 
-    py = HTA_VENV / "bin" / "python"
-    if not py.exists():
-        venv.create(HTA_VENV, with_pip=True)
-        pins = ["HolisticTraceAnalysis==0.5.0", "pandas<3"]
-        subprocess.run([str(py), "-m", "pip", "install", "-q", *pins], check=True)
+    py = hta_python()
+    if py is None:
+        return
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / TRACE.name).symlink_to(TRACE)
         out = subprocess.run(

@@ -22,8 +22,9 @@ Contenders:
   (detection screens the file's head and asks the readers that could claim it: the
   whole-process figures of the two rows show what that costs);
 * `HTA 0.5.0`: `TraceAnalysis(trace_dir=DIR)`, in its own venv (`bench-data/hta-venv`, created on
-  the first run with `pip install HolisticTraceAnalysis==0.5.0`), so its pins never touch the
-  project's environment. DIR holds a copy of the trace made once, before timing.
+  the first run with `pip install HolisticTraceAnalysis==0.5.0 "pandas<3"`, `_installed.HTA_PINS`:
+  HTA 0.5.0 is written for pandas 2, and a venv with pandas 3 is remade), so its pins never touch
+  the project's environment. DIR holds a copy of the trace made once, before timing.
 
 Whole process only (issue 35), in the same repetitions: `traceanalyze summary TRACE` as a user
 runs it (the console script's `main`, output to /dev/null) against HTA's load plus its kernel
@@ -55,10 +56,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import venv
 from pathlib import Path
 
-from _installed import installed_python
+from _installed import hta_python, installed_python
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE = (
@@ -68,8 +68,6 @@ DEFAULT_TRACE = (
     / "kineto_json"
     / "hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz"
 )
-HTA_VENV = ROOT / "bench-data" / "hta-venv"
-HTA_PIN = "HolisticTraceAnalysis==0.5.0"
 
 # What each contender's interpreter runs: (import, load one file). `{p}` is the path (ours) or
 # the directory holding the copy (HTA); both are passed through repr().
@@ -114,26 +112,6 @@ for _ in range({k}):
     cs.append(time.process_time() - c0)
 print("WARM", statistics.median(ts), statistics.median(cs))
 """
-
-
-def _hta_python() -> Path | None:
-    py = HTA_VENV / "bin" / "python"
-    if not py.exists():
-        print(f"creating {HTA_VENV} and installing {HTA_PIN} (once) ...", flush=True)
-        try:
-            venv.create(HTA_VENV, with_pip=True)
-            subprocess.run(
-                [str(py), "-m", "pip", "install", "-q", HTA_PIN],
-                check=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
-        except (subprocess.CalledProcessError, OSError) as e:
-            err = getattr(e, "stderr", b"") or b""
-            print(f"SKIP HTA: could not install {HTA_PIN}: {e} {err.decode()[-500:]}")
-            shutil.rmtree(HTA_VENV, ignore_errors=True)
-            return None
-    return py
 
 
 _CHECKOUT = False  # --checkout: run this checkout (PYTHONPATH) rather than an installed copy
@@ -213,7 +191,7 @@ def main() -> int:
     if not trace.exists():
         print(f"trace not found: {trace}")
         return 1
-    hta = None if args.no_hta else _hta_python()
+    hta = None if args.no_hta else hta_python()
     installed = None if args.checkout else installed_python()
     _CHECKOUT = installed is None  # --checkout, or no installed copy could be made
     ours: Path | str

@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 PathLike = str | os.PathLike[str]
 
 GZIP_MAGIC = b"\x1f\x8b"
+_inflate: Any
+try:  # ISA-L: a 1 MiB gzip head in 0.7 ms instead of zlib's 5 ms (detection reads one per file)
+    _inflate = importlib.import_module("isal.isal_zlib")
+except ImportError:  # pragma: no cover - depends on the environment
+    _inflate = zlib
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -53,7 +58,7 @@ def head_bytes(path: PathLike, n: int = 65536) -> bytes:
 def _gunzip_prefix(f: BinaryIO, n: int) -> bytes:
     """Up to `n` decompressed bytes from a gzip stream, stopping quietly at damage."""
     out = bytearray()
-    d = zlib.decompressobj(31)
+    d = _inflate.decompressobj(31)
     data = b""
     while len(out) < n:
         if not data:
@@ -62,11 +67,11 @@ def _gunzip_prefix(f: BinaryIO, n: int) -> bytes:
                 break
         try:
             out += d.decompress(data, n - len(out))
-        except zlib.error:
+        except _inflate.error:
             break
         data = d.unconsumed_tail
         if d.eof:  # next member, if any; trailing zero padding fails its header check: stop
-            data, d = d.unused_data, zlib.decompressobj(31)
+            data, d = d.unused_data, _inflate.decompressobj(31)
     return bytes(out[:n])
 
 
