@@ -198,12 +198,17 @@ def file_sha256(path: PathLike) -> str:
 
 
 def _sha256_of(path: PathLike, stopped: Callable[[], bool]) -> str:
-    """The file's SHA-256, read into one reused 1 MiB buffer (memory stays flat whatever the
+    """The file's SHA-256, read into one reused 64 KiB buffer (memory stays flat whatever the
     file's size). Not a memory map: mapped pages count in the process's RSS, and a file cut
     short by another process while mapped kills the reader with SIGBUS. `stopped()` is asked
-    between reads."""
+    between reads.
+
+    64 KiB, under glibc's default mmap threshold (128 KiB): freeing a larger buffer raises that
+    threshold to its size for the rest of the process, and the reader's later allocations then
+    come from the heap, where they fragment: with a 1 MiB buffer, reading the 15 MB ResNet-50
+    Kineto trace peaked at 105-106 MB instead of 96-98 (hashing is no slower in 64 KiB reads)."""
     h = hashlib.sha256()
-    buf = bytearray(1 << 20)
+    buf = bytearray(1 << 16)
     with open(path, "rb", buffering=0) as f, memoryview(buf) as view:
         while not stopped() and (n := f.readinto(buf)):
             h.update(view[:n])
