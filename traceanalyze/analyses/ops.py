@@ -29,12 +29,15 @@ from __future__ import annotations
 
 import re
 import warnings
+from array import array
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
 import polars as pl
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 Frame = pl.DataFrame | pl.LazyFrame
 
@@ -176,35 +179,36 @@ def op_tree(ops: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.Da
     where that one has ended by then, the first of its ancestors (its `parent`, and theirs) that
     has not: the stack below an operator is its parent's chain until it is popped. The owners
     are found for all calls at once, a level of ancestors at a time.
+
+    Below `_NUMPY_FROM` events and without calls (`summary`'s top operators) nothing here needs
+    numpy, and it is not imported: ~70 ms of a `traceanalyze summary` process.
     """
     n_ops = ops.height
     ev = _sorted_events(ops, calls)
     grp = ev.select(pl.struct("source_id", "process_id", "thread_id").rle_id()).to_series()
-    is_op = (ev["_i"] < n_ops).to_numpy()
-    keep = pl.Series(is_op)
+    keep = ev["_i"] < n_ops
     sweep = ev.select("_i", "start_ns", "end_ns", "_c").filter(keep)  # operators, narrow
     parent, child, nested_same = _sweep(sweep, grp.filter(keep), n_ops)
     del sweep
+    o = ops.with_columns(parent, child, nested_same).with_row_index("_row")
+    if calls.height == 0:
+        return o, calls.with_columns(pl.lit(None, dtype=pl.Int64).alias("owner"))
     ev = ev.select("_i", "start_ns")
-    owner = _owners(ev, grp.to_numpy(), is_op, n_ops, parent, ops["end_ns"].to_numpy())
-    o = ops.with_columns(
-        pl.Series("parent", parent),
-        pl.Series("child_ns", child),
-        pl.Series("nested_same", nested_same),
-    ).with_row_index("_row")
+    owner = _owners(
+        ev, grp.to_numpy(), keep.to_numpy(), n_ops, parent.to_numpy(), ops["end_ns"].to_numpy()
+    )
     c = calls.with_columns(pl.Series("owner", owner))
     return o, c
 
 
-def _sweep(
-    ev: pl.DataFrame, grp: pl.Series, n_ops: int
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+def _sweep(ev: pl.DataFrame, grp: pl.Series, n_ops: int) -> tuple[pl.Series, pl.Series, pl.Series]:
     """The operators' sweep (`ev`: operator events in sweep order, `grp`: their thread run):
-    per operator row its parent row, child time and whether a same-name ancestor is open."""
+    per operator row its parent row, child time and whether a same-name ancestor is open
+    (Series `parent`, `child_ns`, `nested_same`, in operator row order)."""
     idx = ev["_i"]  # names as numbers in `_c` (equal names, equal numbers): no Python strings
-    parent = np.full(n_ops, -1, dtype=np.int64)
-    child = np.zeros(n_ops, dtype=np.int64)
-    nested_same = np.zeros(n_ops, dtype=bool)
+    parent = array("q", [-1]) * n_ops  # machine integers, not Python objects
+    child = array("q", [0]) * n_ops
+    nested_same = bytearray(n_ops)
     stack: list[tuple[int, int, int]] = []  # open operators: (end, row, name number)
     on_stack: Counter[int] = Counter()
     cur = None
@@ -229,7 +233,21 @@ def _sweep(
             nested_same[i] = on_stack[c] > 0
             stack.append((e, i, c))
             on_stack[c] += 1
-    return parent, child, nested_same
+    return (
+        _int_series("parent", parent),
+        _int_series("child_ns", child),
+        pl.Series("nested_same", nested_same, dtype=pl.UInt8).cast(pl.Boolean),
+    )
+
+
+def _int_series(name: str, values: array[int]) -> pl.Series:
+    """An Int64 Series of an `array('q')`: through numpy's zero-copy view when the array is large
+    (polars reads a plain array element by element: 0.1 s for 5 M), else directly."""
+    if len(values) < _NUMPY_FROM:
+        return pl.Series(name, values, dtype=pl.Int64)
+    import numpy as np
+
+    return pl.Series(name, np.frombuffer(values, dtype=np.int64))
 
 
 def _owners(
@@ -241,6 +259,8 @@ def _owners(
     op_end: npt.NDArray[Any],
 ) -> npt.NDArray[np.int64]:
     """Per call row the operator row on top of the sweep's stack at its start (-1: none)."""
+    import numpy as np
+
     pos = np.arange(ev.height)
     last = np.maximum.accumulate(np.where(is_op, pos, -1))  # the last operator event so far
     at = np.flatnonzero(~is_op)
@@ -263,6 +283,9 @@ def _owners(
 
 
 _SLICE = 1 << 16
+# From this many events on, sorting and column building go through numpy (less memory than a
+# polars sort of several keys; zero-copy arrays); below it, polars alone (no numpy import).
+_NUMPY_FROM = 1 << 18
 
 
 def _name_code(col: str) -> pl.Expr:
@@ -299,8 +322,21 @@ def _sorted_events(ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
 
     # Per thread (sources in any order, nulls last), operators before calls at the same start (a
     # call at an op's first ns is inside it), and the longer operator first (it is the parent).
+    # `_i` last: a total order, the same whichever sort makes it.
+    if ev.height < _NUMPY_FROM:
+        return (
+            ev.with_columns(_name_code("source_id").alias("_src"))
+            .sort(
+                ["_src", "process_id", "thread_id", "start_ns", "_kind", "end_ns", "_i"],
+                descending=[False, False, False, False, False, True, False],
+                nulls_last=True,
+            )
+            .drop("_src")
+        )
     # numpy's lexsort of integer keys: a third of the memory of a polars sort keyed by the
     # source id string (~300 MB less for 2.4 M events).
+    import numpy as np
+
     def key(col: str) -> list[npt.NDArray[Any]]:
         c = ev[col]
         return [c.fill_null(0).to_numpy(), c.is_null().to_numpy()]
@@ -393,6 +429,8 @@ def _ancestor_chains(tree: pl.DataFrame, owner: np.ndarray[Any, Any]) -> tuple[p
     """Every (kernel `_k`, ancestor operator) pair as `_k, source_id, op`, one level of the
     ancestor chains at a time, in arrays; and how many pairs the first level (each kernel's own
     operator) gave: they come first."""
+    import numpy as np
+
     parent = tree["parent"].to_numpy()
     ki = np.flatnonzero(owner >= 0)
     row = owner[ki]
