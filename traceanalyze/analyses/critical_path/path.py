@@ -18,7 +18,10 @@ from ...errors import NotAnswerable
 from .events import CARRY, CATEGORIES, Window
 from .graph import Built
 
-Ends = dict[tuple[int, int], float]  # GPU event (start, end) -> predicted end
+# GPU event (start, end) -> its predicted end as (window start, ns after it). Kept apart: epoch
+# times in ns (~1.7e18) are past float64's exact integers (2**53), so `start + ns` as a float is
+# off by up to 256 ns, and a factor of 1 would not give the trace's path back.
+Ends = dict[tuple[int, int], tuple[int, float]]
 
 
 def finish(b: Built) -> None:
@@ -56,15 +59,17 @@ def finish(b: Built) -> None:
     b.order = order
 
 
-def rebase_carry(b: Built, ends: dict[int, float]) -> None:
+def rebase_carry(b: Built, ends: dict[int, tuple[int, float]]) -> None:
     """What-if carry: a carry edge from an earlier GPU event whose predicted end is known
-    (`ends`: global id -> predicted end, ns in the source's clock) gets `w2` from it."""
+    (`ends`: global id -> (its window's start, ns in the source's clock; ns after it)) gets `w2`
+    from it. The window starts' difference is taken first, in integers: exact."""
     if not b.carry:
         return
     pos = {int(v): i for i in np.flatnonzero(b.src == b.source).tolist() for v in [b.dst[i]]}
     for node, gid, extra in b.carry:
         if gid in ends and node in pos:
-            b.w2[pos[node]] = max(0.0, ends[gid] + extra - b.lo)
+            lo, ns = ends[gid]
+            b.w2[pos[node]] = max(0.0, (lo - b.lo) + ns + extra)
 
 
 @dataclass(frozen=True)
@@ -130,12 +135,12 @@ class Paths:
     ends: Ends
 
 
-def _carry_ends(win: Window, ends: Ends) -> dict[int, float]:
+def _carry_ends(win: Window, ends: Ends) -> dict[int, tuple[int, float]]:
     """`ends` keyed by this window's GPU ids, for `rebase_carry`."""
     if not ends:
         return {}
     ev = win.ev
-    out: dict[int, float] = {}
+    out: dict[int, tuple[int, float]] = {}
     for gid, (s, e) in enumerate(zip(ev.g_start.tolist(), ev.g_end.tolist(), strict=True)):
         if (s, e) in ends:
             out[gid] = ends[(s, e)]
@@ -147,7 +152,7 @@ def _predicted_ends(win: Window, built: Built, path: Path) -> Ends:
     for k, gid in enumerate(win.sl.gids.tolist()):
         d = path.dist[2 * (built.n_host + k) + 1]
         if d == d:  # reached
-            out[(int(win.ev.g_start[gid]), int(win.ev.g_end[gid]))] = win.lo + d
+            out[(int(win.ev.g_start[gid]), int(win.ev.g_end[gid]))] = (win.lo, d)
     return out
 
 
