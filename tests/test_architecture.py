@@ -169,6 +169,44 @@ def test_families_of_analyses_are_packages() -> None:
         assert (PKG / "analyses" / family / "__init__.py").exists(), family
 
 
+CP = "traceanalyze.analyses.critical_path"
+# The critical path's stages, in the order its data flows through them (docs/architecture.md)
+CP_STAGES = ("windows", "events", "graph", "path", "split", "whatif")
+
+
+def stage_violations(stage: str, imports: list[tuple[str, str, int]]) -> list[str]:
+    """The imports of a critical-path stage that reach a module of the package other than a
+    stage before it: a later stage, `ranks`, or the entry (`__init__`) itself."""
+    before = {f"{CP}.{s}" for s in CP_STAGES[: CP_STAGES.index(stage)]}
+    return [
+        f"{stage}:{line} imports {target}"
+        for target, _name, line in imports
+        if (target == CP or target.startswith(f"{CP}.")) and target not in before
+    ]
+
+
+def test_critical_path_stages_flow_one_way() -> None:
+    """Inside the critical path the data flows one way, windows -> events -> graph -> path ->
+    split -> whatif: each stage imports only the stages before it and never the package's entry
+    (`__init__`, which calls each stage once per window) nor `ranks` (which may use them all).
+    A new module of the package takes its place in this order first."""
+    pkg = PKG / "analyses" / "critical_path"
+    assert sorted(p.stem for p in pkg.glob("*.py")) == sorted({*CP_STAGES, "__init__", "ranks"})
+    bad = [v for s in CP_STAGES for v in stage_violations(s, imports_of(pkg / f"{s}.py"))]
+    assert bad == []
+    entry = {t for t, _, _ in imports_of(pkg / "__init__.py")}
+    assert {f"{CP}.{s}" for s in CP_STAGES} <= entry
+    # the check flags a later stage, `ranks` and the entry, not an earlier stage
+    text = "from .split import rows\nfrom . import ranks\nfrom . import WhatIf\n"
+    text += "from .events import NONE\n"
+    got = stage_violations("graph", imports_in(text, f"{CP}.graph", is_pkg=False))
+    assert got == [
+        f"graph:1 imports {CP}.split",
+        f"graph:2 imports {CP}.ranks",
+        f"graph:3 imports {CP}",
+    ]
+
+
 STORE_MODULES = ("files", "log", "lease", "hashing", "manifest", "sink", "_safefs")
 
 

@@ -8,6 +8,7 @@ import gzip
 import json
 import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -495,3 +496,27 @@ SPLIT = tuple(
     f"{c}_ms"
     for c in ("gpu_compute", "gpu_comm", "gpu_memory", "host", "launch", "sync", "idle", "carry")
 )
+
+
+@pytest.mark.parametrize(
+    "rel", [A100, "kineto_json/hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz"]
+)
+def test_a_what_if_of_factor_1_gives_the_path_back_exactly(rel: str) -> None:
+    """The what-if identity (issue 34): every rule at factor 1 predicts `path_ms` to the ns, on
+    every iteration, the carry of each rebased on the previous one's predicted ends. Kineto's
+    times are epoch ns (~1.7e18), past float64's exact integers (2**53): a predicted end kept
+    as `window start + ns` was off by up to 256 ns, and the steps after the first of both
+    traces by 16-392 ns."""
+    import traceanalyze as ta
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the A100's GPU events without a launch call
+        res = ta.open(shared(rel)).critical_path(
+            what_if=["kernel:.=1", "op:.=1", "gpu-op:.=1", "launch=1"]
+        )
+    rows = res.iterations.select("iteration", "start_ns", "path_ms", "predicted_ms").rows()
+    assert len(rows) == 5 and all(s > 2**53 for _, s, _, _ in rows)  # epoch ns
+    assert [(i, p) for i, _, p, _ in rows] == [(i, q) for i, _, _, q in rows]
+    assert res.iterations["change_pct"].to_list() == [0.0] * 5
+    assert res.predicted is not None
+    assert res.predicted["path_ms"].to_list() == res.iterations["path_ms"].to_list()

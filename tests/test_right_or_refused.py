@@ -140,7 +140,8 @@ def test_gpu_op_factor_on_a_small_frame() -> None:
     import numpy as np
     import polars as pl
 
-    from traceanalyze.analyses.critical_path.whatif import gpu_op_factor, parse_what_if
+    from traceanalyze.analyses.critical_path.events import gpu_op_factor
+    from traceanalyze.analyses.critical_path.windows import parse_what_if
 
     # thread 0: conv [0, 100] holding a call at 10, relu [100, 200] holding a call at 150;
     # thread 1: a call at 20 (inside no operator of its own thread)

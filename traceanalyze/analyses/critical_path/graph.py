@@ -1,4 +1,4 @@
-"""The dependency graph of one iteration and its longest path (`critical_path`'s engine).
+"""Stage 3 of `critical_path`: the dependency graph of one window (`build`, the entry).
 
 Nodes are the start and the end of every event of the iteration (host operators or NVTX ranges,
 runtime calls, kernels, copies) plus one source node at the iteration's start. Every edge carries
@@ -12,12 +12,9 @@ edges from the source (a thread's first event; the wait on an earlier iteration'
 Weights are chosen so that replaying the graph with `w` puts every node back at its own time:
 of a GPU event's incoming edges the *binding* one (the latest-ready predecessor) carries the
 exact gap, the others a floor that is never more. So the longest path with `w` ends at the
-iteration's last event and its length is `last end - iteration start`.
+iteration's last event and its length is `last end - iteration start` (`path`).
 
-The graph is plain arrays (edge lists, predecessor lists by destination, Kahn's topological
-order) and the longest path a dynamic program over that order, not networkx: on the ResNet-50
-trace the same graph and path took 2-3x longer through `networkx.DiGraph` (building its
-dict-of-dicts and `topological_sort` dominated); see docs/critical-path.md.
+The graph is an edge dict here; `path.finish` turns it into arrays (not networkx: see `path`).
 """
 
 from __future__ import annotations
@@ -27,23 +24,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from ...errors import NotAnswerable
-
-I64 = npt.NDArray[np.int64]
-NONE = np.iinfo(np.int64).min  # "no such time" in the int64 arrays below
-
-# Edge categories, in the order of the result's split columns.
-CATEGORIES = (
-    "gpu_compute",
-    "gpu_comm",
-    "gpu_memory",
-    "host",
-    "launch",
-    "sync",
-    "idle",
-    "carry",
+from .events import (
+    CARRY,
+    HOST,
+    I64,
+    IDLE,
+    LAUNCH,
+    NONE,
+    SYNC,
+    GpuSlice,
+    HostSlice,
 )
-GPU_COMPUTE, GPU_COMM, GPU_MEMORY, HOST, LAUNCH, SYNC, IDLE, CARRY = range(8)
 
 # A GPU event that starts this much after all its known predecessors were ready waited for
 # something else: the latest event of another stream of its device that ended before it.
@@ -51,63 +42,10 @@ WAIT_TOLERANCE_NS = 5_000
 
 
 @dataclass
-class HostSlice:
-    """Host events of one iteration, sorted by (thread, start, longer first).
-
-    `thread`: a group number per (process, thread); `end` is clipped to the parent's end;
-    `wait_gpu`: for a blocking call, the local index of the GPU event it waited for (-1: none);
-    `wait_end`: that event's end, also when it lies outside the iteration (then a carry edge);
-    `factor`: the product of the `op:` what-if factors matching the event or an enclosing one
-    (filled in by `build`)."""
-
-    thread: I64
-    process: I64
-    start: I64
-    end: I64
-    is_call: npt.NDArray[np.bool_]
-    is_sync: npt.NDArray[np.bool_]
-    wait_gpu: I64
-    wait_end: I64
-    own_factor: npt.NDArray[np.float64]
-    wait_global: I64
-    # when the waited-for GPU event was launched (NONE: no wait); see `GpuSlice`
-    wait_launch: I64 | None = None
-
-
-@dataclass
-class GpuSlice:
-    """GPU events of one iteration: `cat` (GPU_COMPUTE, GPU_COMM or GPU_MEMORY), `call` (local
-    host index of the launch call, -1: none in the iteration), `prev` (local index of the previous
-    event on the stream, -1: none here) with `prev_end` (its end, NONE: no previous event),
-    `wait` / `wait_end` (the latest event of another stream ended before the start, launched
-    no later than this one), `factor` (the what-if factor of the duration), `launch_edge` (False:
-    an op of a graph replay after the first of its stream, which follows in stream order and has
-    no launch edge) and `prev_launch` / `wait_launch`: when those earlier events were launched
-    (their call's start in the whole trace, else their own start). Only an event launched before
-    the iteration's start is earlier work that a carry may wait for."""
-
-    start: I64
-    end: I64
-    cat: I64
-    call: I64
-    prev: I64
-    prev_end: I64
-    wait: I64
-    wait_end: I64
-    factor: npt.NDArray[np.float64]
-    prev_global: I64
-    wait_global: I64
-    # False for a graph replay's op after the first of its stream: no launch edge of its own
-    launch_edge: npt.NDArray[np.bool_] | None = None
-    prev_launch: I64 | None = None
-    wait_launch: I64 | None = None
-
-
-@dataclass
 class Built:
     """The graph: `edges` maps (u, v) to (w, w2, cat, ref); `ref` is the event an edge is
     charged to (host index, or `n_host + gpu index`; -1 for none). Nodes are `2 * event` (start)
-    and `2 * event + 1` (end), the source is the last id. `finish` turns the edges into arrays
+    and `2 * event + 1` (end), the source is the last id. `path.finish` turns the edges into arrays
     (`src`, `dst`, `w`, `w2`, `cat`, `ref`) and a topological order of the nodes."""
 
     lo: int
@@ -119,7 +57,7 @@ class Built:
     # carry edges: (node, global id of the earlier GPU event, ns from its end to the node)
     carry: list[tuple[int, int, int]] = field(default_factory=list)
     # per node a carry edge enters: (ns of it after the earlier work ended, its category); that
-    # much of the edge is charged there, not to carry (`longest`)
+    # much of the edge is charged there, not to carry (`path.longest`)
     carry_rest: dict[int, tuple[int, int]] = field(default_factory=dict)
     src: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     dst: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -329,110 +267,11 @@ def _unknown(b: Built, h: HostSlice, g: GpuSlice, k: int, lo: int) -> None:
 
 
 def build(h: HostSlice, g: GpuSlice, lo: int, launch_factor: float = 1.0) -> Built:
-    """The iteration's graph from its host and GPU events."""
+    """The stage's entry: the window's graph from its host and GPU events (`events.Window`'s
+    slice), its edges not yet arrays (`path.finish`)."""
     n_host = int(h.start.size)
     b = Built(lo=lo, source=2 * (n_host + int(g.start.size)), n_host=n_host)
     _host_edges(b, h, lo)
     _sync_edges(b, h, g)
     _gpu_edges(b, h, g, lo, launch_factor)
-    finish(b)
     return b
-
-
-def finish(b: Built) -> None:
-    """Edge arrays, predecessor lists (CSR by destination) and a topological order (Kahn)."""
-    n = b.source + 1
-    uv = np.array(list(b.edges), dtype=np.int64).reshape(-1, 2)
-    vals = np.array(list(b.edges.values()), dtype=np.float64).reshape(-1, 4)
-    b.src, b.dst = uv[:, 0].copy(), uv[:, 1].copy()
-    b.w, b.w2 = vals[:, 0].copy(), vals[:, 1].copy()
-    b.cat, b.ref = vals[:, 2].astype(np.int64), vals[:, 3].astype(np.int64)
-    by_dst = np.argsort(b.dst, kind="stable")
-    b.pred_edge = by_dst.tolist()
-    b.pred_ptr = np.searchsorted(b.dst[by_dst], np.arange(n + 1)).tolist()
-    by_src = np.argsort(b.src, kind="stable")
-    succ = b.dst[by_src].tolist()
-    sptr = np.searchsorted(b.src[by_src], np.arange(n + 1)).tolist()
-    indeg = np.bincount(b.dst, minlength=n).tolist()
-    present = np.zeros(n, dtype=bool)
-    present[b.src] = True
-    present[b.dst] = True
-    present[b.source] = True
-    stack = [v for v in np.flatnonzero(present).tolist() if indeg[v] == 0]
-    order: list[int] = []
-    while stack:
-        u = stack.pop()
-        order.append(u)
-        for v in succ[sptr[u] : sptr[u + 1]]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                stack.append(v)
-    if len(order) != int(present.sum()):  # pragma: no cover - edges go forward in time
-        raise NotAnswerable(
-            "the dependency graph has a cycle (events out of order beyond clock rounding)"
-        )
-    b.order = order
-
-
-def rebase_carry(b: Built, ends: dict[int, float]) -> None:
-    """What-if carry: a carry edge from an earlier GPU event whose predicted end is known
-    (`ends`: global id -> predicted end, ns in the source's clock) gets `w2` from it."""
-    if not b.carry:
-        return
-    pos = {int(v): i for i in np.flatnonzero(b.src == b.source).tolist() for v in [b.dst[i]]}
-    for node, gid, extra in b.carry:
-        if gid in ends and node in pos:
-            b.w2[pos[node]] = max(0.0, ends[gid] + extra - b.lo)
-
-
-@dataclass(frozen=True)
-class Path:
-    """A longest path: its length (ns, float under what-if weights), the ns per category,
-    the path's edges (indices into the edge arrays) in order and every node's distance from
-    the source (NaN: not reached)."""
-
-    length: float
-    split: tuple[float, ...]
-    edges: tuple[int, ...]
-    dist: list[float]
-
-
-def longest(b: Built, weight: str = "w") -> Path:
-    """The longest path from the source: dynamic programming in topological order."""
-    w = (b.w if weight == "w" else b.w2).tolist()
-    src = b.src.tolist()
-    ptr, pe = b.pred_ptr, b.pred_edge
-    nan = float("nan")
-    dist = [nan] * (b.source + 1)
-    via = [-1] * (b.source + 1)
-    dist[b.source] = 0.0
-    for v in b.order:
-        best = nan
-        for e in pe[ptr[v] : ptr[v + 1]]:
-            d = dist[src[e]] + w[e]
-            if (d > best or best != best) and d == d:
-                best, via[v] = d, e
-        if best == best and v != b.source:
-            dist[v] = best
-    sink = b.source
-    for v in b.order:
-        if dist[v] == dist[v] and dist[v] > dist[sink]:
-            sink = v
-    edges: list[int] = []
-    v = sink
-    while via[v] >= 0:
-        edges.append(via[v])
-        v = src[via[v]]
-    edges.reverse()
-    split = [0.0] * len(CATEGORIES)
-    cats = b.cat.tolist()
-    dst = b.dst.tolist()
-    for e in edges:
-        rest = b.carry_rest.get(dst[e]) if cats[e] == CARRY else None
-        if rest is not None:
-            part = min(float(rest[0]), w[e])
-            split[rest[1]] += part
-            split[CARRY] += w[e] - part
-        else:
-            split[cats[e]] += w[e]
-    return Path(length=dist[sink], split=tuple(split), edges=tuple(edges), dist=dist)

@@ -22,21 +22,26 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import polars as pl
 
-from . import graph as cg
-from .frames import Slice, SourceEvents
+from . import events as ce
+from . import path as cp
+from . import split as cs
+from .events import Slice, SourceEvents
+from .graph import Built
+from .whatif import change_pct
 
 
 @dataclass
 class Part:
     ev: SourceEvents
     sl: Slice
-    built: cg.Built
+    built: Built
 
 
 @dataclass
 class Joint:
-    built: cg.Built
+    built: Built
     parts: list[Part]
     node_base: list[int]
     ref_base: list[int]
@@ -53,7 +58,7 @@ class Joint:
 
 def _collectives(p: Part) -> dict[tuple[str, int], int]:
     """(name, occurrence) -> local GPU index of the part's collective kernels."""
-    ks = np.flatnonzero(p.sl.gpu.cat == cg.GPU_COMM)
+    ks = np.flatnonzero(p.sl.gpu.cat == ce.GPU_COMM)
     ks = ks[np.argsort(p.sl.gpu.start[ks], kind="stable")]
     seen: dict[str, int] = defaultdict(int)
     out: dict[tuple[str, int], int] = {}
@@ -84,10 +89,10 @@ def _link(j: Joint, edges: dict[tuple[int, int], tuple[int, float, int, int]]) -
             factor = float(j.parts[r].sl.gpu.factor[k])
             ref = j.ref_base[r] + b.n_host + k
             own = e - max(s, starts[last])
-            edges[(node, node + 1)] = (own, own * factor, cg.GPU_COMM, ref)
+            edges[(node, node + 1)] = (own, own * factor, ce.GPU_COMM, ref)
             if r != last:
                 gap = e - starts[last]
-                edges[(src, node + 1)] = (gap, gap * factor, cg.GPU_COMM, ref)
+                edges[(src, node + 1)] = (gap, gap * factor, ce.GPU_COMM, ref)
         j.joined += 1
 
 
@@ -101,24 +106,86 @@ def join(parts: list[Part]) -> Joint:
         n_nodes += p.built.source + 1
         n_refs += p.built.n_host + int(p.sl.gpu.start.size)
     lo = min(p.built.lo for p in parts)
-    out = cg.Built(lo=lo, source=n_nodes, n_host=0)
+    out = Built(lo=lo, source=n_nodes, n_host=0)
     j = Joint(out, parts, node_base, ref_base, 0, 0)
     edges: dict[tuple[int, int], tuple[int, float, int, int]] = {}
     for p, nb, rb in zip(parts, node_base, ref_base, strict=True):
         for (u, v), (w, w2, cat, ref) in p.built.edges.items():
             edges[(u + nb, v + nb)] = (w, w2, cat, ref + rb if ref >= 0 else -1)
         wait = p.built.lo - lo
-        edges[(out.source, p.built.source + nb)] = (wait, float(wait), cg.IDLE, -1)
+        edges[(out.source, p.built.source + nb)] = (wait, float(wait), ce.IDLE, -1)
     _link(j, edges)
     out.edges = edges
-    cg.finish(out)
+    cp.finish(out)
     return j
 
 
 def describe(j: Joint, ref: int, cat: int, ns: float) -> tuple[Any, ...]:
-    """`SourceEvents.describe` of a joint ref, with its source id first."""
+    """`split.describe` of a joint ref, with its source id first."""
     i, local = j.locate(ref)
-    if i < 0:
-        return (None, *j.parts[0].ev.describe(j.parts[0].sl, j.parts[0].built, -1, cat, ns))
-    p = j.parts[i]
-    return (p.ev.source_id, *p.ev.describe(p.sl, p.built, local, cat, ns))
+    p = j.parts[max(i, 0)]
+    return (p.ev.source_id if i >= 0 else None, *cs.describe(p.ev, p.sl, p.built, local, cat, ns))
+
+
+def _joint_events(j: Joint, path: cp.Path, weight: str, it_no: int, scenario: str) -> pl.DataFrame:
+    acc = cs.charged(j.built, path, weight)
+    rows = [describe(j, ref, cat, ns) for (ref, cat), ns in acc.items() if ns != 0]
+    schema = {"source_id": pl.String, **cs.EVENT_SCHEMA}
+    df = pl.DataFrame(rows, schema=schema, orient="row")
+    total = path.length or 1.0
+    return df.select(
+        "source_id",
+        pl.lit(it_no, dtype=pl.Int64).alias("iteration"),
+        pl.lit(scenario).alias("scenario"),
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("step"),
+        pl.all().exclude("source_id"),
+        (pl.col("path_ms") * 1e6 / total * 100.0).alias("share_pct"),
+    )
+
+
+def _joint_row(
+    j: Joint, it_no: int, hi: int, what_if: bool, by_event: bool
+) -> tuple[dict[str, Any], list[pl.DataFrame]]:
+    base = cp.longest(j.built, "w")
+    lo = j.built.lo
+    on_path = {j.locate(int(j.built.ref[e]))[0] for e in base.edges} - {-1}
+    last = j.locate(int(j.built.ref[base.edges[-1]]))[0] if base.edges else -1
+    row: dict[str, Any] = {
+        "iteration": it_no,
+        "rank_count": len(j.parts),
+        "start_ns": lo,
+        "duration_ms": (hi - lo) / 1e6,
+        "path_ms": base.length / 1e6,
+        **cs.split(base),
+        "gpu_pct": cs.gpu_pct(base),
+        "collectives_joined_count": j.joined,
+        "sources_on_path_count": len(on_path),
+        "end_source_id": j.parts[last].ev.source_id if last >= 0 else None,
+    }
+    frames = [_joint_events(j, base, "w", it_no, "ranks")] if by_event else []
+    if what_if:
+        new = cp.longest(j.built, "w2")
+        row["predicted_ms"] = new.length / 1e6
+        row["change_pct"] = change_pct(base.length, new.length)
+        if by_event:
+            frames.append(_joint_events(j, new, "w2", it_no, "ranks_what_if"))
+    return row, frames
+
+
+def across(
+    parts: dict[int, list[Part]], ends: dict[int, int], what_if: bool, by_event: bool
+) -> tuple[pl.DataFrame | None, list[pl.DataFrame]]:
+    """Per iteration number that several sources share (`parts`: each source's window of it,
+    `ends`: the latest end of the iteration over the sources): the job-wide path's row and,
+    with `by_event`, its events."""
+    rows: list[dict[str, Any]] = []
+    frames: list[pl.DataFrame] = []
+    for it_no, members in sorted(parts.items()):
+        if len(members) < 2:
+            continue
+        row, fr = _joint_row(join(members), it_no, ends[it_no], what_if, by_event)
+        rows.append(row)
+        frames.extend(fr)
+    if not rows:
+        return None, []
+    return pl.DataFrame(rows, infer_schema_length=None), frames

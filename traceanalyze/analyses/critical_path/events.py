@@ -1,20 +1,24 @@
-"""`critical_path`'s inputs: one source's host and GPU events as numpy columns, sliced per
-iteration into `graph`'s `HostSlice` / `GpuSlice`.
+"""Stage 2 of `critical_path`: one window's events as numpy arrays (`window`, the entry).
 
-Host events (operators or NVTX ranges from `ops.host_ops`, and runtime/driver calls) are sorted by
-start, so an iteration's host events are one contiguous range; GPU events are reached through their
-launch call's position (sorted by it), or by start when they have no call. Per GPU event, computed
-once per source: the launch call (`launches.launch_calls`), the previous event on its device and
-stream, and the latest event of another stream of its device that ended before it started; per
-blocking call (`idle.SYNC_CALL`), the GPU event it waited for.
+From the frames `windows` cut to the window: host events (operators or NVTX ranges from
+`ops.host_ops`, and runtime/driver calls) sorted by start, so that an iteration's host events are
+one contiguous range; GPU events reached through their launch call's position (sorted by it), or
+by start when they have no call. Per GPU event: the launch call (`launches.launch_calls`), the
+previous event on its device and stream, and the latest event of another stream of its device
+that ended before it started; per blocking call (`idle.SYNC_CALL`), the GPU event it waited for;
+per event its what-if factor (`factor`, `gpu_op_factor`). Then the window's slice of them,
+`HostSlice` / `GpuSlice`, which `graph` builds on. The categories of the path's time are named
+here, where GPU events get theirs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from ...schema import GRAPH_LAUNCH_API
@@ -22,15 +26,82 @@ from ..idle import SYNC_CALL
 from ..launches import launch_calls
 from ..ops import host_ops
 from ..overlap import COMM_KERNEL
-from . import graph as cg
-
-if TYPE_CHECKING:
-    from .whatif import WhatIf
+from .windows import Job, WhatIf
 
 Frame = pl.DataFrame | pl.LazyFrame
 _COPY_CALL = pl.col("name").str.contains("^cu(da)?Mem(cpy|set)") & ~pl.col("name").str.contains(
     "Async"
 )
+
+
+I64 = npt.NDArray[np.int64]
+NONE = np.iinfo(np.int64).min  # "no such time" in the int64 arrays below
+
+# Edge categories, in the order of the result's split columns.
+CATEGORIES = (
+    "gpu_compute",
+    "gpu_comm",
+    "gpu_memory",
+    "host",
+    "launch",
+    "sync",
+    "idle",
+    "carry",
+)
+GPU_COMPUTE, GPU_COMM, GPU_MEMORY, HOST, LAUNCH, SYNC, IDLE, CARRY = range(8)
+
+
+@dataclass
+class HostSlice:
+    """Host events of one iteration, sorted by (thread, start, longer first).
+
+    `thread`: a group number per (process, thread); `end` is clipped to the parent's end;
+    `wait_gpu`: for a blocking call, the local index of the GPU event it waited for (-1: none);
+    `wait_end`: that event's end, also when it lies outside the iteration (then a carry edge);
+    `factor`: the product of the `op:` what-if factors matching the event or an enclosing one
+    (filled in by `build`)."""
+
+    thread: I64
+    process: I64
+    start: I64
+    end: I64
+    is_call: npt.NDArray[np.bool_]
+    is_sync: npt.NDArray[np.bool_]
+    wait_gpu: I64
+    wait_end: I64
+    own_factor: npt.NDArray[np.float64]
+    wait_global: I64
+    # when the waited-for GPU event was launched (NONE: no wait); see `GpuSlice`
+    wait_launch: I64 | None = None
+
+
+@dataclass
+class GpuSlice:
+    """GPU events of one iteration: `cat` (GPU_COMPUTE, GPU_COMM or GPU_MEMORY), `call` (local
+    host index of the launch call, -1: none in the iteration), `prev` (local index of the previous
+    event on the stream, -1: none here) with `prev_end` (its end, NONE: no previous event),
+    `wait` / `wait_end` (the latest event of another stream ended before the start, launched
+    no later than this one), `factor` (the what-if factor of the duration), `launch_edge` (False:
+    an op of a graph replay after the first of its stream, which follows in stream order and has
+    no launch edge) and `prev_launch` / `wait_launch`: when those earlier events were launched
+    (their call's start in the whole trace, else their own start). Only an event launched before
+    the iteration's start is earlier work that a carry may wait for."""
+
+    start: I64
+    end: I64
+    cat: I64
+    call: I64
+    prev: I64
+    prev_end: I64
+    wait: I64
+    wait_end: I64
+    factor: npt.NDArray[np.float64]
+    prev_global: I64
+    wait_global: I64
+    # False for a graph replay's op after the first of its stream: no launch edge of its own
+    launch_edge: npt.NDArray[np.bool_] | None = None
+    prev_launch: I64 | None = None
+    wait_launch: I64 | None = None
 
 
 # A launch call this long blocked (the launch queue was full): it waits for the GPU like a
@@ -107,8 +178,8 @@ def _gpu(
             "start_ns",
             "end_ns",
             pl.when(pl.col("name").str.contains(COMM_KERNEL).fill_null(False))
-            .then(pl.lit(cg.GPU_COMM, dtype=pl.Int64))
-            .otherwise(pl.lit(cg.GPU_COMPUTE, dtype=pl.Int64))
+            .then(pl.lit(GPU_COMM, dtype=pl.Int64))
+            .otherwise(pl.lit(GPU_COMPUTE, dtype=pl.Int64))
             .alias("cat"),
             pl.lit("kernel").alias("kind"),
         )
@@ -124,7 +195,7 @@ def _gpu(
             .alias("name"),
             "start_ns",
             "end_ns",
-            pl.lit(cg.GPU_MEMORY, dtype=pl.Int64).alias("cat"),
+            pl.lit(GPU_MEMORY, dtype=pl.Int64).alias("cat"),
             pl.lit("memcpy").alias("kind"),
         )
     )
@@ -169,19 +240,19 @@ def _cross_waits(g: pl.DataFrame) -> pl.DataFrame:
     and was launched no later than it (`launch_ns`): a wait is set up by the host before the
     waiting op is launched, so work launched after it (in a later step) is never waited for."""
     wait_gid = np.full(g.height, -1, dtype=np.int64)
-    wait_end = np.full(g.height, cg.NONE, dtype=np.int64)
+    wait_end = np.full(g.height, NONE, dtype=np.int64)
     for rows in g.with_row_index("_r").group_by(["source_id", "device_id"]).agg("_r")["_r"]:
         r = rows.to_numpy()
         _device_waits(g[r], r, wait_gid, wait_end)
     return g.with_columns(
         pl.Series("wait_gid", wait_gid).replace(-1, None),
-        pl.Series("wait_end", wait_end).replace(cg.NONE, None),
+        pl.Series("wait_end", wait_end).replace(NONE, None),
     )
 
 
 def _device_waits(dev: pl.DataFrame, rows: Any, out_gid: Any, out_end: Any) -> None:
     start, end, launch = _i64(dev["start_ns"]), _i64(dev["end_ns"]), _i64(dev["launch_ns"])
-    stream, gid = _i64(dev["stream_id"], cg.NONE), _i64(dev["gid"])
+    stream, gid = _i64(dev["stream_id"], NONE), _i64(dev["gid"])
     by_end = np.argsort(end, kind="stable")
     for sid in np.unique(stream).tolist():
         mine = np.flatnonzero(stream == sid)
@@ -256,8 +327,8 @@ def _sync_waits(h: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
 
 @dataclass
 class Slice:
-    host: cg.HostSlice
-    gpu: cg.GpuSlice
+    host: HostSlice
+    gpu: GpuSlice
     hids: np.ndarray[Any, Any]
     gids: np.ndarray[Any, Any]
 
@@ -265,23 +336,7 @@ class Slice:
 class SourceEvents:
     """One source's events as numpy columns (see the module docstring)."""
 
-    EVENT_SCHEMA = {
-        "category": pl.String,
-        "kind": pl.String,
-        "name": pl.String,
-        "start_ns": pl.Int64,
-        "end_ns": pl.Int64,
-        "process_id": pl.Int64,
-        "thread_id": pl.Int64,
-        "device_id": pl.Int64,
-        "stream_id": pl.Int64,
-        "path_ms": pl.Float64,
-        "launched_by": pl.String,
-    }
-
     def __init__(self, source_id: str, h: pl.DataFrame, g: pl.DataFrame, wi: WhatIf | None):
-        from .whatif import factor as _factor
-
         self.source_id = source_id
         self.h_start, self.h_end = _i64(h["start_ns"]), _i64(h["end_ns"])
         self.h_thread = _i64(
@@ -292,24 +347,22 @@ class SourceEvents:
         self.h_kind, self.h_name = h["kind"], h["name"]
         self.h_is_call = (h["kind"] == "call").to_numpy()
         self.h_is_sync = h["sync"].to_numpy()
-        self.h_wait_gid, self.h_wait_end = _i64(h["wait_gid"]), _i64(h["wait_end"], cg.NONE)
+        self.h_wait_gid, self.h_wait_end = _i64(h["wait_gid"]), _i64(h["wait_end"], NONE)
         ops_only = pl.when(pl.col("kind") != "call").then(pl.col("name"))
-        self.h_factor = _factor(h.select(ops_only).to_series(), wi.op if wi else ())
+        self.h_factor = factor(h.select(ops_only).to_series(), wi.op if wi else ())
         self.g_start, self.g_end = _i64(g["start_ns"]), _i64(g["end_ns"])
         self.g_cat, self.g_call = _i64(g["cat"]), _i64(g["call_hid"])
         self.g_launch_edge = g["launch_edge"].fill_null(True).to_numpy()
-        self.g_prev, self.g_prev_end = _i64(g["prev_gid"]), _i64(g["prev_end"], cg.NONE)
-        self.g_wait, self.g_wait_end = _i64(g["wait_gid"]), _i64(g["wait_end"], cg.NONE)
-        self.g_launch = _i64(g["launch_ns"], cg.NONE)
+        self.g_prev, self.g_prev_end = _i64(g["prev_gid"]), _i64(g["prev_end"], NONE)
+        self.g_wait, self.g_wait_end = _i64(g["wait_gid"]), _i64(g["wait_end"], NONE)
+        self.g_launch = _i64(g["launch_ns"], NONE)
         # names and ids stay polars Series (no Python object per event): read only for
         # the events on a path (`describe`)
         self.g_name, self.g_kind = g["name"], g["kind"]
         self.g_stream, self.g_device = g["stream_id"], g["device_id"]
         kern = pl.when(pl.col("kind") == "kernel").then(pl.col("name"))
-        self.g_factor = _factor(g.select(kern).to_series(), wi.kernel if wi else ())
+        self.g_factor = factor(g.select(kern).to_series(), wi.kernel if wi else ())
         if wi is not None and wi.gpu_op:
-            from .whatif import gpu_op_factor
-
             self.g_factor *= gpu_op_factor(h, self.h_thread, self.g_call, wi.gpu_op)
         with_call = np.flatnonzero(self.g_call >= 0)
         self.by_call = with_call[np.argsort(self.g_call[with_call], kind="stable")]
@@ -345,7 +398,7 @@ class SourceEvents:
             return np.where(ix >= 0, gmap[np.maximum(ix, 0)], -1)
 
         call, launched = self.g_call[gids], self._launched
-        host = cg.HostSlice(
+        host = HostSlice(
             thread=self.h_thread[hids],
             process=self.h_pid[hids],
             start=self.h_start[hids],
@@ -358,7 +411,7 @@ class SourceEvents:
             wait_global=self.h_wait_gid[hids],
             wait_launch=launched(self.h_wait_gid[hids]),
         )
-        gpu = cg.GpuSlice(
+        gpu = GpuSlice(
             start=self.g_start[gids],
             end=self.g_end[gids],
             cat=self.g_cat[gids],
@@ -382,47 +435,8 @@ class SourceEvents:
     def _launched(self, ix: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         """When the GPU events `ix` (window ids, -1: none) were launched (NONE: none)."""
         if self.g_launch.size == 0:
-            return np.full(ix.size, cg.NONE, dtype=np.int64)
-        return np.where(ix >= 0, self.g_launch[np.maximum(ix, 0)], cg.NONE)
-
-    def describe(self, sl: Slice, b: cg.Built, ref: int, cat: int, ns: float) -> tuple[Any, ...]:
-        """One `EVENT_SCHEMA` row: the event `ref` (local) charged `ns` of category `cat`."""
-        category = cg.CATEGORIES[cat]
-        if ref < 0:
-            return (category, None, None, None, None, None, None, None, None, ns / 1e6, None)
-        if ref < b.n_host:
-            i = int(sl.hids[ref])
-            return (
-                category,
-                self.h_kind[i],
-                self.h_name[i],
-                int(self.h_start[i]),
-                int(self.h_end[i]),
-                int(self.h_pid[i]) if self.h_pid[i] >= 0 else None,
-                self.h_tid[i],
-                None,
-                None,
-                ns / 1e6,
-                None,
-            )
-        k = ref - b.n_host
-        i = int(sl.gids[k])
-        c = int(sl.gpu.call[k])
-        p = b.parent[c] if c >= 0 else -1
-        by = self.h_name[int(sl.hids[p])] if p >= 0 else None
-        return (
-            category,
-            self.g_kind[i],
-            self.g_name[i],
-            int(self.g_start[i]),
-            int(self.g_end[i]),
-            None,
-            None,
-            self.g_device[i],
-            self.g_stream[i],
-            ns / 1e6,
-            by,
-        )
+            return np.full(ix.size, NONE, dtype=np.int64)
+        return np.where(ix >= 0, self.g_launch[np.maximum(ix, 0)], NONE)
 
 
 def window_events(
@@ -465,3 +479,71 @@ def window_events(
     own = pl.lit(True) if orphans else pl.col("correlation_id").is_null()
     g = g.with_columns(own.alias("orphan_ok"))
     return SourceEvents(sid, h, g, wi)
+
+
+@dataclass(frozen=True)
+class Window:
+    """One window's events: its source's arrays (`ev`) and the window's slice of them (`sl`)."""
+
+    source_id: str
+    iteration: int | None
+    lo: int
+    hi: int
+    ev: SourceEvents
+    sl: Slice
+
+
+def window(job: Job, wi: WhatIf | None) -> Window | None:
+    """The stage's entry: the events of the window `job` (None when it has no timed event)."""
+    c = job.cut
+    ev = window_events(
+        c.kernels,
+        c.memcpy,
+        c.api_calls,
+        c.ops,
+        c.markers,
+        wi,
+        orphans=job.orphans,
+        all_calls=c.all_calls,
+    )
+    if ev is None:
+        return None
+    return Window(job.source_id, job.iteration, job.lo, job.hi, ev, ev.slice(job.lo, job.hi))
+
+
+def factor(names: pl.Series, rules: tuple[tuple[str, float], ...]) -> np.ndarray[Any, Any]:
+    """Product of the factors of the rules whose regex matches each name (each rule once)."""
+    out = np.ones(names.len(), dtype=np.float64)
+    for rx, f in rules:
+        hit = names.fill_null("").str.contains(rx).to_numpy()
+        out[hit] *= f
+    return out
+
+
+def gpu_op_factor(
+    h: pl.DataFrame, thread: np.ndarray[Any, Any], call: np.ndarray[Any, Any], rules: Sequence[Any]
+) -> np.ndarray[Any, Any]:
+    """Per GPU event (`call`: its launch call's host index, -1 without one): the product of the
+    factors of the `gpu-op` rules whose regex matches an operator (a host event that is not a
+    call) on the launch call's thread whose interval holds the call's start: the GPU time of
+    the kernels that operator launched, at any depth below it. `thread`: each host event's
+    thread number."""
+    out = np.ones(call.size, dtype=np.float64)
+    start, end = h["start_ns"].to_numpy(), h["end_ns"].to_numpy()
+    is_call = (h["kind"] == "call").to_numpy()
+    names = h["name"].fill_null("")
+    has = call >= 0
+    for rx, f in rules:
+        match = ~is_call & names.str.contains(rx).to_numpy()
+        inside = np.zeros(start.size, dtype=bool)
+        for t in np.unique(thread[match]):
+            m = np.flatnonzero(match & (thread == t))
+            order = np.argsort(start[m], kind="stable")
+            s, e = start[m][order], np.maximum.accumulate(end[m][order])
+            calls = np.flatnonzero(is_call & (thread == t))
+            i = np.searchsorted(s, start[calls], side="right") - 1
+            inside[calls] = (i >= 0) & (start[calls] < e[np.maximum(i, 0)])
+        hit = np.zeros(call.size, dtype=bool)
+        hit[has] = inside[call[has]]
+        out[hit] *= f
+    return out
