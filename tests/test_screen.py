@@ -50,6 +50,19 @@ LINES = [
     '"Device","Context","Stream","Kernel","achieved_occupancy"',
     "Name,Duration,Start",
     "ms,us,,",
+    # ROCm: rocprofv3 CSV (integer and "Agent N" agents), rocprof v1 results.csv and its
+    # stats, rocm-smi and amd-smi logs, a rocprofv3 JSON head, and near misses
+    '"Kind","Agent_Id","Queue_Id","Kernel_Id","Kernel_Name","Correlation_Id","Start_Timestamp",'
+    '"End_Timestamp"',
+    "Agent_Id,Kernel_Name,Start_Timestamp,End_Timestamp",
+    "Index,KernelName,gpu-id,queue-id,queue-index,pid,tid,grd,wgr,DispatchNs,BeginNs,EndNs",
+    '"Name","Calls","TotalDurationNs","AverageNs","Percentage"',
+    "timestamp,device,Temperature (Sensor junction) (C),Current Socket Graphics Package Power (W)",
+    "timestamp,gpu,power_w,gfx_clk",
+    "time,device,sclk",
+    '{"rocprofiler-sdk-tool": [',
+    "Kernel_Name,Start_Timestamp",
+    "KernelName",
     # near misses and other formats' heads
     '{"schemaVersion": 1, "traceEvents": [',
     # ncu_csv, quoted and not
@@ -64,11 +77,15 @@ LINES = [
 ]
 
 
-MADE_BY_TESTS = {"nsys_rep"}
+# No stored file is an nsys report (tests/test_nsys_rep.py makes one) or a rocprofv3 CSV (none
+# is shipped; tests/test_rocprofv3_csv.py writes its own): their yes comes from LINES here.
+MADE_BY_TESTS = {"nsys_rep", "rocprofv3_csv"}
 
 
 def _head_files() -> list[Path]:
     files = list(all_shared_files())
+    rocm = ROOT.parent / "shared" / "sets" / "rocm"  # the ROCm captures live among the sets
+    files += sorted(p for p in rocm.rglob("*") if p.is_file() and p.suffix != ".md")
     files += [p for p in FIXTURES.rglob("*") if p.is_file() and p.suffix != ".md"]
     return files
 

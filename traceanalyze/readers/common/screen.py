@@ -2,14 +2,16 @@
 importing them (docs/scale.md, "Speed on one file").
 
 `detect_format` asks every reader's `sniff`, and importing a reader runs its module body (name
-tables, compiled patterns, decoders, its helper modules): ~50 ms for the screened five, half of
-what loading the 15 MB ResNet-50 Kineto trace takes. A format package may declare screens in its
+tables, compiled patterns, decoders, its helper modules): ~50 ms for the first five screened, half
+of what loading the 15 MB ResNet-50 Kineto trace takes, and 7-12 ms for the six ROCm readers.
+A format package may declare screens in its
 `__init__` (`SCREENS = {slug: (head bytes, screen)}`, cheap to import): each is a *necessary*
 condition of its reader's sniff, written from that sniff: whenever the sniff says yes, so does
 the screen. A reader whose screen says no is not imported or asked; every other reader is. The
 answer is therefore the sniffs' own, ambiguity included. `tests/test_screen.py` checks the
 implication on every real file and on generated heads. Readers that are cheap to import (iterlog,
-kineto_json) are not screened.
+kineto_json) are not screened, nor is mlperf_log (its package is its reader: a screen there would
+import it).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from .core import PathLike, head_bytes
 
 # The format packages that declare screens (each `__init__` is cheap: no reader module).
-_SCREENING_PACKAGES = ("nsys", "nvprof", "smi", "ncu")
+_SCREENING_PACKAGES = ("nsys", "nvprof", "smi", "ncu", "rocm")
 
 
 def _collect() -> tuple[dict[str, tuple[int, Callable[[bytes], bool]]], dict[str, str]]:
