@@ -387,3 +387,35 @@ def test_graph_replay_figures(path: Path) -> None:
     assert st["graph_launch_count"].sum() == sum(1 for c in kernels_of if c in graph)
     assert st["graph_kernel_count"].sum() == sum(n for c, n in kernels_of.items() if c in graph)
     assert ops["kernel_self_ns"].sum() == total_ns
+
+
+# --- the graphed workload (collectors/gpu_capture.sh's torch-graph step): argv only, no GPU here
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        (["--device", "cpu"], "needs a CUDA device"),
+        (["--precision", "amp-fp16"], "GradScaler"),
+        (["--compile"], "torch.compile"),
+    ],
+)
+def test_the_graphed_workload_refuses_what_it_cannot_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], why: str
+) -> None:
+    from traceanalyze.collect import resnet50
+
+    argv = ["--out", str(tmp_path), "--cuda-graph", *extra]
+    assert resnet50.main(argv) == 2
+    assert why in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # refused before any work
+
+
+def test_the_graphed_workload_argv_parses() -> None:
+    from traceanalyze.collect import cuda_graph, resnet50
+
+    argv = "--out x --device cuda --torch-profile 2,2,3 --cuda-graph --precision amp-bf16"
+    args = resnet50.build_parser().parse_args(argv.split())
+    assert args.cuda_graph and cuda_graph.refusal(args) is None
+    assert not resnet50.build_parser().parse_args(["--out", "x"]).cuda_graph
+    assert cuda_graph.capture_trace_name(64, 0) == "torch_bs64_rank0_capture.pt.trace.json.gz"
