@@ -266,14 +266,8 @@ def train(args: argparse.Namespace) -> Path:
     log_path = out / iterlog_name(args.batch_size, rank)
     data = _batches(args, device, world, rank)
     model.train()
-    # under graph capture autocast's cast cache must be off (torch.cuda.graph's documentation)
-    autocast = functools.partial(
-        torch.autocast,
-        dev_type,
-        dtype=amp_dtype,
-        enabled=amp_dtype is not None,
-        cache_enabled=not args.cuda_graph,
-    )
+    autocast = _autocast(args, dev_type, amp_dtype)
+    step: Callable[[Any, Any], None]
     step = functools.partial(_train_step, model, opt, loss_fn, scaler, autocast, args.nvtx)
     if args.cuda_graph:
         step = _graphed(args, step, data, cuda, rank, out)
@@ -298,6 +292,20 @@ def train(args: argparse.Namespace) -> Path:
 
         dist.destroy_process_group()
     return log_path
+
+
+def _autocast(args: argparse.Namespace, dev_type: str, amp_dtype: Any) -> Callable[[], Any]:
+    """`torch.autocast` for the step; under graph capture without its cast cache (the
+    documentation of torch.cuda.graph asks for `cache_enabled=False`)."""
+    import torch
+
+    return functools.partial(
+        torch.autocast,
+        dev_type,
+        dtype=amp_dtype,
+        enabled=amp_dtype is not None,
+        cache_enabled=not args.cuda_graph,
+    )
 
 
 def _graphed(
