@@ -419,3 +419,109 @@ def test_the_graphed_workload_argv_parses() -> None:
     assert args.cuda_graph and cuda_graph.refusal(args) is None
     assert not resnet50.build_parser().parse_args(["--out", "x"]).cuda_graph
     assert cuda_graph.capture_trace_name(64, 0) == "torch_bs64_rank0_capture.pt.trace.json.gz"
+
+
+# --- analyses.graph_capture on inline frames -------------------------------------------------
+
+
+def _calls(rows: list[tuple[int, str, int, int, str | None]]) -> pl.DataFrame:
+    """(thread, name, start, end, kernel name) -> an api_calls frame of source "s", process 1."""
+    return pl.DataFrame(
+        [("s", 1, t, n, a, b, k) for t, n, a, b, k in rows],
+        schema=[
+            "source_id",
+            "process_id",
+            "thread_id",
+            "name",
+            "start_ns",
+            "end_ns",
+            "kernel_name",
+        ],
+        orient="row",
+    )
+
+
+def test_capture_windows_and_their_nodes() -> None:
+    from traceanalyze.analyses.graph_capture import capture_windows, captured_launches
+
+    calls = _calls(
+        [
+            (1, "cudaStreamEndCapture", 0, 1, None),  # an end without a begin: no window
+            (1, "cudaStreamBeginCapture", 10, 12, None),
+            (1, "cudaLaunchKernel", 20, 30, None),
+            (1, "cuLaunchKernel", 22, 28, None),  # the runtime call's own driver call
+            (1, "cudaStreamGetCaptureInfo", 31, 32, None),
+            (1, "cudaLaunchHostFunc", 33, 34, None),
+            (1, "cudaMemsetAsync", 35, 36, None),
+            (2, "cudaLaunchKernel", 37, 38, None),  # another thread: not this capture's
+            (1, "cudaStreamEndCapture", 40, 41, None),
+            (1, "cudaLaunchKernel", 50, 51, None),  # after the end
+            (2, "hipStreamBeginCapture", 60, 61, None),
+            (2, "hipLaunchKernel", 62, 63, "k"),
+            (2, "hipStreamEndCapture", 70, 71, None),
+        ]
+    )
+    w = capture_windows(calls)
+    assert w.select("window", "thread_id", "start_ns", "end_ns").rows() == [
+        (0, 1, 12, 40),
+        (1, 2, 61, 70),
+    ]
+    ops = pl.DataFrame(
+        [("s", 1, 1, "outer", 15, 39), ("s", 1, 1, "inner", 19, 31)],
+        schema=["source_id", "process_id", "thread_id", "name", "start_ns", "end_ns"],
+        orient="row",
+    )
+    got = captured_launches(calls, ops)
+    assert got.select("window", "ordinal", "kind", "kernel_name", "stack").rows() == [
+        (0, 0, "kernel", None, ["inner", "outer"]),
+        (0, 1, "memset", None, ["outer"]),
+        (1, 0, "kernel", "k", []),
+    ]
+
+
+def test_graft_forward_scan_and_positional_pairing() -> None:
+    from traceanalyze.analyses.graph_capture import graft, graft_counts
+
+    captured = pl.DataFrame(
+        [
+            ("c", 0, 0, "kernel", "a", ["A"]),
+            ("c", 0, 1, "kernel", "b", ["B"]),  # made no node in this replay
+            ("c", 0, 2, "memcpy", None, ["M"]),
+            ("c", 0, 3, "kernel", "c", ["C", "Outer"]),
+        ],
+        schema=["source_id", "window", "ordinal", "kind", "kernel_name", "stack"],
+        orient="row",
+    )
+    replayed = pl.DataFrame(
+        [
+            ("r", 9, 0, "kernel", 100, "a", None),
+            ("r", 9, 1, "memcpy", None, None, None),
+            ("r", 9, 2, "kernel", 101, "c", None),
+            ("r", 9, 3, "kernel", 102, "z", None),  # no node of its name
+        ],
+        schema=[
+            "source_id",
+            "correlation_id",
+            "ordinal",
+            *("kind", "kernel_id"),
+            "name",
+            "mangled_name",
+        ],
+        orient="row",
+    )
+    g = graft(captured, replayed)
+    assert sorted(g.rows(), key=lambda r: (r[1], r[3])) == [
+        ("r", 100, "A", 0),
+        ("r", 101, "C", 0),
+        ("r", 101, "Outer", 1),
+        ("r", 102, None, 0),
+    ]
+    assert graft_counts(g) == (2, 1)
+    # as many nodes as ops, no names: by position, kinds checked
+    bare = captured.filter(pl.col("ordinal") != 1).with_columns(pl.lit(None).alias("kernel_name"))
+    g = graft(bare, replayed.head(3))
+    assert sorted(g.drop_nulls("op").rows()) == [
+        ("r", 100, "A", 0),
+        ("r", 101, "C", 0),
+        ("r", 101, "Outer", 1),
+    ]

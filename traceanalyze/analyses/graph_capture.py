@@ -17,11 +17,11 @@ The join (the capture's launches and a replay's GPU ops, both in graph order):
 * **Replay side.** Per graph launch call, the kernels and copies with its correlation id, in
   `graph_node_id` order where every one has a node id (Kineto's `graph node id`: on ROCm the
   ordinal of the dispatch within its launch), else in start order.
-* **Pairing.** A replay is paired with the capture window of as many nodes whose kinds and
-  known kernel names agree best, position by position; a position whose kind or name disagrees
-  is not attributed. Where no window has as many nodes but names are known, each replayed op
-  takes the next captured launch of its kind and name, skipping others (captured calls that
-  made no node). Without names and with no window of the replay's size, nothing is attributed.
+* **Pairing.** By position with a window of as many nodes (a position whose kind, or known
+  kernel name, disagrees is not attributed), or, in a window that names its kernels, by a
+  forward scan: each replayed op takes the next captured launch of its kind and name, skipping
+  others (captured calls that made no node). The window and way that pair the most ops win.
+  Without names and with no window of the replay's size, nothing is attributed.
 * **Result.** `grafted`: per replayed kernel its captured stack (depth 0 innermost), or one row
   with a null op where it matched nothing; `analyses.ops` hangs the stack below the operator
   around the replay, so GPU time moves between operators and its total is unchanged.
@@ -213,17 +213,19 @@ def _forward(nodes: list[_Node], ops: list[_Op]) -> list[int | None]:
 
 
 def _align(windows: dict[int, list[_Node]], ops: list[_Op]) -> tuple[int | None, list[int | None]]:
-    """The window a replay is paired with and, per replayed op, its node there (None: none)."""
-    same = [w for w, nodes in windows.items() if len(nodes) == len(ops)]
-    if same:
-        tries = {w: _positional(windows[w], ops) for w in same}
-    else:
-        named = [w for w, nodes in windows.items() if any(n[1] is not None for n in nodes)]
-        tries = {w: _forward(windows[w], ops) for w in named}
+    """The window a replay is paired with and, per replayed op, its node there (None: none):
+    by position in the windows of the replay's size, by the forward scan in windows that name
+    their kernels; the most pairs win (then position, then the first window)."""
+    tries: dict[tuple[int, int], list[int | None]] = {}
+    for w, nodes in windows.items():
+        if len(nodes) == len(ops):
+            tries[(w, 0)] = _positional(nodes, ops)
+        if any(n[1] is not None for n in nodes):
+            tries[(w, 1)] = _forward(nodes, ops)
     if not tries:
         return None, [None] * len(ops)
-    best = max(tries, key=lambda w: (sum(j is not None for j in tries[w]), -w))
-    return best, tries[best]
+    best = max(tries, key=lambda k: (sum(j is not None for j in tries[k]), -k[1], -k[0]))
+    return best[0], tries[best]
 
 
 def graft(captured: pl.DataFrame, replayed: pl.DataFrame) -> pl.DataFrame:
