@@ -13,6 +13,8 @@
 #   long-bf16               >= 500 iterations at batch 256 (bf16, channels-last): throughput and
 #                           telemetry over a long run
 #   torch-fp32 / torch-bf16 the same workload under the PyTorch profiler (batch 64)
+#   torch-graph             the step as one CUDA graph (the workload's --cuda-graph, fp32, batch
+#                           64): a capture-time trace and a replay trace, for ops --capture
 #   ncu                     Nsight Compute with the pipe metrics (FMA, FP16, Tensor, SFU), one step
 #   nsys                    Nsight Systems with --gpu-metrics, when an nsys is found
 #   sampler-overhead        benchmarks/bench_sampler_overhead.py: the sampler's cost (goal <= 1 %)
@@ -31,7 +33,7 @@ while [ $# -gt 0 ]; do
     --dry-run) mode=dry ;;
     --prepare) mode=prepare ;;
     --budget-s) budget_s=$2; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "gpu_capture.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -87,6 +89,11 @@ step() {
       "${TA[@]}" "$@" --device cuda --out "$runs" --run-id "$name" --dry-run --quiet \
         >/dev/null 2>"$runs.err" \
         || { echo "  collect --dry-run refused it: $(tail -1 "$runs.err")"; dry_bad=1; }
+    elif [ "${3:-}" = traceanalyze.collect.resnet50 ]; then  # the workload's own argv check
+      "$PY" -c 'import sys; from traceanalyze.collect import cuda_graph, resnet50
+a = resnet50.build_parser().parse_args(sys.argv[1:]); w = cuda_graph.refusal(a)
+sys.exit(w)' "${@:4}" >/dev/null 2>"$runs.err" \
+        || { echo "  the workload refused it: $(tail -1 "$runs.err")"; dry_bad=1; }
     fi
     return 0
   fi
@@ -136,6 +143,8 @@ step long-bf16 90 collect --profiler none --batch-size 256 --iterations 500 --wa
 step torch-fp32 60 collect --profiler torch --batch-size 64 --iterations 12
 step torch-bf16 60 collect --profiler torch --batch-size 64 --iterations 12 \
   --precision amp-bf16 --channels-last
+step torch-graph 60 "$PY" -m traceanalyze.collect.resnet50 --out "$runs/torch-graph" \
+  --device cuda --batch-size 64 --iterations 12 --warmup 3 --torch-profile 2,2,3 --cuda-graph
 step ncu 120 collect --profiler ncu --batch-size 64 --iterations 3
 if [ "$mode" = dry ] || command -v "$NSYS" >/dev/null 2>&1; then
   PATH="$(dirname "$NSYS"):$PATH" step nsys 60 collect --profiler nsys --gpu-metrics --batch-size 64 --iterations 30
@@ -157,20 +166,30 @@ analyses() {
   compgen -G "$runs/ncu/batch_*.csv" >/dev/null \
     && timeout 30 "${TA[@]}" coreutil "$runs"/ncu/batch_*.csv > "$out/coreutil.txt" 2>&1
   timeout 30 "${TA[@]}" variability --store "$runs/long-bf16/store" > "$out/variability.txt" 2>&1
+  # the graphed step: its replay trace's operators, then with the capture-time trace joined
+  local cap rep
+  cap=$(compgen -G "$runs/torch-graph/*_capture.pt.trace.json.gz" | head -1)
+  rep=$(compgen -G "$runs/torch-graph/torch_bs64_rank0.*.pt.trace.json.gz" | head -1)
+  if [ -n "$cap" ] && [ -n "$rep" ]; then
+    { timeout 60 "${TA[@]}" ops "$rep" --top 15
+      timeout 60 "${TA[@]}" ops "$rep" --capture "$cap" --top 30; } > "$out/ops_capture.txt" 2>&1
+  fi
   return 0
 }
 if [ "$mode" = dry ]; then
-  echo "[analyses] summary, diagnose, mfu per run store; coreutil on ncu/batch_*.csv; variability"
+  echo "[analyses] summary, diagnose, mfu per run store; coreutil on ncu/batch_*.csv; variability;"
+  echo "  ops on the torch-graph replay trace, and with --capture its capture-time trace"
   exit "$dry_bad"
 fi
 a0=$(date +%s)
 analyses
-printf 'analyses\t0\t%s\tsummary, diagnose, mfu, coreutil, variability\n' $(( $(date +%s) - a0 )) >> "$steps"
+printf 'analyses\t0\t%s\tsummary, diagnose, mfu, coreutil, variability, ops --capture\n' $(( $(date +%s) - a0 )) >> "$steps"
 [ -n "$smi_pid" ] && kill "$smi_pid" 2>/dev/null
 
 # Pack: the raw outputs without the stores (made again here by ingest), in parts of 15 MiB.
 cd "$out" || exit 1
-tar --exclude='*/store' -czf capture.tar.gz runs nvidia_smi.csv analyses_*.txt coreutil.txt variability.txt 2>/dev/null
+tar --exclude='*/store' -czf capture.tar.gz runs nvidia_smi.csv analyses_*.txt coreutil.txt \
+  variability.txt ops_capture.txt 2>/dev/null
 if [ "$(stat -c %s capture.tar.gz)" -gt $((15 * 1024 * 1024)) ]; then
   split -b 15M -d -a 1 capture.tar.gz capture.tar.gz.part && rm capture.tar.gz
 fi

@@ -40,6 +40,7 @@ def test_dry_run_lists_every_step_and_collect_accepts_each() -> None:
         "long-bf16",
         "torch-fp32",
         "torch-bf16",
+        "torch-graph",
         "ncu",
         "nsys",
         "sampler-overhead",
@@ -63,6 +64,25 @@ def test_dry_run_fails_on_a_flag_collect_refuses(tmp_path: Path) -> None:
     res = dry_run(bad)
     assert res.returncode == 1
     assert "tput-bf16" in res.stdout and "refused it" in res.stdout
+
+
+def test_dry_run_checks_the_graphed_workload_argv(tmp_path: Path) -> None:
+    """The torch-graph step runs the workload itself: the rehearsal parses its argv and asks
+    `cuda_graph.refusal`, so a combination the graphed step cannot run fails here."""
+    res = dry_run(SCRIPT)
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("[torch-graph"))
+    assert "--cuda-graph" in line and "--torch-profile" in line and "--device cuda" in line
+    (tmp_path / "collectors").mkdir()
+    bad = tmp_path / "collectors" / "gpu_capture.sh"
+    step = "--torch-profile 2,2,3 --cuda-graph"
+    assert step in SCRIPT.read_text()
+    text = SCRIPT.read_text().replace(step, f"{step} --precision amp-fp16", 1)
+    bad.write_text(text)
+    for sub in ("traceanalyze", "benchmarks"):
+        (tmp_path / sub).symlink_to(ROOT / sub)
+    res = dry_run(bad)
+    assert res.returncode == 1
+    assert "the workload refused it" in res.stdout and "GradScaler" in res.stdout
 
 
 def test_help_is_the_header() -> None:

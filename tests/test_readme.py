@@ -266,6 +266,10 @@ COMMAND_VALUES: dict[tuple[str, str], list[str]] = {
     ("overlap", "TRACE..."): ["shared:" + NSYS_2GPU],
     ("annotations", "TRACE..."): ["shared:" + NSYS_2GPU],
     ("ops", "TRACE..."): ["shared:" + RESNET],
+    # a capture-time trace (docs/graph-capture.md); the ResNet-50 trace replays no graph: a warning
+    ("ops", "CAPTURE"): [
+        "=" + str(FIXTURES / "kineto_json-sglang-hipgraph-mi300x" / "capture_bs_32_rank0.json.gz")
+    ],
     ("diagnose", "TRACE..."): ["shared:" + NSYS_2GPU],
     ("coreutil", "batch_*.csv"): ["shared:nvprof_csv/magus_matrixMul_gtx1080ti_metrics_all.csv"],
     # All 8 ranks of one DLRM step (../shared/sets, beside ../shared/traces).

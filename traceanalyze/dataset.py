@@ -453,13 +453,15 @@ class Dataset:
 
     # --- host operators and model FLOP utilization (traceanalyze.adapters.ops) ----------------
 
-    def ops(self, *, by: str = "op", top: int = 25) -> pl.DataFrame:
-        """Host operators: inclusive and self time and the GPU time of the kernels they launched
-        (`by="op"`), or per (operator, kernel name) (`by="kernel"`); `top` rows per source (0:
-        all). nsys/nvprof traces: NVTX ranges stand in (basis = nvtx)."""
+    def ops(
+        self, *, by: str = "op", top: int = 25, capture: PathLike | Dataset | None = None
+    ) -> pl.DataFrame:
+        """Host operators' times and their kernels' GPU time per name (`by="op"`) or (name, kernel)
+        (`by="kernel"`), `top` per source (0: all); `capture`: docs/graph-capture.md, adapters."""
         from .adapters import ops as report_ops
 
-        return report_ops.ops(self, by=by, top=top)
+        cap = capture if capture is None or isinstance(capture, Dataset) else open_side(capture, "")
+        return report_ops.ops(self, by=by, top=top, capture=cap)
 
     def mfu(
         self,

@@ -259,6 +259,11 @@ TABLES: dict[str, Table] = {
                 _c("name", _S, "API function name, version suffix stripped (cudaLaunchKernel)."),
                 _c("callback_id", _INT, "CUPTI callback id, when the source gives it."),
                 _c("return_code", _INT, "Return value, when recorded."),
+                _c(
+                    "kernel_name",
+                    _S,
+                    "Kernel a launch call names, when the source gives it (Kineto on ROCm).",
+                ),
                 *_TIMES,
             ),
         ),

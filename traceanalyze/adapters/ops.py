@@ -3,6 +3,7 @@ analyses in `analyses.ops` / `analyses.mfu`, a `file` column naming each source.
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -15,24 +16,34 @@ if TYPE_CHECKING:
     from . import DatasetView
 
 
-def ops(ds: DatasetView, by: str = "op", top: int = 25) -> pl.DataFrame:
+def ops(
+    ds: DatasetView, by: str = "op", top: int = 25, capture: DatasetView | None = None
+) -> pl.DataFrame:
     """Per source, the `top` operators by inclusive time (`by="op"`), or the `top` (operator,
-    kernel name) pairs by kernel time (`by="kernel"`); `top=0` keeps all."""
+    kernel name) pairs by kernel time (`by="kernel"`); `top=0` keeps all. `capture`: a
+    capture-time trace of the graphs `ds` replays, whose operators then get the replayed kernels
+    (`graph_stacks`)."""
     from ..analyses.ops import op_kernels, op_stats
 
+    if by not in ("op", "kernel"):
+        raise UsageProblem(f"by must be 'op' or 'kernel', not {by!r}")
     args = (ds.scan("ops"), ds.scan("api_calls"), ds.scan("kernels"), ds.scan("markers"))
+    grafted = None if capture is None else graph_stacks(ds, capture)
     if by == "op":
-        df = op_stats(*args, launching_processes_only=bool(ds.device_filter))
-        sort = ["source_id", "inclusive_ns"]
-    elif by == "kernel":
-        df = (
-            op_kernels(*args)
-            .group_by("source_id", "op", "kernel")
-            .agg(pl.len().alias("kernel_count"), pl.col("kernel_ns").sum().alias("kernel_ns"))
+        df = op_stats(*args, launching_processes_only=bool(ds.device_filter), grafted=grafted)
+        # with a capture, where the replays' GPU time went: captured operators ran no host time
+        sort = ["source_id", "kernel_self_ns" if grafted is not None else "inclusive_ns"]
+    else:
+        kern = op_kernels(*args)
+        if grafted is not None:  # a replayed kernel's operator: its captured innermost one
+            inner = grafted.filter(pl.col("depth") == 0).drop_nulls("op").drop("depth")
+            on = ["source_id", "kernel_id"]
+            kern = kern.join(inner.rename({"op": "_cap"}), on=on, how="left")
+            kern = kern.with_columns(pl.coalesce("_cap", "op").alias("op")).drop("_cap")
+        df = kern.group_by("source_id", "op", "kernel").agg(
+            pl.len().alias("kernel_count"), pl.col("kernel_ns").sum().alias("kernel_ns")
         )
         sort = ["source_id", "kernel_ns"]
-    else:
-        raise UsageProblem(f"by must be 'op' or 'kernel', not {by!r}")
     if by == "kernel" and df.height == 0 and ds.scan("kernels").head(1).collect().height == 0:
         raise NotAnswerable(f"no GPU kernels in {ds.origin} (a CPU run?): try by=op")
     if df.height == 0 or (by == "op" and df["op"].drop_nulls().len() == 0):
@@ -45,6 +56,40 @@ def ops(ds: DatasetView, by: str = "op", top: int = 25) -> pl.DataFrame:
     if top > 0:
         df = df.group_by("source_id", maintain_order=True).head(top)
     return with_file(df, ds.names())
+
+
+def graph_stacks(ds: DatasetView, capture: DatasetView) -> pl.DataFrame:
+    """Per graph-replay kernel of `ds`, the operator stack captured in `capture`
+    (`analyses.graph_capture.graft`); an error when `capture` holds no stream capture, warnings
+    when `ds` has no replay and for replayed kernels that matched no captured launch."""
+    from ..analyses import graph_capture as gc
+
+    cap = gc.captured_launches(
+        capture.scan("api_calls"), capture.scan("ops"), capture.scan("markers")
+    )
+    if cap.height == 0:
+        raise TraceanalyzeError(
+            f"{capture.origin} is not a capture-time trace: no launch call between a "
+            "cudaStreamBeginCapture/hipStreamBeginCapture and its StreamEndCapture (record one "
+            "with the profiler on during torch.cuda.graph capture)"
+        )
+    rep = gc.replayed_ops(ds.scan("api_calls"), ds.scan("kernels"), ds.scan("memcpy"))
+    if rep.height == 0:
+        warnings.warn(
+            f"no graph replays (cudaGraphLaunch, hipGraphLaunch) in {ds.origin}: the capture "
+            f"{capture.origin} changes nothing",
+            stacklevel=3,
+        )
+    grafted = gc.graft(cap, rep)
+    took, left = gc.graft_counts(grafted)
+    if left:
+        warnings.warn(
+            f"{left} of {took + left} graph-replay kernels matched no launch captured in "
+            f"{capture.origin}: they stay with the operator around the replay "
+            "(uncaptured_kernel_count)",
+            stacklevel=3,
+        )
+    return grafted
 
 
 def mfu(

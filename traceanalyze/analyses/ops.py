@@ -356,18 +356,21 @@ def op_stats(
     markers: Frame | None = None,
     *,
     launching_processes_only: bool = False,
+    grafted: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """One row per source and operator name: calls, inclusive and self time, kernels launched and
     their GPU time (self and inclusive), sorted by inclusive time; see the module docstring.
 
     Pass `markers` to let NVTX ranges stand in for sources without operators.
     `launching_processes_only` keeps the operators of the processes that launched `kernels`
-    (when the kernels were filtered to some devices: one rank's operators, not every rank's)."""
+    (when the kernels were filtered to some devices: one rank's operators, not every rank's).
+    `grafted`: graph-replay kernels' captured operator stacks (`analyses.graph_capture`), which
+    add the GRAFT_COLUMNS."""
     host, kern = host_ops(ops, markers), launches(api_calls, kernels)
     if launching_processes_only:
         procs = kern.select("source_id", "process_id").drop_nulls().unique()
         host = host.join(procs, on=["source_id", "process_id"], how="semi")
-    return _op_stats(host, kern, warn_none=True)[0]
+    return _op_stats(host, kern, warn_none=True, grafted=grafted)[0]
 
 
 def op_stats_kernels(
@@ -381,9 +384,14 @@ def op_stats_kernels(
 
 
 def _op_stats(
-    host: pl.DataFrame, kern: pl.DataFrame, *, warn_none: bool
+    host: pl.DataFrame,
+    kern: pl.DataFrame,
+    *,
+    warn_none: bool,
+    grafted: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """op_stats of `host_ops` and `launches` frames, and the sweep's (tree, owned)."""
+    """op_stats of `host_ops` and `launches` frames, and the sweep's (tree, owned); `grafted`:
+    see `_kernel_rows`."""
     if host.height == 0 and warn_none:
         warnings.warn(
             "no host operators (PyTorch profiler ops) or NVTX ranges: kernels cannot be "
@@ -396,16 +404,17 @@ def _op_stats(
     calls = kern.filter(pl.col("start_ns").is_not_null())
     tree, owned = op_tree(host, calls)
     rows = _name_rows(tree)
-    gpu = _kernel_rows(tree, owned, kern)
+    gpu = _kernel_rows(tree, owned, kern, grafted)
     out = rows.join(gpu, on=["source_id", "op"], how="full", coalesce=True, nulls_equal=True)
     basis = tree.group_by("source_id").agg(pl.col("basis").first().alias("_b"))
     out = out.join(basis, on="source_id", how="left").with_columns(
         pl.coalesce("basis", "_b").alias("basis")
     )
+    cols = OPS_COLUMNS + (GRAFT_COLUMNS if grafted is not None else ())
     stats = (
-        out.with_columns(pl.col(c).fill_null(0) for c in OPS_COLUMNS[3:])
-        .select(OPS_COLUMNS)
-        .cast(_OUT_SCHEMA)  # type: ignore[arg-type]
+        out.with_columns(pl.col(c).fill_null(0) for c in cols[3:])
+        .select(cols)
+        .cast({c: _OUT_SCHEMA.get(c, pl.Int64) for c in cols})
         .sort(
             ["source_id", "inclusive_ns", "kernel_inclusive_ns", "op"],
             descending=[False, True, True, False],
@@ -452,51 +461,101 @@ def _ancestor_chains(tree: pl.DataFrame, owner: np.ndarray[Any, Any]) -> tuple[p
     return chain, len(kis[0]) if kis else 0
 
 
-def _kernel_rows(tree: pl.DataFrame, owned: pl.DataFrame, kern: pl.DataFrame) -> pl.DataFrame:
+# With a graph capture joined (`analyses.graph_capture`): of a row's `kernel_count`, the replayed
+# kernels given to it from the capture, and those of a replay that matched no captured launch
+GRAFT_COLUMNS: tuple[str, ...] = ("captured_kernel_count", "uncaptured_kernel_count")
+
+
+def _kernel_rows(
+    tree: pl.DataFrame,
+    owned: pl.DataFrame,
+    kern: pl.DataFrame,
+    grafted: pl.DataFrame | None = None,
+) -> pl.DataFrame:
     """Per (source, op name): kernels launched directly, their time, and time including
-    descendants' kernels (walk each kernel's ancestor chain; each name counted once per kernel)."""
+    descendants' kernels (walk each kernel's ancestor chain; each name counted once per kernel).
+
+    `grafted` (source_id, kernel_id, op, depth; op null for a replayed kernel that matched no
+    captured launch): graph-replay kernels' captured operator stacks, depth 0 innermost. Such a
+    stack hangs below the operator around the replay: its innermost operator launched the
+    kernel, and every name in it counts the kernel in its inclusive time."""
     by_kernel = owned.select("source_id", "kernel_id", "owner")
     k = kern.join(by_kernel, on=["source_id", "kernel_id"], how="left").select(
-        "source_id", pl.col("owner").fill_null(-1), pl.col("kernel_ns").fill_null(0)
+        "source_id", "kernel_id", pl.col("owner").fill_null(-1), pl.col("kernel_ns").fill_null(0)
     )
     chain, n_direct = _ancestor_chains(tree, k["owner"].to_numpy())
+    chain = chain.with_columns(pl.col("op").cast(pl.String))
+    direct, outside_k = chain.head(n_direct), k.with_row_index("_k").filter(pl.col("owner") < 0)
+    if grafted is not None:
+        direct, chain, outside_k = _graft(direct, chain, outside_k, k, grafted)
     ns = k["kernel_ns"]
 
     def with_ns(df: pl.DataFrame) -> pl.DataFrame:
         return df.with_columns(ns.gather(df["_k"]).alias("kernel_ns"))
 
     # the chain's first level is each kernel's own operator: its direct kernels
-    direct = with_ns(chain.head(n_direct))
     incl = (
         with_ns(chain.unique(["_k", "op"]))
         .group_by("source_id", "op")
         .agg(pl.col("kernel_ns").sum().alias("kernel_inclusive_ns"))
     )
     agg = [pl.len().alias("kernel_count"), pl.col("kernel_ns").sum().alias("kernel_self_ns")]
-    rows_own = direct.group_by("source_id", "op").agg(agg)
+    if grafted is not None:
+        agg += [pl.col(c).sum() for c in GRAFT_COLUMNS]
+    rows_own = with_ns(direct).group_by("source_id", "op").agg(agg)
     outside = (
-        k.filter(pl.col("owner") < 0)
-        .group_by("source_id")
+        outside_k.group_by("source_id")
         .agg(*agg, pl.col("kernel_ns").sum().alias("kernel_inclusive_ns"))
         .with_columns(pl.lit(None, dtype=pl.String).alias("op"))
     )
     inside = incl.join(rows_own, on=["source_id", "op"], how="left").with_columns(
-        pl.col("op").cast(pl.String), pl.col("kernel_count", "kernel_self_ns").fill_null(0)
+        pl.col("kernel_count", "kernel_self_ns").fill_null(0)
     )
     cols = ["source_id", "op", "kernel_count", "kernel_self_ns", "kernel_inclusive_ns"]
+    cols += list(GRAFT_COLUMNS) if grafted is not None else []
     return (
         pl.concat([inside.select(cols), outside.select(cols)], how="vertical_relaxed")
-        .cast(
-            {
-                "source_id": pl.String,
-                "op": pl.String,
-                "kernel_count": pl.Int64,
-                "kernel_self_ns": pl.Int64,
-                "kernel_inclusive_ns": pl.Int64,
-            }
-        )
+        .cast({c: pl.String if c in ("source_id", "op") else pl.Int64 for c in cols})
         .sort(pl.col("source_id"), pl.col("op").fill_null(""))
     )
+
+
+def _graft(
+    direct: pl.DataFrame,
+    chain: pl.DataFrame,
+    outside: pl.DataFrame,
+    k: pl.DataFrame,
+    grafted: pl.DataFrame,
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """`_kernel_rows`' direct, chain and outside frames with the captured stacks grafted: an
+    attributed kernel's direct operator becomes its stack's innermost, its chain gains the
+    stack's names; direct and outside rows get the GRAFT_COLUMNS flags."""
+    g = grafted.join(
+        k.with_row_index("_k").select(pl.col("_k").cast(pl.Int64), "source_id", "kernel_id"),
+        on=["source_id", "kernel_id"],
+        how="inner",
+    )
+    took = g.filter(pl.col("op").is_not_null())
+    stack = took.select("_k", "source_id", "op")
+    inner = took.filter(pl.col("depth") == 0).select("_k", "source_id", "op")
+    flags = g.group_by("_k").agg(
+        pl.col("op").is_not_null().any().cast(pl.Int64).alias(GRAFT_COLUMNS[0]),
+        pl.col("op").is_null().all().cast(pl.Int64).alias(GRAFT_COLUMNS[1]),
+    )
+    moved = inner["_k"].implode()
+    kept = direct.with_columns(pl.col("_k").cast(pl.Int64)).filter(~pl.col("_k").is_in(moved))
+    direct = pl.concat([kept, inner], how="vertical_relaxed")
+    chain = pl.concat(
+        [chain.with_columns(pl.col("_k").cast(pl.Int64)), stack], how="vertical_relaxed"
+    )
+    outside = outside.with_columns(pl.col("_k").cast(pl.Int64)).filter(~pl.col("_k").is_in(moved))
+
+    def flagged(df: pl.DataFrame) -> pl.DataFrame:
+        return df.join(flags, on="_k", how="left").with_columns(
+            pl.col(c).fill_null(0) for c in GRAFT_COLUMNS
+        )
+
+    return flagged(direct), chain, flagged(outside)
 
 
 def op_kernels(

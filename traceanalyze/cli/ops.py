@@ -32,6 +32,12 @@ if TYPE_CHECKING:
     help="op: one row per operator name; kernel: one row per (operator, kernel name).",
 )
 @click.option(
+    "--capture",
+    type=click.Path(path_type=Path),
+    help="Capture-time PyTorch-profiler trace (or store) of the CUDA/HIP graphs the input "
+    "replays: replayed kernels go to the operators captured around their launches.",
+)
+@click.option(
     "--plot",
     type=click.Path(path_type=Path),
     callback=figure_path,
@@ -42,6 +48,7 @@ def ops(
     ds: Dataset,
     top: int,
     by: str,
+    capture: Path | None,
     plot: Path | None,
     out_json: bool,
     out_csv: bool,
@@ -61,12 +68,23 @@ def ops(
     ranges stand in (basis = nvtx; PyTorch emit_nvtx names lose ', seq = …, op_id = …').
     --device keeps only those devices' kernels, and the operators of the processes that
     launched them.
+
+    \b
+    CUDA/HIP graphs: every kernel of a replay carries the graph launch's correlation id, so it
+    goes to the operator around cudaGraphLaunch/hipGraphLaunch. --capture joins a trace recorded
+    while the graph was captured: the replay's kernels and the launches captured between
+    StreamBeginCapture and StreamEndCapture, in graph order, kinds and kernel names checked
+    (docs/graph-capture.md). A matched kernel goes to its captured operators, below the one
+    around the replay; GPU time only moves. Two more columns:
+    captured_kernel_count     of kernel_count, replayed kernels given from the capture
+    uncaptured_kernel_count   of kernel_count, replayed kernels that matched no captured launch
     """
     if plot is not None and by != "op":
         raise click.UsageError("--plot draws operators: leave out --by kernel")
-    df = ds.ops(by=by, top=top)
+    df = ds.ops(by=by, top=top, capture=capture)
     if plot is not None:  # the figure's own top, by the GPU time it draws, from every operator
-        draw("ops", ds.ops(by=by, top=0), plot, source=ds.one_source("ops --plot"))
+        full = ds.ops(by=by, top=0, capture=capture)
+        draw("ops", full, plot, source=ds.one_source("ops --plot"))
     emit(df, out_json, out_csv)
 
 

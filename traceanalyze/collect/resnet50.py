@@ -4,7 +4,8 @@ Run by `traceanalyze collect` (directly, under torchrun, or under a profiler); a
 
     python -m traceanalyze.collect.resnet50 --out DIR --batch-size 64 --iterations 500 \
         [--device cuda|cpu] [--precision fp32|amp-fp16|amp-bf16] [--channels-last] [--compile] \
-        [--data IMAGENET_DIR] [--profile-window START:END] [--torch-profile WAIT,WARMUP,ACTIVE]
+        [--data IMAGENET_DIR] [--profile-window START:END] [--torch-profile WAIT,WARMUP,ACTIVE] \
+        [--cuda-graph]
 
 Tested with torch 2.14 / torchvision 0.29 (CPU). torchvision `resnet50(weights=None)`: random
 weights, never downloaded. Data are synthetic tensors made once on the device (no loader, so the
@@ -31,6 +32,9 @@ nsys records them on a CPU-only run as well; on CPU the iteration then is one as
 On CUDA each iteration is an NVTX range `iteration N`, and `torch.cuda.profiler.start()/stop()`
 (cudaProfilerStart/Stop) bracket `--profile-window START:END` (iterations START..END-1) so that
 nsys (`--capture-range=cudaProfilerApi`) and ncu (`--profile-from-start off`) record only that.
+
+With `--cuda-graph` (CUDA, one process) the step is captured once as a CUDA graph and replayed
+each iteration; with `--torch-profile` the capture gets a trace of its own (`collect.cuda_graph`).
 """
 
 from __future__ import annotations
@@ -105,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--record-shapes", action="store_true")
     ap.add_argument(
         "--nvtx", action="store_true", help="Phases (and, on CPU, iterations) as NVTX ranges too."
+    )
+    ap.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="Capture one step (forward, backward, SGD step) as a CUDA graph and replay it; with "
+        "--torch-profile the capture is profiled too (collect/cuda_graph.py). CUDA only.",
     )
     return ap
 
@@ -256,10 +266,11 @@ def train(args: argparse.Namespace) -> Path:
     log_path = out / iterlog_name(args.batch_size, rank)
     data = _batches(args, device, world, rank)
     model.train()
-    autocast = functools.partial(
-        torch.autocast, dev_type, dtype=amp_dtype, enabled=amp_dtype is not None
-    )
+    autocast = _autocast(args, dev_type, amp_dtype)
+    step: Callable[[Any, Any], None]
     step = functools.partial(_train_step, model, opt, loss_fn, scaler, autocast, args.nvtx)
+    if args.cuda_graph:
+        step = _graphed(args, step, data, cuda, rank, out)
     with open(log_path, "w", newline="") as log, prof_ctx as prof:
         log.write(ITERLOG_MAGIC + "\n" + ",".join(ITERLOG_COLUMNS) + "\n")
         log.flush()
@@ -281,6 +292,39 @@ def train(args: argparse.Namespace) -> Path:
 
         dist.destroy_process_group()
     return log_path
+
+
+def _autocast(args: argparse.Namespace, dev_type: str, amp_dtype: Any) -> Callable[[], Any]:
+    """`torch.autocast` for the step; under graph capture without its cast cache (the
+    documentation of torch.cuda.graph asks for `cache_enabled=False`)."""
+    import torch
+
+    return functools.partial(
+        torch.autocast,
+        dev_type,
+        dtype=amp_dtype,
+        enabled=amp_dtype is not None,
+        cache_enabled=not args.cuda_graph,
+    )
+
+
+def _graphed(
+    args: argparse.Namespace,
+    step: Callable[[Any, Any], None],
+    data: Iterator[Any],
+    cuda: bool,
+    rank: int,
+    out: Path,
+) -> Callable[[Any, Any], None]:
+    """The step captured as a CUDA graph on the first batch's shape (`collect.cuda_graph`), the
+    capture profiled with `--torch-profile`."""
+    from .cuda_graph import capture_trace_name, graphed_step
+
+    if not cuda:
+        raise SystemExit("resnet50: --cuda-graph needs a CUDA device; none is available")
+    x, y = next(data)
+    trace = out / capture_trace_name(args.batch_size, rank) if args.torch_profile else None
+    return graphed_step(step, x, y, profile_to=trace, record_shapes=args.record_shapes)
 
 
 def _train_step(
@@ -357,6 +401,12 @@ def _nvtx() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from .cuda_graph import refusal
+
+    why = refusal(args)
+    if why is not None:
+        sys.stderr.write(f"resnet50: {why}\n")
+        return 2
     if args.torch_profile:
         w, wu, a = parse_schedule(args.torch_profile)
         if w + wu + a > args.iterations:

@@ -124,6 +124,7 @@ _GET: dict[str, Callable[[Any], list[Any]]] = {
     "cid": lambda ev: [a.cid for a in ev],
     "graph_id": lambda ev: [a.graph_id for a in ev],
     "graph_node_id": lambda ev: [a.graph_node_id for a in ev],
+    "kernel": lambda ev: [a.kernel for a in ev],
 }
 
 
@@ -311,6 +312,8 @@ def _api_calls(sub: list[Any]) -> pl.DataFrame:
             _strs(sub, "name"),
             # ROCm writes the HIP API id as `cid`
             _or(_ints(args, "cbid"), lambda: _ints(args, "cid")).alias("callback_id"),
+            # ROCm's launch calls name their kernel (`args.kernel`), during graph capture too
+            _strs(args, "kernel", "kernel_name"),
             *_times(sub),
         ]
     )

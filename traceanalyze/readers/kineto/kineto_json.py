@@ -35,7 +35,8 @@ Tables:
 * `memcpy` (`gpu_memcpy`, `gpu_memset`): `Memcpy HtoD (Pageable -> Device)` gives kind `HtoD`,
   src `Pageable`, dst `Device`; `Memset (Device)` gives kind `memset`, dst `Device`.
 * `api_calls`: `cuda_runtime` → `runtime`, `cuda_driver` → `driver` (ROCm's `hip*` calls also
-  use `cuda_runtime`); `cbid` (ROCm: `cid`) → `callback_id`.
+  use `cuda_runtime`); `cbid` (ROCm: `cid`) → `callback_id`; `args.kernel` (ROCm's launch calls
+  name their kernel, during graph capture too) → `kernel_name`.
 * `ops`: `cpu_op`, `python_function` (and the old `Operator`); `External id` → `external_id`.
 * `markers`: `user_annotation` (host), `gpu_user_annotation` (`device_id` = pid, `stream_id` =
   tid, no process or thread: pid/tid are device/stream there) and instant events (`ph` `i`/`I`,

@@ -32,6 +32,8 @@ class _Args(Struct, frozen=True, gc=False):
     # Kineto since early 2026 (CUDA >= 12) on graph kernels (formats.md section 10)
     graph_id: Any = field(default=None, name="graph id")
     graph_node_id: Any = field(default=None, name="graph node id")
+    # the kernel a launch call names (ROCm's hipLaunchKernel, also during graph capture)
+    kernel: Any = None
 
 
 _NO_ARGS = _Args()
