@@ -312,12 +312,10 @@ class Dataset:
     def launches(self, *, by_kernel: bool = False, delay_floor_ns: int = 100_000) -> Launches:
         """Kernel launch statistics: each kernel joined to its launch API call (correlation id).
 
-        `stats` per source and device (or kernel name with `by_kernel`): launch_count, mean,
-        median and p95 of cpu_ns (the call), gpu_ns (the kernel) and delay_ns (kernel start -
-        call start); `outliers`: short kernels (gpu_ns < cpu_ns) and long delays (above the
-        device's p95 and `delay_floor_ns`); `table`: one row per kernel launch. Whole-graph
-        replays (`graph_replays`) count as launches in `stats` and `outliers`. A `file` column
-        names each source."""
+        `stats` per source and device (or kernel name, `by_kernel`): launch_count, mean, median,
+        p95 of cpu_ns (the call), gpu_ns (the kernel), delay_ns (kernel start - call start), with
+        whole-graph replays; `outliers`: short kernels (gpu_ns < cpu_ns), long delays (> device
+        p95 and `delay_floor_ns`); `table`: one row per kernel. A `file` column names sources."""
         from .analyses.launches import kernel_launches
 
         names = self.names()
@@ -348,8 +346,7 @@ class Dataset:
         if self.start_ns is not None and self.end_ns is not None:
             window = (self.start_ns, self.end_ns)
         names = self.names()
-        k, m, a = (self.scan(t) for t in ("kernels", "memcpy", "api_calls"))
-        g = self.scan("graph_replays")
+        k, m, a, g = (self.scan(t) for t in ("kernels", "memcpy", "api_calls", "graph_replays"))
         return with_file(idle_time(k, m, a, window=window, names=names, graph_replays=g), names)
 
     def overlap(self) -> pl.DataFrame:
@@ -424,7 +421,7 @@ class Dataset:
         from .adapters.diagnose import warn_whole_graphs_left_out
         from .analyses.critical_path import critical_path
 
-        warn_whole_graphs_left_out(self, "the critical path")
+        warn_whole_graphs_left_out(self, "the critical path")  # (it has no node for them)
         names = self.names()
         tables = ("kernels", "memcpy", "api_calls", "ops", "markers", "iterations")
         res = critical_path(

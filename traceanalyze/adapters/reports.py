@@ -172,8 +172,8 @@ def trace_origin(ds: DatasetView) -> int:
     `--start`/`--end` of `busy` and `timeline` count from."""
     from ..analyses import timeline as tl
 
-    tables = ("kernels", "memcpy", "ops", "markers", "iterations")
-    return tl.extent(*(ds.scan(t) for t in tables), graph_replays=ds.scan("graph_replays"))[0]
+    tables = ("kernels", "memcpy", "ops", "markers", "iterations", "graph_replays")
+    return tl.extent(**{t: ds.scan(t) for t in tables})[0]
 
 
 def busy(

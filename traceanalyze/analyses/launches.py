@@ -301,6 +301,18 @@ def kernel_launches(
         _warn_unlaunched_replays(n_replays, whole.height)
     if table.height == 0 and (whole is None or whole.height == 0):
         raise NotAnswerable("no kernel shares a correlation id with an API call")
+    _warn_unlaunched_kernels(k, table, names)
+    return Launches(
+        stats=launch_stats(table, by_kernel=by_kernel, delay_floor_ns=delay_floor_ns, whole=whole),
+        outliers=launch_outliers(table, delay_floor_ns=delay_floor_ns, whole=whole),
+        table=table,
+    )
+
+
+def _warn_unlaunched_kernels(
+    k: pl.LazyFrame, table: pl.DataFrame, names: Mapping[str, str] | None
+) -> None:
+    """Per source: its kernels without a launch call, counted in a warning."""
     per = (
         k.group_by("source_id")
         .agg(pl.len().alias("n"))
@@ -314,20 +326,15 @@ def kernel_launches(
                 f"{source_name(names, sid)}: "
                 "no kernel has a launch call (no API calls with its correlation ids); "
                 "left out",
-                stacklevel=2,
+                stacklevel=3,
             )
         elif m < n:
             warnings.warn(
                 f"{source_name(names, sid)}: "
                 f"{n - m} of {n} kernels have no launch call with their correlation id "
                 "(outside the capture window or not traced); left out",
-                stacklevel=2,
+                stacklevel=3,
             )
-    return Launches(
-        stats=launch_stats(table, by_kernel=by_kernel, delay_floor_ns=delay_floor_ns, whole=whole),
-        outliers=launch_outliers(table, delay_floor_ns=delay_floor_ns, whole=whole),
-        table=table,
-    )
 
 
 def _timed_count(frame: Frame) -> int:
