@@ -189,6 +189,23 @@ def test_graph_trace_without_start_is_one_line_error(graph: Path, tmp_path: Path
     assert str(bad) in lines[0]
 
 
+def test_untimed_replay_has_null_times_and_a_warning(graph: Path, tmp_path: Path) -> None:
+    """CUPTI writes start = end = 0 for a replay it could not time (CUpti_ActivityGraphTrace2)."""
+    p = tmp_path / "untimed.sqlite"
+    p.write_bytes(graph.read_bytes())
+    con = sqlite3.connect(p)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_GRAPH_TRACE SET start = 0, end = 0 WHERE rowid = 2")
+    con.commit()
+    con.close()
+    from traceanalyze.readers.nsys.nsys_sqlite import read_nsys_sqlite
+
+    with pytest.warns(UserWarning, match="1 CUPTI_ACTIVITY_KIND_GRAPH_TRACE rows with start"):
+        t = read_nsys_sqlite(p)
+    r = t.graph_replays.sort("replay_id")
+    assert r["start_ns"].null_count() == r["end_ns"].null_count() == 1
+    assert r["start_ns"][1] is None and r["correlation_id"][1] is not None
+
+
 # --- analyses -------------------------------------------------------------------------------
 
 
