@@ -374,6 +374,22 @@ def test_perfetto_one_slice_per_replay_with_a_flow_from_its_launch(
         assert begin["ts"] - end["ts"] == pytest.approx((call_start - start) / 1e3, abs=1e-3)
 
 
+def test_perfetto_protobuf_equals_the_json_for_replays(graph: Path, tmp_path: Path) -> None:
+    pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    from tests.test_perfetto_proto import both, json_view, proto_view
+    from traceanalyze.analyses.timeline import with_replays
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = ta.read(graph)
+    k = with_replays(t.kernels, t.graph_replays).collect()
+    d, doc = both(tmp_path, k, t.memcpy, t.markers, api_calls=t.api_calls, ops=t.ops)
+    want_slices, want_flows, _ = json_view(doc)
+    assert proto_view(d) == (want_slices, want_flows)
+    graphs = [s for s in d.slices if s["cat"] == "cuda_graph"]
+    assert len(graphs) == sql(graph, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE")[0][0]
+
+
 def test_critical_path_says_what_it_leaves_out(graph: Path) -> None:
     (n, t) = sql(graph, "SELECT count(*), sum(end - start) FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE")[0]
     with pytest.warns(UserWarning, match=f"leaves out {n} whole-graph") as w:
