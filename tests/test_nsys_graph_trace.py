@@ -204,6 +204,11 @@ def test_untimed_replay_has_null_times_and_a_warning(graph: Path, tmp_path: Path
     r = t.graph_replays.sort("replay_id")
     assert r["start_ns"].null_count() == r["end_ns"].null_count() == 1
     assert r["start_ns"][1] is None and r["correlation_id"][1] is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ev = ta.open(p).health().events
+    row = ev.filter(pl.col("table") == "graph_replays").to_dicts()
+    assert [(x["row_count"], x["untimed_count"]) for x in row] == [(6, 1)]
 
 
 # --- analyses -------------------------------------------------------------------------------
