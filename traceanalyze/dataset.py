@@ -312,11 +312,10 @@ class Dataset:
     def launches(self, *, by_kernel: bool = False, delay_floor_ns: int = 100_000) -> Launches:
         """Kernel launch statistics: each kernel joined to its launch API call (correlation id).
 
-        `stats` per source and device (or kernel name with `by_kernel`): launch_count, mean,
-        median and p95 of cpu_ns (the call), gpu_ns (the kernel) and delay_ns (kernel start -
-        call start); `outliers`: short kernels (gpu_ns < cpu_ns) and long delays (above the
-        device's p95 and `delay_floor_ns`); `table`: one row per launch. A `file` column names
-        each source."""
+        `stats` per source and device (or kernel name, `by_kernel`): launch_count, mean, median,
+        p95 of cpu_ns (the call), gpu_ns (the kernel), delay_ns (kernel start - call start), with
+        whole-graph replays; `outliers`: short kernels (gpu_ns < cpu_ns), long delays (> device
+        p95 and `delay_floor_ns`); `table`: one row per kernel. A `file` column names sources."""
         from .analyses.launches import kernel_launches
 
         names = self.names()
@@ -326,6 +325,7 @@ class Dataset:
             by_kernel=by_kernel,
             delay_floor_ns=delay_floor_ns,
             names=names,
+            graph_replays=self.scan("graph_replays"),
         )
         return replace(
             res,
@@ -346,8 +346,8 @@ class Dataset:
         if self.start_ns is not None and self.end_ns is not None:
             window = (self.start_ns, self.end_ns)
         names = self.names()
-        k, m, a = (self.scan(t) for t in ("kernels", "memcpy", "api_calls"))
-        return with_file(idle_time(k, m, a, window=window, names=names), names)
+        k, m, a, g = (self.scan(t) for t in ("kernels", "memcpy", "api_calls", "graph_replays"))
+        return with_file(idle_time(k, m, a, window=window, names=names, graph_replays=g), names)
 
     def overlap(self) -> pl.DataFrame:
         """Communication (collective kernels, peer and host copies) against computation per
@@ -418,8 +418,10 @@ class Dataset:
         that several ranks share (joined at their collectives); `each_iteration`: every what-if
         replayed on each iteration alone, its carry kept (as `iteration=N` gives for each N; the
         savings `diagnose` reports). A `file` column names each source."""
+        from .adapters.diagnose import warn_whole_graphs_left_out
         from .analyses.critical_path import critical_path
 
+        warn_whole_graphs_left_out(self, "the critical path")  # (it has no node for them)
         names = self.names()
         tables = ("kernels", "memcpy", "api_calls", "ops", "markers", "iterations")
         res = critical_path(

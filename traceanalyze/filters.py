@@ -11,6 +11,7 @@ from .errors import TraceanalyzeError
 DEVICE_WORK_TABLES = (
     "kernels",
     "memcpy",
+    "graph_replays",
     "kernel_metrics",
     "gpu_samples",
     "gpu_metrics",

@@ -248,6 +248,29 @@ TABLES: dict[str, Table] = {
             ),
         ),
         Table(
+            "graph_replays",
+            "Whole CUDA graph replays, one row per launch of a graph, where the source times "
+            "the replay as one interval and gives no row per kernel (nsys "
+            "`--cuda-graph-trace=graph`, its default: CUPTI_ACTIVITY_KIND_GRAPH_TRACE). Busy "
+            "GPU time, but no kernel: not counted as kernels.",
+            (
+                SOURCE_ID,
+                _c("replay_id", _INT, "Row identity within the source (table order).", False),
+                _c("process_id", _INT, "OS process id of the launching process."),
+                _c("device_id", _INT, "Device ordinal (where the graph's first node ran)."),
+                _c("context_id", _INT, "CUDA context id."),
+                _c("stream_id", _INT, "CUDA stream the graph was launched on."),
+                _c(
+                    "correlation_id",
+                    _INT,
+                    "CUPTI correlation id of the graph launch call (joins to api_calls).",
+                ),
+                _c("graph_id", _INT, "Graph id the source gives (nsys graphId)."),
+                _c("graph_exec_id", _INT, "Executable graph id the source gives (graphExecId)."),
+                *_TIMES,
+            ),
+        ),
+        Table(
             "api_calls",
             "CUDA runtime and driver API calls on the host.",
             (

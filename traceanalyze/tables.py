@@ -22,6 +22,7 @@ class Tables:
     devices: pl.DataFrame
     kernels: pl.DataFrame
     memcpy: pl.DataFrame
+    graph_replays: pl.DataFrame
     api_calls: pl.DataFrame
     ops: pl.DataFrame
     markers: pl.DataFrame

@@ -42,6 +42,25 @@ def _path(
     )
 
 
+def warn_whole_graphs_left_out(ds: DatasetView, what: str) -> None:
+    """The critical path has no node for a whole-graph replay (`graph_replays`: nsys
+    `--cuda-graph-trace=graph` writes one row per replay and no kernel rows): say how many
+    replays and how much GPU time `what` leaves out, rather than drop them silently."""
+    g = (
+        ds.scan("graph_replays")
+        .select(pl.len().alias("n"), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("t"))
+        .collect()
+    )
+    n, t = int(g["n"][0]), int(g["t"][0] or 0)
+    if n:
+        warnings.warn(
+            f"{what} leaves out {n} whole-graph CUDA graph replays ({t / 1e6:,.3f} ms of GPU "
+            "time; nsys --cuda-graph-trace=graph records no kernel rows for them): their GPU "
+            "work is not on the path (profile with --cuda-graph-trace=node to include it)",
+            stacklevel=3,
+        )
+
+
 def saving(ds: DatasetView, spec: str) -> float:
     """mean(path_ms − predicted_ms) with `spec` replayed on each iteration alone (as
     `critical-path --each-iteration --what-if SPEC` gives: the carry, the wait on earlier
@@ -134,6 +153,7 @@ def _host(w: _Windowed) -> pl.DataFrame:
 def inputs(ds: DatasetView) -> dg.Inputs:
     """Everything the rules read, collected once."""
     names = ds.names()
+    warn_whole_graphs_left_out(ds, "diagnose (its critical path)")
     cp = _path(ds, names)
     ev = cp.events if cp.events is not None else pl.DataFrame()
     if ev.height:

@@ -90,14 +90,19 @@ def summary_tables(
     )
     return {
         "sources": srcs,
-        "kernels": s.kernel_overview(scan("kernels"))
-        .with_columns((pl.col("total_kernel_ns") / 1e6).alias("total_kernel_ms"))
-        .drop("total_kernel_ns"),
-        "top_kernels": s.top_kernels(scan("kernels"), top)
+        "kernels": s.kernel_overview(scan("kernels"), scan("graph_replays"))
+        .with_columns(
+            (pl.col("total_kernel_ns") / 1e6).alias("total_kernel_ms"),
+            (pl.col("total_graph_replay_ns") / 1e6).alias("total_graph_replay_ms"),
+        )
+        .drop("total_kernel_ns", "total_graph_replay_ns"),
+        "top_kernels": s.top_kernels(scan("kernels"), top, scan("graph_replays"))
         .with_columns(
             (pl.col("total_ns") / 1e6).alias("total_ms"), (pl.col("mean_ns") / 1e3).alias("mean_us")
         )
-        .select("source_id", "name", "launch_count", "total_ms", "mean_us", "share_pct"),
+        .select(
+            "source_id", "name", "launch_count", "total_ms", "mean_us", "share_pct", "whole_graph"
+        ),
         "top_ops": _top_ops(scan("ops"), top),
         "copies": s.copies_by_kind(scan("memcpy"))
         .with_columns((pl.col("total_ns") / 1e6).alias("total_ms"))
@@ -147,7 +152,9 @@ def health(ds: DatasetView) -> Health:
     )
 
 
-def extent(ds: DatasetView, tables: tuple[str, ...] = ("kernels", "memcpy")) -> tuple[int, int]:
+def extent(
+    ds: DatasetView, tables: tuple[str, ...] = ("kernels", "memcpy", "graph_replays")
+) -> tuple[int, int]:
     """First start and last end over `tables` (ns, the source's clock)."""
     parts = [
         ds.scan(t).select(pl.col("start_ns").min().alias("a"), pl.col("end_ns").max().alias("b"))
@@ -165,8 +172,8 @@ def trace_origin(ds: DatasetView) -> int:
     `--start`/`--end` of `busy` and `timeline` count from."""
     from ..analyses import timeline as tl
 
-    tables = ("kernels", "memcpy", "ops", "markers", "iterations")
-    return tl.extent(*(ds.scan(t) for t in tables))[0]
+    tables = ("kernels", "memcpy", "ops", "markers", "iterations", "graph_replays")
+    return tl.extent(**{t: ds.scan(t) for t in tables})[0]
 
 
 def busy(
@@ -183,7 +190,9 @@ def busy(
             origin + round(start_ms * 1e6) if start_ms is not None else t0,
             origin + round(end_ms * 1e6) if end_ms is not None else t1,
         )
-    df = busy_time(ds.scan("kernels"), ds.scan("memcpy"), window=window)
+    df = busy_time(
+        ds.scan("kernels"), ds.scan("memcpy"), window=window, graph_replays=ds.scan("graph_replays")
+    )
     out = df.select(
         "source_id",
         "device_id",

@@ -130,6 +130,8 @@ def timeline(
     tl.check_max_bars(max_bars)  # before any work
     names = ds.names()
     k, m, o, mk, it = (ds.scan(t) for t in ("kernels", "memcpy", "ops", "markers", "iterations"))
+    # whole-graph replays (nsys --cuda-graph-trace=graph) are drawn and exported with the kernels
+    k = tl.with_replays(k, ds.scan("graph_replays"))
     first = tl.extent(k, m, o, mk, it)
     t0, t1 = _window(ds, first, start_ms, end_ms, iteration, None if whole else work_span(k, m, o))
     samples_all = samples_for(ds, sid, samples_from)

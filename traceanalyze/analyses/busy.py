@@ -5,7 +5,10 @@ sort by start, carry the cumulative maximum of `end_ns`, and start a new merged 
 start lies after every earlier end. Columnar (polars `cum_max` over groups), no per-row Python.
 
 Works on any source that has `kernels` / `memcpy` rows with start and end times (nvprof, nsys,
-Kineto); rows without times are not counted (and a warning says how many).
+Kineto); rows without times are not counted (and a warning says how many). Whole-graph replays
+(`graph_replays`: nsys `--cuda-graph-trace=graph` writes one row per replay and no kernel rows)
+are kernel work: they count in the `kernels` activity, so a graph replay is busy time in either
+nsys graph mode.
 """
 
 from __future__ import annotations
@@ -55,15 +58,17 @@ def busy_time(
     memcpy: Frame | None = None,
     *,
     window: tuple[int, int] | None = None,
+    graph_replays: Frame | None = None,
 ) -> pl.DataFrame:
     """Per source, device and activity (`kernels`, `copies`): busy ns and share of the window.
+    `graph_replays` (whole-graph rows) count as `kernels`.
 
     The window is `[first start, last end]` over the source's kernels and copies (all devices) by
     default, or `window=(start_ns, end_ns)` in the source's clock. Intervals are clipped to it.
     Columns: source_id, device_id, activity, interval_count, window_start_ns, window_end_ns,
     window_ns, busy_ns, busy_pct.
     """
-    rows = _activity_rows(kernels, memcpy)
+    rows = _activity_rows(kernels, memcpy, graph_replays)
     untimed = rows.filter(pl.col("start_ns").is_null() | pl.col("end_ns").is_null()).height
     if untimed:
         warnings.warn(
@@ -75,12 +80,17 @@ def busy_time(
     return _busy_table(rows, _windows(rows, window))
 
 
-def _activity_rows(kernels: Frame, memcpy: Frame | None) -> pl.DataFrame:
-    """Kernel (and copy) rows as source_id, device_id, start_ns, end_ns, activity."""
+def _activity_rows(
+    kernels: Frame, memcpy: Frame | None, graph_replays: Frame | None = None
+) -> pl.DataFrame:
+    """Kernel (and copy) rows as source_id, device_id, start_ns, end_ns, activity; whole-graph
+    replays are `kernels`."""
+    work = [kernels] if graph_replays is None else [kernels, graph_replays]
     frames = [
-        _lazy(kernels).select(
+        _lazy(f).select(
             "source_id", "device_id", "start_ns", "end_ns", pl.lit("kernels").alias("activity")
         )
+        for f in work
     ]
     if memcpy is not None:
         frames.append(

@@ -10,8 +10,9 @@ What is checked, and from which table:
 * Overlapping kernels on the same stream (device, process, context, stream): a stream serializes
   its kernels, so an overlap is a clock or parsing error (seen: one 124 ns overlap in the
   nsys 2026.2 H100x2 capture of ../shared/traces).
-* Invalid events (`event_health`), per table (kernels, memcpy, markers, ops, iterations):
-  `untimed_count`, events that cannot be placed in time (kernels, copies, operators: no start, or
+* Invalid events (`event_health`), per table (kernels, memcpy, graph_replays, markers, ops,
+  iterations): `untimed_count`, events that cannot be placed in time (kernels, copies, whole-graph
+  replays, operators: no start, or
   neither an end nor a duration; markers: no start; an instant marker without an end is valid;
   iterations: no duration and no start/end pair); `negative_count`, `end_ns < start_ns` or a
   negative `duration_ns` (a clock sign error).
@@ -32,7 +33,14 @@ import polars as pl
 
 Frame = pl.DataFrame | pl.LazyFrame
 
-EVENT_TABLES: tuple[str, ...] = ("kernels", "memcpy", "markers", "ops", "iterations")
+EVENT_TABLES: tuple[str, ...] = (
+    "kernels",
+    "memcpy",
+    "graph_replays",
+    "markers",
+    "ops",
+    "iterations",
+)
 
 
 def _lazy(df: Frame) -> pl.LazyFrame:

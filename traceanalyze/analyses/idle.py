@@ -17,6 +17,11 @@ goes to exactly one cause, checked in this order:
 
 So `host_wait_ns + launch_gap_ns + sync_ns + copy_ns + unknown_ns == idle_ns` on every row, and
 a device row's `idle_ns` is `busy`'s `window_ns - busy_ns` for its kernels.
+
+Whole-graph replays (`graph_replays`: nsys `--cuda-graph-trace=graph`, one row per replay, no
+kernel rows) are busy time on their device and stream, as kernels are (`busy` counts them as
+kernels too), and a gap that a replay ends is a launch gap when its graph launch call had
+started.
 """
 
 from __future__ import annotations
@@ -139,8 +144,10 @@ def idle_time(
     *,
     window: tuple[int, int] | None = None,
     names: Mapping[str, str] | None = None,
+    graph_replays: Frame | None = None,
 ) -> pl.DataFrame:
-    """Idle time per source and device (`stream_id` null) and per stream, split by cause.
+    """Idle time per source and device (`stream_id` null) and per stream, split by cause;
+    `graph_replays` (whole-graph rows) are busy time as kernels are.
 
     Columns: source_id, device_id, stream_id, window_ns, busy_ns, idle_ns, idle_pct, gap_count,
     host_wait_ns, launch_gap_ns, sync_ns, copy_ns, unknown_ns.
@@ -148,6 +155,9 @@ def idle_time(
     # Only the columns used here are read (the kernels' names are most of a kernels table).
     lane = ["source_id", "device_id", "stream_id", "start_ns", "end_ns"]
     kern = _lazy(kernels).select(*lane, "process_id", "correlation_id")
+    if graph_replays is not None:
+        whole = _lazy(graph_replays).select(*lane, "process_id", "correlation_id")
+        kern = pl.concat([kern, whole])
     k = launch_calls(kern.drop_nulls(["start_ns", "end_ns"]), api_calls)
     cp = _lazy(memcpy).select(lane).drop_nulls(["start_ns", "end_ns"]).collect()
     if k.height == 0:

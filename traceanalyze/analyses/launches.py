@@ -15,6 +15,12 @@ is one launch: its CPU time once, its kernels' summed time as `gpu_ns`, its dela
 first kernel; each kernel's place inside the replay is `replay_offset_ns` in the table, not a
 delay. `graph_launch_count` and `graph_kernel_count` count the replays and the kernels they ran.
 
+Whole-graph rows (`graph_replays`: nsys `--cuda-graph-trace=graph`, one timed row per replay and
+no kernel rows) are launches too: a row whose correlation id matches a launch call is one
+launch (in `launch_count` and `graph_launch_count`), `gpu_ns` the replay's span, `delay_ns` its
+start - the call's start. `graph_kernel_count` stays kernels only (such a replay shows none);
+`whole_graph_count` counts these launches.
+
 Formats: Kineto JSON (`cuda_runtime` /
 `cuda_driver` events with `correlation`), nsys SQLite, nvprof SQLite; nvprof `--print-gpu-trace`
 CSV has no API calls (only with a `--print-api-trace` CSV of the same run beside it).
@@ -121,10 +127,33 @@ def launch_table(kernels: Frame, api_calls: Frame) -> pl.DataFrame:
     )
 
 
-def per_call(table: pl.DataFrame) -> pl.DataFrame:
+def whole_graph_calls(graph_replays: Frame, api_calls: Frame) -> pl.DataFrame:
+    """Whole-graph replay rows with their launch call, as `per_call` rows: named after the
+    call, `cpu_ns` the call's, `gpu_ns` the replay's span, `delay_ns` its start - the call's
+    start, kernel_count 0 (no kernel row exists), `whole_graph` True. Rows without a launch
+    call are left out (`kernel_launches` warns)."""
+    r = _lazy(graph_replays).filter(
+        pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()
+    )
+    j = launch_calls(r, api_calls).filter(pl.col("call_start_ns").is_not_null())
+    return j.select(
+        "source_id",
+        "device_id",
+        pl.col("call_name").alias("name"),
+        "cpu_ns",
+        (pl.col("end_ns") - pl.col("start_ns")).alias("gpu_ns"),
+        (pl.col("start_ns") - pl.col("call_start_ns")).alias("delay_ns"),
+        pl.lit(True).alias("graph_launch"),
+        pl.lit(0, dtype=pl.Int64).alias("kernel_count"),
+        pl.lit(True).alias("whole_graph"),
+    )
+
+
+def per_call(table: pl.DataFrame, whole: pl.DataFrame | None = None) -> pl.DataFrame:
     """`launch_table` with each graph replay made one row (per device): named after its call,
     `cpu_ns` once, `gpu_ns` its kernels' summed time, `delay_ns` to its first kernel and
-    `kernel_count` its kernels; eager kernels stay one row each (kernel_count 1)."""
+    `kernel_count` its kernels; eager kernels stay one row each (kernel_count 1). `whole`: the
+    whole-graph replays' rows (`whole_graph_calls`), appended; `whole_graph` tells them."""
     eager = table.filter(~pl.col("graph_launch")).with_columns(
         pl.lit(1, dtype=pl.Int64).alias("kernel_count")
     )
@@ -141,13 +170,14 @@ def per_call(table: pl.DataFrame) -> pl.DataFrame:
         .with_columns(pl.lit(True).alias("graph_launch"))
     )
     cols = ["source_id", "device_id", "name", "cpu_ns", "gpu_ns", "delay_ns"]
-    return pl.concat(
-        [
-            eager.select(*cols, "graph_launch", "kernel_count"),
-            replays.select(*cols, "graph_launch", "kernel_count"),
-        ],
-        how="vertical_relaxed",
-    )
+    no = pl.lit(False).alias("whole_graph")
+    parts = [
+        eager.select(*cols, "graph_launch", "kernel_count", no),
+        replays.select(*cols, "graph_launch", "kernel_count", no),
+    ]
+    if whole is not None:
+        parts.append(whole.select(*cols, "graph_launch", "kernel_count", "whole_graph"))
+    return pl.concat(parts, how="vertical_relaxed")
 
 
 def _stats(col: str, what: str) -> list[pl.Expr]:
@@ -165,12 +195,18 @@ def _delay_cut(table: pl.DataFrame, delay_floor_ns: int) -> pl.Expr:
 
 
 def launch_stats(
-    table: pl.DataFrame, *, by_kernel: bool = False, delay_floor_ns: int = DELAY_FLOOR_NS
+    table: pl.DataFrame,
+    *,
+    by_kernel: bool = False,
+    delay_floor_ns: int = DELAY_FLOOR_NS,
+    whole: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """Per source and device (and kernel name with `by_kernel`): launch_count, mean / median /
-    p95 of cpu, gpu and delay ns, short_kernel_count and long_delay_count."""
+    """Per source and device (and kernel name with `by_kernel`): launch_count, graph_launch_count,
+    graph_kernel_count (kernels only), whole_graph_count (launches of whole-graph rows,
+    `whole`), mean / median / p95 of cpu, gpu and delay ns, short_kernel_count and
+    long_delay_count."""
     keys = ["source_id", "device_id", *(["name"] if by_kernel else [])]
-    calls = per_call(table)
+    calls = per_call(table, whole)
     t = calls.with_columns(_delay_cut(calls, delay_floor_ns).alias("_long"))
     out = t.group_by(keys).agg(
         pl.len().cast(pl.Int64).alias("launch_count"),
@@ -180,6 +216,7 @@ def launch_stats(
         .sum()
         .cast(pl.Int64)
         .alias("graph_kernel_count"),
+        pl.col("whole_graph").sum().cast(pl.Int64).alias("whole_graph_count"),
         *_stats("cpu_ns", "cpu"),
         *_stats("gpu_ns", "gpu"),
         *_stats("delay_ns", "delay"),
@@ -195,10 +232,15 @@ def launch_stats(
     return out.sort(order, nulls_last=True)
 
 
-def launch_outliers(table: pl.DataFrame, *, delay_floor_ns: int = DELAY_FLOOR_NS) -> pl.DataFrame:
+def launch_outliers(
+    table: pl.DataFrame,
+    *,
+    delay_floor_ns: int = DELAY_FLOOR_NS,
+    whole: pl.DataFrame | None = None,
+) -> pl.DataFrame:
     """Per source, device, outlier kind and kernel name (a graph replay: its call's name, one
-    row per replay): count and mean/max times."""
-    table = per_call(table)
+    row per replay, whole-graph rows `whole` included): count and mean/max times."""
+    table = per_call(table, whole)
     t = table.with_columns(
         (pl.col("gpu_ns") < pl.col("cpu_ns")).alias("short_kernel"),
         _delay_cut(table, delay_floor_ns).alias("long_delay"),
@@ -232,12 +274,15 @@ def kernel_launches(
     by_kernel: bool = False,
     delay_floor_ns: int = DELAY_FLOOR_NS,
     names: Mapping[str, str] | None = None,
+    graph_replays: Frame | None = None,
 ) -> Launches:
-    """Launch statistics; NotAnswerable when no kernel has a launch call (e.g. nvprof CSV
-    without its API trace). Kernels without a call are counted in a warning."""
+    """Launch statistics; NotAnswerable when no kernel (or whole-graph replay, `graph_replays`)
+    has a launch call (e.g. nvprof CSV without its API trace). Kernels and replays without a
+    call are counted in a warning. `table` holds kernels only."""
     k = _lazy(kernels).filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null())
     n_kernels = k.select(pl.len()).collect().item()
-    if n_kernels == 0:
+    n_replays = 0 if graph_replays is None else _timed_count(graph_replays)
+    if n_kernels == 0 and n_replays == 0:
         raise NotAnswerable("no timed kernels")
     n_calls = (
         (_lazy(api_calls).filter(pl.col("correlation_id").is_not_null()).select(pl.len()))
@@ -250,8 +295,24 @@ def kernel_launches(
             "launches (nvprof --print-gpu-trace CSV needs its --print-api-trace CSV beside it)"
         )
     table = launch_table(k, api_calls)
-    if table.height == 0:
+    whole = None
+    if graph_replays is not None and n_replays:
+        whole = whole_graph_calls(graph_replays, api_calls)
+        _warn_unlaunched_replays(n_replays, whole.height)
+    if table.height == 0 and (whole is None or whole.height == 0):
         raise NotAnswerable("no kernel shares a correlation id with an API call")
+    _warn_unlaunched_kernels(k, table, names)
+    return Launches(
+        stats=launch_stats(table, by_kernel=by_kernel, delay_floor_ns=delay_floor_ns, whole=whole),
+        outliers=launch_outliers(table, delay_floor_ns=delay_floor_ns, whole=whole),
+        table=table,
+    )
+
+
+def _warn_unlaunched_kernels(
+    k: pl.LazyFrame, table: pl.DataFrame, names: Mapping[str, str] | None
+) -> None:
+    """Per source: its kernels without a launch call, counted in a warning."""
     per = (
         k.group_by("source_id")
         .agg(pl.len().alias("n"))
@@ -265,17 +326,27 @@ def kernel_launches(
                 f"{source_name(names, sid)}: "
                 "no kernel has a launch call (no API calls with its correlation ids); "
                 "left out",
-                stacklevel=2,
+                stacklevel=3,
             )
         elif m < n:
             warnings.warn(
                 f"{source_name(names, sid)}: "
                 f"{n - m} of {n} kernels have no launch call with their correlation id "
                 "(outside the capture window or not traced); left out",
-                stacklevel=2,
+                stacklevel=3,
             )
-    return Launches(
-        stats=launch_stats(table, by_kernel=by_kernel, delay_floor_ns=delay_floor_ns),
-        outliers=launch_outliers(table, delay_floor_ns=delay_floor_ns),
-        table=table,
-    )
+
+
+def _timed_count(frame: Frame) -> int:
+    timed = pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()
+    n: int = _lazy(frame).filter(timed).select(pl.len()).collect().item()
+    return n
+
+
+def _warn_unlaunched_replays(n: int, launched: int) -> None:
+    if launched < n:
+        warnings.warn(
+            f"{n - launched} of {n} whole-graph replays have no launch call with their "
+            "correlation id (outside the capture window or not traced); left out",
+            stacklevel=3,
+        )

@@ -1,5 +1,10 @@
 """Per-source overview: kernels, top kernels, copies, telemetry, iterations.
 
+Whole-graph replays (`graph_replays`: nsys `--cuda-graph-trace=graph`, one row per replay and
+no kernel rows) are not kernels: the kernel counts leave them out, the overview counts them
+apart (`graph_replay_count`, `total_graph_replay_ns`) and the top kernels show each graph as a
+row of its own (`CUDA graph <graph_id>`, `whole_graph` true), so their GPU time is seen.
+
 Every function takes a LazyFrame or DataFrame of one schema table (any number of sources) and
 returns a DataFrame keyed by `source_id`. They stay lazy until the end so that a store of many
 sources is scanned, not loaded.
@@ -32,27 +37,77 @@ def _dur() -> pl.Expr:
     return pl.coalesce(pl.col("duration_ns"), pl.col("end_ns") - pl.col("start_ns"))
 
 
-def kernel_overview(kernels: Frame) -> pl.DataFrame:
-    """Per source: kernel count, total kernel time, devices, distinct kernel names."""
+def kernel_overview(kernels: Frame, graph_replays: Frame | None = None) -> pl.DataFrame:
+    """Per source: kernel count, total kernel time, devices, distinct kernel names; with
+    `graph_replays`, also graph_replay_count and total_graph_replay_ns (whole-graph rows, not
+    kernels; devices counted over both)."""
+    dev = pl.col("device_id")
+    k = _lazy(kernels).select("source_id", "name", dev, _dur().alias("_d"))
+    if graph_replays is None:
+        return (
+            k.group_by("source_id")
+            .agg(
+                pl.len().alias("kernel_count"),
+                pl.col("_d").sum().alias("total_kernel_ns"),
+                dev.n_unique().alias("device_count"),
+                pl.col("name").n_unique().alias("distinct_name_count"),
+            )
+            .sort("source_id")
+            .collect()
+        )
+    r = _lazy(graph_replays).select(
+        "source_id", pl.lit(None, dtype=pl.String).alias("name"), dev, _dur().alias("_d")
+    )
+    both = pl.concat(
+        [k.with_columns(pl.lit(False).alias("_g")), r.with_columns(pl.lit(True).alias("_g"))]
+    )
+    g = pl.col("_g")
     return (
-        _lazy(kernels)
-        .group_by("source_id")
+        both.group_by("source_id")
         .agg(
-            pl.len().alias("kernel_count"),
-            _dur().sum().alias("total_kernel_ns"),
-            pl.col("device_id").n_unique().alias("device_count"),
-            pl.col("name").n_unique().alias("distinct_name_count"),
+            (~g).sum().cast(pl.UInt32).alias("kernel_count"),
+            pl.col("_d").filter(~g).sum().alias("total_kernel_ns"),
+            dev.n_unique().alias("device_count"),
+            pl.col("name").filter(~g).n_unique().alias("distinct_name_count"),
+            g.sum().cast(pl.UInt32).alias("graph_replay_count"),
+            pl.col("_d").filter(g).sum().alias("total_graph_replay_ns"),
         )
         .sort("source_id")
         .collect()
     )
 
 
-def top_kernels(kernels: Frame, n: int = 10) -> pl.DataFrame:
-    """Per source, the `n` kernels (by name) with the most total time, with their share in %."""
-    lf = _lazy(kernels).with_columns(_dur().alias("_d"))
+def replay_name() -> pl.Expr:
+    """A whole-graph replay's name: `CUDA graph <graph_id>` (`CUDA graph` where the source
+    gives no id); the summary, the timeline and its Perfetto export show it."""
+    gid = pl.col("graph_id").cast(pl.String)
+    name = pl.when(gid.is_null()).then(pl.lit("CUDA graph")).otherwise(pl.lit("CUDA graph ") + gid)
+    return name.alias("name")
+
+
+def graph_replay_rows(graph_replays: Frame) -> pl.LazyFrame:
+    """Whole-graph replays as named rows for `top_kernels` (`replay_name`), `_d` their
+    duration."""
+    return _lazy(graph_replays).select("source_id", replay_name(), _dur().alias("_d"))
+
+
+def top_kernels(kernels: Frame, n: int = 10, graph_replays: Frame | None = None) -> pl.DataFrame:
+    """Per source, the `n` kernels (by name) with the most total time, with their share in %.
+
+    With `graph_replays`, each graph's whole-graph replays are one more row (`graph_replay_rows`;
+    `launch_count` its replays), `whole_graph` true, and the shares are of kernel and replay
+    time together."""
+    lf = _lazy(kernels).select("source_id", "name", _dur().alias("_d"))
+    if graph_replays is not None:
+        lf = pl.concat(
+            [
+                lf.with_columns(pl.lit(False).alias("whole_graph")),
+                graph_replay_rows(graph_replays).with_columns(pl.lit(True).alias("whole_graph")),
+            ]
+        )
+    keys = ["source_id", "name", *(["whole_graph"] if graph_replays is not None else [])]
     return (
-        lf.group_by("source_id", "name")
+        lf.group_by(*keys)
         .agg(
             pl.len().alias("launch_count"),
             pl.col("_d").sum().alias("total_ns"),

@@ -21,6 +21,11 @@ trace 100 ms before its first kernel. The default window (`extent`) spans everyt
 or exported: kernels, copies, host operators, markers and iterations. Telemetry in a window
 (`window_samples`) keeps the last sample before it (sample-and-hold: that value is what the
 sensor read at `t0`), so a zoom shorter than the sampling period still shows a value.
+
+Whole-graph replays (`graph_replays`: nsys `--cuda-graph-trace=graph`, one row per replay and no
+kernel rows) are drawn and exported as one slice per replay on their device and stream, among
+the kernels (`with_replays`: named `CUDA graph <graph_id>`, `whole_graph` true), so that a
+replay's GPU time shows where it ran.
 """
 
 from __future__ import annotations
@@ -30,12 +35,30 @@ import polars as pl
 
 from ..errors import NotAnswerable, UsageProblem
 from .busy import binned_busy
+from .summary import replay_name
 
 Frame = pl.DataFrame | pl.LazyFrame
 
 
 def _c(df: Frame) -> pl.DataFrame:
     return df.collect() if isinstance(df, pl.LazyFrame) else df
+
+
+def with_replays(kernels: Frame, graph_replays: Frame | None) -> pl.LazyFrame:
+    """`kernels` and, after them, one kernel-shaped row per whole-graph replay (name
+    `CUDA graph <graph_id>`, the kernel-only columns null, `kernel_id` null); a `whole_graph`
+    column tells them apart."""
+    cols = kernels.lazy().collect_schema().names()
+    k = kernels.lazy().with_columns(pl.lit(False).alias("whole_graph"))
+    if graph_replays is None:
+        return k
+    r = graph_replays.lazy()
+    have = r.collect_schema().names()
+    keep = [c for c in cols if c in have and c != "name"]
+    rows = r.select(*keep, replay_name(), pl.lit(True).alias("whole_graph"))
+    if "graph_launch" in cols:
+        rows = rows.with_columns(pl.lit(True).alias("graph_launch"))
+    return pl.concat([k, rows], how="diagonal_relaxed").select(*cols, "whole_graph")
 
 
 def _name(df: Frame, column: str = "name") -> pl.Expr:
@@ -395,6 +418,7 @@ def extent(
     ops: Frame | None = None,
     markers: Frame | None = None,
     iterations: Frame | None = None,
+    graph_replays: Frame | None = None,
 ) -> tuple[int, int]:
     """`(first start, last end)` over every table given: the default timeline window.
 
@@ -402,7 +426,7 @@ def extent(
     their start. NotAnswerable when nothing has times.
     """
     parts: list[pl.LazyFrame] = []
-    for df in (kernels, memcpy, ops):
+    for df in (kernels, memcpy, graph_replays, ops):
         if df is not None:
             parts.append(_bounds(df, pl.col("start_ns"), pl.col("end_ns")))
     if markers is not None:

@@ -64,7 +64,10 @@ def launches(
     A CUDA/HIP graph replay (cudaGraphLaunch*, cuGraphLaunch*, hipGraphLaunch*) is one launch,
     named after its call: its CPU time once, gpu_ns its kernels' summed time, delay_ns to its
     first kernel. graph_launch_count and graph_kernel_count count the replays and the kernels
-    they ran (the library's table gives each kernel's replay_offset_ns).
+    they ran (the library's table gives each kernel's replay_offset_ns). A whole-graph row
+    (nsys --cuda-graph-trace=graph: one timed row per replay, no kernel rows) is one launch
+    too, gpu_ns its span: counted in launch_count, graph_launch_count and whole_graph_count,
+    not in graph_kernel_count (kernels only).
 
     Outliers, per kernel name: short_kernel = the kernel ran shorter than its launch call took
     (gpu_ns < cpu_ns); long_delay = delay_ns above both the device's p95 delay and

@@ -5,6 +5,10 @@ Written by `traceanalyze timeline --perfetto out.json`. Events:
 * kernels: complete events `ph: "X"`, `cat: "kernel"`, `pid` = device, `tid` = stream, with `args`
   grid, block, registers per thread, shared memory (static, dynamic, total), correlation id,
   stream, device, kernel id;
+* whole-graph replays (rows of the kernel frame with `whole_graph` true, `analyses.timeline.
+  with_replays`: nsys `--cuda-graph-trace=graph`): `ph: "X"`, `cat: "cuda_graph"`, named `CUDA
+  graph <graph_id>`, on their stream's track like kernels, with a launch flow from the graph
+  launch call;
 * copies: `ph: "X"`, `cat: "memcpy"`, on their own thread id `stream + 1_000_000` next to the
   kernels of the same stream, `args` kind, bytes, correlation id, stream;
 * host side, `pid` = process_id + 10⁶, `tid` = thread id: runtime/driver API calls
@@ -173,6 +177,8 @@ _MARK_TID = (
 PIDS: tuple[pl.Expr, ...] = (_DEV, _DEV, _HOST_PID, _HOST_PID, _MARK_PID)
 TIDS: tuple[pl.Expr, ...] = (_STREAM_TID, _COPY_TID, _HOST_TID, _HOST_TID, _MARK_TID)
 KERNEL, MEMCPY, API, OP, RANGE = range(5)
+# The kernel block's category: a whole-graph replay's slice is not a kernel's.
+KERNEL_CAT = pl.when(pl.col("whole_graph")).then(pl.lit("cuda_graph")).otherwise(pl.lit("kernel"))
 
 
 @dataclass(frozen=True)
@@ -202,6 +208,8 @@ def inputs(
     """`frames`: kernels, memcpy, api_calls, ops, markers, lazy; sub-tracks placed (streamed,
     `export.placement`, spilling to `workdir`)."""
     k, m, a, o = (_timed(f) for f in frames[:4])
+    if k is not None and "whole_graph" not in k.collect_schema().names():
+        k = k.with_columns(pl.lit(False).alias("whole_graph"))
     mk = _present(frames[4])
     if mk is not None and "stream_id" not in mk.collect_schema().names():
         mk = mk.with_columns(pl.lit(None, pl.Int64).alias("stream_id"))
@@ -294,7 +302,7 @@ def lanes_of(p: Placement) -> dict[tuple[int, int], tuple[int, int]]:
 def _slices(w: _Writer, inp: Inputs) -> None:
     k, m, a, o, ranges = (inp.placed(i) for i in range(5))
     if k is not None:
-        w.slices(k, pl.lit("kernel"), pl.col("name").fill_null("kernel"), _kargs())
+        w.slices(k, KERNEL_CAT, pl.col("name").fill_null("kernel"), _kargs())
     if m is not None:
         w.slices(
             m,

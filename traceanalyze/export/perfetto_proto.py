@@ -70,6 +70,7 @@ from .perfetto import (
     COUNTERS,
     HOST_PID_OFFSET,
     KERNEL,
+    KERNEL_CAT,
     MEMCPY,
     Frame,
     Inputs,
@@ -119,7 +120,7 @@ def _specs() -> tuple[_Spec, ...]:
     memcpy = (("kind", "str", pl.col("kind")), ("size_bytes", "int", pl.col("size_bytes")))
     api = (corr, ("callback_id", "int", pl.col("callback_id")))
     return (
-        _Spec(_STREAM_TID, pl.col("name").fill_null("kernel"), pl.lit("kernel"), kernel),
+        _Spec(_STREAM_TID, pl.col("name").fill_null("kernel"), KERNEL_CAT, kernel),
         _Spec(
             _COPY_TID,
             pl.concat_str(pl.lit("Memcpy "), pl.col("kind").fill_null("?")),

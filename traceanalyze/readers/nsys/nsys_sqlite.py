@@ -27,8 +27,16 @@ Tables:
   in table (rowid) order. `graphId`/`graphNodeId` (exports with `--cuda-graph-trace=node`; 0 or
   absent: none) → `graph_id`/`graph_node_id`, a cloned node mapped to the captured one through
   `CUDA_GRAPH_NODE_EVENTS.originalGraphNodeId`; `graph_launch` where either is set (kernels,
-  copies and memsets). The whole-graph rows of `=graph` (`CUPTI_ACTIVITY_KIND_GRAPH_TRACE`) are
-  not read.
+  copies and memsets).
+* `graph_replays` ← `CUPTI_ACTIVITY_KIND_GRAPH_TRACE`, the whole-graph rows of
+  `--cuda-graph-trace=graph` (nsys's default; `META_DATA_CAPTURE`'s
+  `CUDA_GRAPH_TRACE_OPTIONS:MODE` is `Graph`): one row per replay, kept as such (no per-node
+  row exists in this mode, and none is made up). `start`/`end` are required (the kernel
+  table's time rule); `deviceId`, `contextId`, `streamId`, `correlationId` (the graph launch
+  call's: join to `api_calls` on (`process_id`, `correlation_id`)), `globalPid`, `graphId`,
+  `graphExecId` are optional (`greenContextId` is not kept). `replay_id` is the row's index in
+  table order. A row with start = end = 0 (CUPTI could not time it) has null times, with a
+  warning giving the count.
 * `memcpy` ← `CUPTI_ACTIVITY_KIND_MEMCPY` and `CUPTI_ACTIVITY_KIND_MEMSET` (kind `memset`, the
   set memory in `dst_kind`). `copyKind` is labelled from `ENUM_CUDA_MEMCPY_OPER` when present (3.x)
   else from the documented numbering (2.x has no `ENUM_*` tables); `srcKind`/`dstKind`/`memKind`
@@ -124,6 +132,7 @@ from .tables import (
     _api_calls,
     _devices,
     _gpu_metrics,
+    _graph_replays,
     _kernels,
     _markers,
     _memcpy,
@@ -202,12 +211,14 @@ def read_nsys_sqlite(
         con, names, fast = x.con, x.names, x.fast
         kernels = _kernels(con, names, x.strings, x.bad_ids, fast)
         memcpy = _memcpy(con, names, fast)
-        activity = [f["device_id"] for f in (kernels, memcpy) if f is not None]
+        replays = _graph_replays(con, names, fast)
+        activity = [f["device_id"] for f in (kernels, memcpy, replays) if f is not None]
         frames = {
             "sources": _sources(con, names),
             "devices": _devices(con, names, activity),
             "kernels": kernels,
             "memcpy": memcpy,
+            "graph_replays": replays,
             "api_calls": _api_calls(con, names, x.strings, x.bad_ids, fast),
             "markers": _markers(con, names, x.strings, x.bad_ids),
             "gpu_metrics": _gpu_metrics(con, names),

@@ -169,6 +169,59 @@ def kernel_rows(
     )
 
 
+# --- whole-graph replays ------------------------------------------------------------------------
+
+# `--cuda-graph-trace=graph` (nsys's default): one row per graph launch, no row per node
+# (formats.md section 10). Columns as the CUPTI record (CUpti_ActivityGraphTrace2) and public
+# exports give them; `greenContextId` (2024+) is not kept.
+GRAPH_TRACE_COLS = {
+    "start_ns": "start",
+    "end_ns": "end",
+    "device_id": "deviceId",
+    "context_id": "contextId",
+    "stream_id": "streamId",
+    "correlation_id": "correlationId",
+    "global_pid": "globalPid",
+    "graph_id": "graphId",
+    "graph_exec_id": "graphExecId",
+}
+
+
+def graph_replay_rows(df: pl.DataFrame, first_id: int = 0) -> pl.DataFrame:
+    """Whole-graph replays of one batch, kept as such (one row per replay, never split into
+    kernels); `replay_id` counts rows in table order from `first_id`. CUPTI writes start = end
+    = 0 when it could not time a replay: both become null."""
+    untimed = (pl.col("start_ns") == 0) & (pl.col("end_ns") == 0)
+    start = pl.when(~untimed).then(pl.col("start_ns"))
+    end = pl.when(~untimed).then(pl.col("end_ns"))
+    return df.select(
+        pl.int_range(first_id, first_id + pl.len(), dtype=pl.Int64).alias("replay_id"),
+        _pid("global_pid"),
+        "device_id",
+        "context_id",
+        "stream_id",
+        "correlation_id",
+        "graph_id",
+        "graph_exec_id",
+        start.alias("start_ns"),
+        end.alias("end_ns"),
+        (end - start).alias("duration_ns"),
+    )
+
+
+def untimed_replays(df: pl.DataFrame) -> int:
+    """Rows CUPTI could not time (start = end = 0), for the reader's warning."""
+    return df.filter((pl.col("start_ns") == 0) & (pl.col("end_ns") == 0)).height
+
+
+def warn_untimed_replays(n: int) -> None:
+    if n:
+        warn(
+            f"nsys_sqlite: {n} CUPTI_ACTIVITY_KIND_GRAPH_TRACE rows with start = end = 0 (CUPTI "
+            "could not time the replay); their times are left null"
+        )
+
+
 # --- memcpy / memset ----------------------------------------------------------------------------
 
 _COPY_COMMON = {

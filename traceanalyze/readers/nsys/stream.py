@@ -18,6 +18,7 @@ from ..common.sqlite import Fast
 from ..common.sqlite_stream import TimeChecks
 from .rows import (
     API_COLS,
+    GRAPH_TRACE_COLS,
     KERNEL_COLS,
     KERNEL_NAMES,
     MEMCPY_COLS,
@@ -31,6 +32,7 @@ from .rows import (
     NameNotes,
     api_classify,
     api_rows,
+    graph_replay_rows,
     kernel_rows,
     marker_rows,
     memcpy_rows,
@@ -39,10 +41,13 @@ from .rows import (
     nvtx_domains,
     nvtx_named,
     nvtx_nul_texts,
+    untimed_replays,
     warn_nul_texts,
+    warn_untimed_replays,
 )
 from .tables import (
     API_TABLES,
+    GRAPH_TRACE,
     KERNEL,
     MEMCPY,
     MEMSET,
@@ -82,6 +87,9 @@ def stream_tables(
         device_ids.update(df["device_id"].drop_nulls().unique().to_list())
         yield name, df
     for name, df in _memcpy(con, names, fast, batch):
+        device_ids.update(df["device_id"].drop_nulls().unique().to_list())
+        yield name, df
+    for name, df in _graph_replays(con, names, fast, batch):
         device_ids.update(df["device_id"].drop_nulls().unique().to_list())
         yield name, df
     yield "sources", _sources(con, names)
@@ -138,6 +146,25 @@ def _memcpy(
             times.add(df)
             yield "memcpy", memset_rows(df, mems, nodes)
         times.finish()
+
+
+def _graph_replays(
+    con: sqlite3.Connection, names: set[str], fast: Fast | None, batch: int
+) -> Iterator[Chunk]:
+    if GRAPH_TRACE not in names:
+        return
+    times = TimeChecks(GRAPH_TRACE)
+    untimed = first = 0
+    cols = GRAPH_TRACE_COLS
+    for df in fetch_batches(
+        con, GRAPH_TRACE, cols, dict.fromkeys(cols, _I), fast=fast, strict_batch=batch
+    ):
+        times.add(df)
+        untimed += untimed_replays(df)
+        yield "graph_replays", graph_replay_rows(df, first)
+        first += df.height
+    times.finish()
+    warn_untimed_replays(untimed)
 
 
 def _api_calls(

@@ -27,6 +27,7 @@ from .enums import (
 from .ranks import rank_hints
 from .rows import (
     API_COLS,
+    GRAPH_TRACE_COLS,
     KERNEL_COLS,
     KERNEL_NAMES,
     MEMCPY_COLS,
@@ -41,6 +42,7 @@ from .rows import (
     _drop_nul,
     api_classify,
     api_rows,
+    graph_replay_rows,
     kernel_rows,
     marker_rows,
     memcpy_rows,
@@ -49,7 +51,9 @@ from .rows import (
     nvtx_domains,
     nvtx_named,
     nvtx_nul_texts,
+    untimed_replays,
     warn_nul_texts,
+    warn_untimed_replays,
 )
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -58,6 +62,7 @@ MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 DRIVER = "CUPTI_ACTIVITY_KIND_DRIVER"
 NVTX = "NVTX_EVENTS"
+GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 
 # Columns without which a table's rows would be wrong, not just less complete (issue 9): they
 # are present in every export here (2.x and 3.x) and a missing or renamed one raises
@@ -71,6 +76,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     RUNTIME: ("start", "end", "nameId"),
     DRIVER: ("start", "end", "nameId"),
     NVTX: ("start", "end"),
+    GRAPH_TRACE: ("start", "end"),
     "TARGET_INFO_GPU": ("cuDevice",),
     "TARGET_INFO_CUDA_DEVICE": ("gpuId", "cudaId"),
     "TARGET_INFO_GPU_METRICS": ("typeId", "metricId", "metricName"),
@@ -183,6 +189,19 @@ def _kernels(
     notes.add(df)
     notes.warn()
     return kernel_rows(df, strings, nodes=graph_nodes(con, names))
+
+
+def _graph_replays(
+    con: sqlite3.Connection, names: set[str], fast: Fast | None
+) -> pl.DataFrame | None:
+    """`graph_replays` <- CUPTI_ACTIVITY_KIND_GRAPH_TRACE (`--cuda-graph-trace=graph`)."""
+    if GRAPH_TRACE not in names:
+        return None
+    wanted = GRAPH_TRACE_COLS
+    df = _fetch(con, GRAPH_TRACE, wanted, dict.fromkeys(wanted, _I), fast=fast)
+    check_times(df, path=None, table=GRAPH_TRACE)
+    warn_untimed_replays(untimed_replays(df))
+    return graph_replay_rows(df)
 
 
 def mem_kinds(con: sqlite3.Connection, names: set[str]) -> dict[int, str | None]:
