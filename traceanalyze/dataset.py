@@ -319,20 +319,12 @@ class Dataset:
         from .analyses.launches import kernel_launches
 
         names = self.names()
+        k, a, g = (self.scan(t) for t in ("kernels", "api_calls", "graph_replays"))
         res = kernel_launches(
-            self.scan("kernels"),
-            self.scan("api_calls"),
-            by_kernel=by_kernel,
-            delay_floor_ns=delay_floor_ns,
-            names=names,
-            graph_replays=self.scan("graph_replays"),
+            k, a, by_kernel=by_kernel, delay_floor_ns=delay_floor_ns, names=names, graph_replays=g
         )
-        return replace(
-            res,
-            stats=with_file(res.stats, names),
-            outliers=with_file(res.outliers, names),
-            table=with_file(res.table, names),
-        )
+        files = {f: with_file(getattr(res, f), names) for f in ("stats", "outliers", "table")}
+        return replace(res, **files)
 
     def idle(self) -> pl.DataFrame:
         """GPU idle time per device (stream_id null) and per stream, split by cause: copy_ns,
