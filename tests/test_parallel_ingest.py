@@ -34,7 +34,10 @@ def real_files() -> list[Path]:
     files = [SHARED_TRACES / r for r in REAL if (SHARED_TRACES / r).exists()]
     if len(files) < len(REAL):
         pytest.skip("../shared/traces is absent (a fresh clone without ../shared)")
-    return [*files, *sorted(p for p in FIXTURES.rglob("*") if p.is_file() and p.suffix != ".md")]
+    # every capture in fixtures/: not its notes (.md) nor a script that makes an input at test
+    # time (fixtures/nsys_graph_trace/make.py)
+    made = (".md", ".py")
+    return [*files, *sorted(p for p in FIXTURES.rglob("*") if p.is_file() and p.suffix not in made)]
 
 
 def store_frames(root: Path) -> dict[str, pl.DataFrame]:
