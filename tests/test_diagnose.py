@@ -137,6 +137,7 @@ def test_host_bound_from_the_paths_share() -> None:
     p = path([{"host_ms": 30.0, "launch_ms": 5.0, "gpu_compute_ms": 65.0, "carry_ms": 500.0}])
     (f,) = host.host_bound(inputs(path=p))  # type: ignore[misc]
     assert f.evidence["host_share_pct"] == pytest.approx(35.0)  # the carry left out
+    assert "CUDA graph" in f.advice  # GPU work on the path: the launch overhead is worth cutting
     low = path([{"host_ms": 10.0, "gpu_compute_ms": 90.0}])
     assert host.host_bound(inputs(path=low)) == []
 
@@ -486,3 +487,6 @@ def test_a_data_loader_annotation_is_found_and_its_saving_replayed(write) -> Non
     assert by["host_bound"].what_if == r"op:^(ProfilerStep\#\d+)$=0.5"
     assert by["host_bound"].saving_ms == pytest.approx(50.0, abs=1e-3)
     assert [f.rule for f in d.findings][:2] == ["data_loader", "host_bound"]
+    # no kernel or copy in it: a CPU run, for which CUDA graphs are no advice
+    assert "no GPU work" in by["host_bound"].title
+    assert "CUDA graph" not in by["host_bound"].advice

@@ -100,6 +100,7 @@ def host_bound(inp: Inputs) -> Outcome:
     host, own = _shares(inp)
     if own <= 0 or host / own < HOST_SHARE:
         return []
+    p = inp.path
     short = 0
     if not inp.kernels.is_empty() and not inp.api_calls.is_empty():
         calls = inp.api_calls.filter(pl.col("name").str.contains("Launch")).select(
@@ -109,16 +110,31 @@ def host_bound(inp: Inputs) -> Outcome:
         short = k.filter((pl.col("end_ns") - pl.col("start_ns")) < pl.col("call_ns")).height
     per_it = host / inp.iteration_count
     outer = outer_regex(inp.host)
+    # A trace without GPU work (a CPU run, or one recorded without CUDA activities) is host work
+    # by construction: no launch overhead to cut, so no GPU-side advice (CUDA graphs).
+    gpu_cols = [c for c in ("gpu_compute_ms", "gpu_comm_ms", "gpu_memory_ms") if c in p.columns]
+    on_path = float(sum(p[c].sum() for c in gpu_cols))
+    gpu_work = on_path > 0 or not (inp.kernels.is_empty() and inp.memcpy.is_empty())
+    title = (
+        f"host-bound: {100 * host / own:.0f} % of the iterations' own path is host work and "
+        f"launches ({per_it:.1f} ms per iteration); {short} kernels are shorter than their "
+        "launch call"
+        if gpu_work
+        else f"host-bound: no GPU work in the trace (a CPU run, or CUDA activities not recorded): "
+        f"the iterations are host work ({per_it:.1f} ms per iteration)"
+    )
     return [
         Finding(
             rule="host_bound",
             severity="high",
-            title=f"host-bound: {100 * host / own:.0f} % of the iterations' own path is host "
-            f"work and launches ({per_it:.1f} ms per iteration); {short} kernels are shorter "
-            "than their launch call",
+            title=title,
             advice="Cut host work per GPU step: capture the step in a CUDA graph "
             "(torch.cuda.graphs / torch.compile(mode='reduce-overhead')), raise the batch size, "
-            "fuse small operators (torch.compile), keep Python out of the loop.",
+            "fuse small operators (torch.compile), keep Python out of the loop."
+            if gpu_work
+            else "Run the step on a GPU, or record its CUDA activities (the PyTorch profiler's "
+            "ProfilerActivity.CUDA, nsys -t cuda) if it did run on one; on the CPU, the "
+            "operators that take the time are in `traceanalyze ops`.",
             evidence={
                 "host_ms": ms(host),
                 "own_path_ms": ms(own),
