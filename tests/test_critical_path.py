@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 from _trace_raw import NSYS2, NVPROF, RESNET, kineto_events
 from click.testing import CliRunner
-from conftest import SHARED_TRACES, shared
+from conftest import FIXTURES, SHARED_TRACES, shared
 
 import traceanalyze as ta
 from traceanalyze.analyses.critical_path import parse_what_if
@@ -103,6 +103,29 @@ def test_tiny_what_if_by_hand(tiny: Path, spec: list[str], expected_us: float) -
     row = ta.open(tiny).critical_path(what_if=spec).iterations.row(0, named=True)
     assert row["predicted_ms"] * 1000 == pytest.approx(expected_us)
     assert row["path_ms"] * 1000 == pytest.approx(100)
+
+
+def test_op_rule_applies_once_however_deeply_its_matches_nest(tiny: Path) -> None:
+    """Every host event of the tiny step lies inside ProfilerStep#1, so `op:.=0.5` (which matches
+    the step and every operator in it) must halve the host time once: what the rule naming the
+    step alone gives. Compounded over nesting, aten::mm's time was quartered."""
+    ds = ta.open(tiny)
+    every = ds.critical_path(what_if=["op:.=0.5"]).iterations.row(0, named=True)
+    outer = ds.critical_path(what_if=[r"op:^ProfilerStep#1$=0.5"]).iterations.row(0, named=True)
+    assert every["predicted_ms"] == outer["predicted_ms"]
+    assert every["predicted_ms"] < every["path_ms"]
+
+
+def test_op_rule_halves_a_cpu_run_exactly() -> None:
+    """The CPU ResNet-50 fixture: no GPU work, every event of a step inside its ProfilerStep, the
+    path all host time (checked): `op:.=0.5` halves each iteration's path exactly (it gave
+    194.9 -> 17.5 ms, 0.5^3.5, while the factor compounded over nested operators)."""
+    trace = next((FIXTURES / "kineto_json-resnet50-cpu").glob("*.json.gz"))
+    r = ta.open(trace).critical_path(what_if=["op:.=0.5"], each_iteration=True).iterations
+    assert r.height >= 2
+    for row in r.iter_rows(named=True):
+        assert row["host_ms"] == pytest.approx(row["path_ms"])  # all host: halving is exact
+        assert row["predicted_ms"] == pytest.approx(row["path_ms"] / 2, rel=1e-9)
 
 
 @pytest.mark.parametrize("bad", ["kernel=0.5", "kernel:x", "op:(=1", "launch=-1", "gpu:.=2"])

@@ -13,6 +13,7 @@ here, where GPU events get theirs.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -58,8 +59,9 @@ class HostSlice:
     `thread`: a group number per (process, thread); `end` is clipped to the parent's end;
     `wait_gpu`: for a blocking call, the local index of the GPU event it waited for (-1: none);
     `wait_end`: that event's end, also when it lies outside the iteration (then a carry edge);
-    `factor`: the product of the `op:` what-if factors matching the event or an enclosing one
-    (filled in by `build`)."""
+    `own_rules`: which `op:` what-if rules match the event (bit r: rule r, Python ints), and
+    `rule_factors` their factors: the graph applies each rule matching the event or an enclosing
+    one once, however deeply matches nest."""
 
     thread: I64
     process: I64
@@ -69,10 +71,11 @@ class HostSlice:
     is_sync: npt.NDArray[np.bool_]
     wait_gpu: I64
     wait_end: I64
-    own_factor: npt.NDArray[np.float64]
+    own_rules: npt.NDArray[np.object_]
     wait_global: I64
     # when the waited-for GPU event was launched (NONE: no wait); see `GpuSlice`
     wait_launch: I64 | None = None
+    rule_factors: tuple[float, ...] = ()
 
 
 @dataclass
@@ -349,7 +352,8 @@ class SourceEvents:
         self.h_is_sync = h["sync"].to_numpy()
         self.h_wait_gid, self.h_wait_end = _i64(h["wait_gid"]), _i64(h["wait_end"], NONE)
         ops_only = pl.when(pl.col("kind") != "call").then(pl.col("name"))
-        self.h_factor = factor(h.select(ops_only).to_series(), wi.op if wi else ())
+        self.h_rules = rule_bits(h.select(ops_only).to_series(), wi.op if wi else ())
+        self.rule_factors = tuple(f for _, f in wi.op) if wi else ()
         self.g_start, self.g_end = _i64(g["start_ns"]), _i64(g["end_ns"])
         self.g_cat, self.g_call = _i64(g["cat"]), _i64(g["call_hid"])
         self.g_launch_edge = g["launch_edge"].fill_null(True).to_numpy()
@@ -391,12 +395,7 @@ class SourceEvents:
         hloc[order] = np.arange(order.size)
         gmap = self.gmap
         gmap[gids] = np.arange(gids.size)
-
-        def local(ix: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-            if gmap.size == 0:
-                return np.full(ix.size, -1, dtype=np.int64)
-            return np.where(ix >= 0, gmap[np.maximum(ix, 0)], -1)
-
+        local = functools.partial(_local, gmap)
         call, launched = self.g_call[gids], self._launched
         host = HostSlice(
             thread=self.h_thread[hids],
@@ -407,7 +406,8 @@ class SourceEvents:
             is_sync=self.h_is_sync[hids],
             wait_gpu=local(self.h_wait_gid[hids]),
             wait_end=self.h_wait_end[hids],
-            own_factor=self.h_factor[hids],
+            own_rules=self.h_rules[hids],
+            rule_factors=self.rule_factors,
             wait_global=self.h_wait_gid[hids],
             wait_launch=launched(self.h_wait_gid[hids]),
         )
@@ -509,6 +509,22 @@ def window(job: Job, wi: WhatIf | None) -> Window | None:
     if ev is None:
         return None
     return Window(job.source_id, job.iteration, job.lo, job.hi, ev, ev.slice(job.lo, job.hi))
+
+
+def _local(gmap: np.ndarray[Any, Any], ix: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Window ids `ix` (-1: none) as positions in the slice (`gmap`: window id -> position)."""
+    if gmap.size == 0:
+        return np.full(ix.size, -1, dtype=np.int64)
+    return np.where(ix >= 0, gmap[np.maximum(ix, 0)], -1)
+
+
+def rule_bits(names: pl.Series, rules: tuple[tuple[str, float], ...]) -> np.ndarray[Any, Any]:
+    """Per name, the rules whose regex matches it as bits of a Python int (bit r: rule r)."""
+    out = np.zeros(names.len(), dtype=object)
+    for r, (rx, _) in enumerate(rules):
+        hit = names.fill_null("").str.contains(rx).to_numpy()
+        out[hit] |= 1 << r
+    return out
 
 
 def factor(names: pl.Series, rules: tuple[tuple[str, float], ...]) -> np.ndarray[Any, Any]:

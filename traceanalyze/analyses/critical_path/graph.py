@@ -114,6 +114,23 @@ class _OtherThreads:
         return int(ids[k - 1]) if k > 0 else -1
 
 
+class _RuleFactors(dict[int, float]):
+    """Rule bits -> the product of those rules' factors: each rule once, however deeply the
+    events it matches nest (`HostSlice.own_rules`)."""
+
+    def __init__(self, factors: tuple[float, ...]) -> None:
+        super().__init__()
+        self.factors = factors
+
+    def __missing__(self, bits: int) -> float:
+        f = 1.0
+        for r, rf in enumerate(self.factors):
+            if bits >> r & 1:
+                f *= rf
+        self[bits] = f
+        return f
+
+
 def _host_edges(b: Built, h: HostSlice, lo: int) -> None:
     """Thread order: consecutive time points of each thread, owned by the innermost open event.
     After a gap outside every event, the next event waits for its own thread or for the
@@ -122,7 +139,10 @@ def _host_edges(b: Built, h: HostSlice, lo: int) -> None:
     others = _OtherThreads(h)
     cur = -1
     stack: list[int] = []
-    fac: list[float] = []
+    fac: list[float] = []  # per open event, the factor inside it
+    rules: list[int] = []  # per open event, the `op:` rules matching it or an enclosing one
+    factor_of = _RuleFactors(h.rule_factors)
+
     prev_node, prev_t = b.source, lo
 
     def close(j: int) -> None:
@@ -140,11 +160,13 @@ def _host_edges(b: Built, h: HostSlice, lo: int) -> None:
             while stack:
                 close(stack.pop())
                 fac.pop()
+                rules.pop()
             cur, prev_node, prev_t = int(h.thread[i]), b.source, lo
         s = int(h.start[i])
         while stack and int(h.end[stack[-1]]) <= s:
             close(stack.pop())
             fac.pop()
+            rules.pop()
         seg = s - prev_t
         if stack:
             _add(b, prev_node, 2 * i, seg, seg * fac[-1], HOST, stack[-1])
@@ -158,10 +180,12 @@ def _host_edges(b: Built, h: HostSlice, lo: int) -> None:
                 _add(b, prev_node, 2 * i, seg, float(seg), IDLE, -1)
         prev_node, prev_t = 2 * i, s
         stack.append(i)
-        fac.append((fac[-1] if fac else 1.0) * float(h.own_factor[i]))
+        rules.append((rules[-1] if rules else 0) | int(h.own_rules[i]))
+        fac.append(factor_of[rules[-1]])
     while stack:
         close(stack.pop())
         fac.pop()
+        rules.pop()
 
 
 def _sync_edges(b: Built, h: HostSlice, g: GpuSlice) -> None:

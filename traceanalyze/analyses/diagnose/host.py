@@ -71,9 +71,9 @@ MAX_OUTER_NAMES = 256
 def outer_regex(h: pl.DataFrame) -> str | None:
     """A regex matching exactly the names of the outermost host ranges (those inside no other
     range of their thread), digit runs generalized (`ProfilerStep#101` -> `ProfilerStep#\\d+`).
-    An `op:` what-if compounds its factor over nested matches (`analyses.critical_path.graph`), so
-    a factor meant once per host segment is given the outermost ranges only. None when there
-    are no ranges or too many names."""
+    An `op:` what-if applies once however deeply its matches nest, so `op:.=0.5` would give the
+    same replay; the outermost names make the report's what-if say what it halves (the steps,
+    the loader's ranges…). None when there are no ranges or too many names."""
     if h.is_empty():
         return None
     keys = [c for c in ("source_id", "process_id", "thread_id") if c in h.columns]
