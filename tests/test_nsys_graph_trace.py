@@ -346,6 +346,27 @@ def test_summary_shows_replays_apart(graph: Path) -> None:
     assert sum(row["share_pct"] for row in out["top_kernels"]) <= 100.0 + 1e-9
 
 
+@pytest.mark.parametrize(("mode", "shown"), [("graph", True), ("node", False)])
+def test_summary_text_shows_replay_columns_only_with_replays(
+    graph: Path, node: Path, mode: str, shown: bool
+) -> None:
+    """Answers first: the node-mode export has no whole-graph rows (checked with SQL), and its
+    text tables leave out a replay count of 0, 0 ms and `whole_graph` False on every kernel;
+    the graph-mode export shows them. `--json` keeps them either way."""
+    path = graph if mode == "graph" else node
+    tables = {r[0] for r in sql(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    replays = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in tables and bool(
+        sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE")[0][0]
+    )
+    assert replays is shown
+    r = run("summary", str(path))
+    assert r.exit_code == 0
+    for col in ("graph_replay_count", "total_graph_replay_ms", "whole_graph"):
+        assert (col in r.output) is shown, col
+    j = json.loads(run("summary", str(path), "--json").output)
+    assert "graph_replay_count" in j["kernels"][0] and "whole_graph" in j["top_kernels"][0]
+
+
 def test_perfetto_one_slice_per_replay_with_a_flow_from_its_launch(
     graph: Path, tmp_path: Path
 ) -> None:

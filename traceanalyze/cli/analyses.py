@@ -9,6 +9,7 @@ are FILE arguments (read in memory, nothing written) or `--store DIR`, with `--s
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -37,6 +38,9 @@ from .common import (
     verbose_option,
     wrote,
 )
+
+if TYPE_CHECKING:
+    import polars as pl
 
 # Kept importable from here for command modules written against this one.
 __all__ = [
@@ -90,7 +94,22 @@ def summary(ds: Dataset, top: int, out_json: bool, out_csv: bool) -> None:
     if out_json:
         click.echo(render.to_json(rep.to_dict()))
     else:
-        click.echo(render.per_source(rep.to_dict(), width=table_width()), nl=False)
+        tables = _without_graph_columns(rep.to_dict())
+        click.echo(render.per_source(tables, width=table_width()), nl=False)
+
+
+def _without_graph_columns(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """The text tables of an input without whole-graph replays (nsys `--cuda-graph-trace=graph`)
+    leave out their columns (a count of 0, 0 ms, a `whole_graph` of False on every kernel);
+    `--json` keeps them."""
+    k = tables.get("kernels")
+    if k is None or "graph_replay_count" not in k.columns or k["graph_replay_count"].sum():
+        return tables
+    out = dict(tables)
+    out["kernels"] = k.drop("graph_replay_count", "total_graph_replay_ms", strict=False)
+    if "top_kernels" in out:
+        out["top_kernels"] = out["top_kernels"].drop("whole_graph", strict=False)
+    return out
 
 
 @click.command()
