@@ -1,10 +1,12 @@
 """A graph replay's kernels given to the operators that were captured (issue 34, point 3), and the
 graph-replay figures of every Kineto trace with a graph launch (issue 34, point 6).
 
-The pair: fixtures/kineto_json-sglang-hipgraph-mi300x (a HIP graph's capture-time trace and a
-replay, from AMD-AGI/TraceLens; its README.md). Every expected value is computed here from the raw
-JSON (gzip + json): the capture window, its launch calls in call order, the operators around
-each, the replay's kernels in start order, paired by position, names checked."""
+The pair: fixtures/kineto_json-sglang-hipgraph-mi300x (a HIP graph's capture-time trace, from
+AMD-AGI/TraceLens; its README.md) and its replay, the shared
+../shared/traces/kineto_json/tracelens_hipgraph_mi300x_sglang_decode.json.gz. Every expected
+value is computed here from the raw JSON (gzip + json): the capture window, its launch calls in
+call order, the operators around each, the replay's kernels in start order, paired by position,
+names checked."""
 
 from __future__ import annotations
 
@@ -26,15 +28,21 @@ import traceanalyze as ta
 from traceanalyze.cli import main
 from traceanalyze.errors import TraceanalyzeError
 
-from .conftest import FIXTURES, ROOT, SHARED_SETS, SHARED_TRACES
+from .conftest import FIXTURES, ROOT, SHARED_SETS, SHARED_TRACES, shared
 
 PAIR = FIXTURES / "kineto_json-sglang-hipgraph-mi300x"
 CAPTURE = PAIR / "capture_bs_32_rank0.json.gz"
-REPLAY = PAIR / "replay_sglang_Qwen3-8B_decode.json.gz"
+# The replay of that graph is a shared trace (the same file as TraceLens' own): read from there.
+REPLAY_REL = "kineto_json/tracelens_hipgraph_mi300x_sglang_decode.json.gz"
 LAUNCH = re.compile(r"^(?:cuda|cu|hip)GraphLaunch")
 API = ("cuda_runtime", "cuda_driver")
 GPU = ("kernel", "gpu_memcpy", "gpu_memset")
 OPS = ("cpu_op", "python_function")
+
+
+def _replay() -> Path:
+    """The pair's replay trace under ../shared/traces (skips the test when it is absent)."""
+    return shared(REPLAY_REL)
 
 
 def _ns(us: Any) -> int:
@@ -138,7 +146,7 @@ COLS = (
 @functools.cache
 def _pair() -> dict[str, Any]:
     """`_expected` of the fixture pair (several tests compare with it)."""
-    return _expected(_load(CAPTURE), _load(REPLAY))
+    return _expected(_load(CAPTURE), _load(_replay()))
 
 
 def _by_op(rows: list[dict[str, Any]]) -> dict[str | None, dict[str, int]]:
@@ -155,7 +163,7 @@ def _want(exp: dict[str, Any]) -> dict[str | None, dict[str, int]]:
 
 
 def test_the_pair_is_what_the_readme_says() -> None:
-    cap, rep = _load(CAPTURE), _load(REPLAY)
+    cap, rep = _load(CAPTURE), _load(_replay())
     nodes = _captured(cap)
     assert len(nodes) == 544 and all(n["kernel"] for n in nodes)
     ev = _x(rep)
@@ -173,7 +181,7 @@ def test_the_pair_is_what_the_readme_says() -> None:
 def test_replayed_kernels_go_to_the_captured_operators() -> None:
     exp = _pair()
     assert (exp["given"], exp["left"]) == (544, 0)
-    ds = ta.open(REPLAY)
+    ds = ta.open(_replay())
     before = ds.ops(top=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # everything matched: nothing to warn about
@@ -194,7 +202,7 @@ def test_replayed_kernels_go_to_the_captured_operators() -> None:
 
 def test_by_kernel_and_a_capture_dataset() -> None:
     exp = _pair()
-    got = ta.open(REPLAY).ops(by="kernel", top=0, capture=ta.open(CAPTURE))
+    got = ta.open(_replay()).ops(by="kernel", top=0, capture=ta.open(CAPTURE))
     per_op = got.group_by("op").agg(pl.col("kernel_count").sum(), pl.col("kernel_ns").sum())
     want = {
         op: (d["kernel_count"], d["kernel_self_ns"])
@@ -206,7 +214,7 @@ def test_by_kernel_and_a_capture_dataset() -> None:
 
 def test_cli_json() -> None:
     exp = _pair()
-    args = ["ops", str(REPLAY), "--capture", str(CAPTURE), "--json", "--top", "0"]
+    args = ["ops", str(_replay()), "--capture", str(CAPTURE), "--json", "--top", "0"]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout)
@@ -240,16 +248,16 @@ def _capture_variant(tmp_path: Path, *, drop_last: int = 0, names: bool = True) 
 
 def test_capture_without_kernel_names_pairs_by_position(tmp_path: Path) -> None:
     cap = _capture_variant(tmp_path, names=False)
-    exp = _expected(_load(cap), _load(REPLAY))
+    exp = _expected(_load(cap), _load(_replay()))
     assert exp["given"] == 544
-    assert _by_op(ta.open(REPLAY).ops(top=0, capture=cap).to_dicts()) == _want(exp)
+    assert _by_op(ta.open(_replay()).ops(top=0, capture=cap).to_dicts()) == _want(exp)
 
 
 def test_a_capture_short_of_nodes(tmp_path: Path) -> None:
     """10 launches fewer than the replay's kernels: with names, each replayed kernel takes the
     next captured launch of its name (the first 534 match); the last 10 stay where they were."""
     cap = _capture_variant(tmp_path, drop_last=10)
-    ds = ta.open(REPLAY)
+    ds = ta.open(_replay())
     with pytest.warns(UserWarning, match=r"10 of 544 graph-replay kernels .*capture\.json\.gz"):
         got = ds.ops(top=0, capture=cap)
     assert got["captured_kernel_count"].sum() == 534
@@ -259,7 +267,7 @@ def test_a_capture_short_of_nodes(tmp_path: Path) -> None:
     full = _pair()["rows"]
     around = got.filter(pl.col("uncaptured_kernel_count") > 0)["op"].to_list()
     assert around == ["torch/cuda/graphs.py(139): replay"]
-    rep = _x(_load(REPLAY))
+    rep = _x(_load(_replay()))
     graph = sorted((e for e in rep if e.get("cat") == "kernel"), key=lambda e: _ns(e["ts"]))
     [corr] = [e["args"]["correlation"] for e in rep if LAUNCH.match(e.get("name", ""))]
     last = [e for e in graph if e["args"]["correlation"] == corr][-10:]
@@ -277,12 +285,12 @@ def test_a_capture_short_of_nodes(tmp_path: Path) -> None:
 
 def test_not_a_capture_trace(tmp_path: Path) -> None:
     with pytest.raises(TraceanalyzeError, match="is not a capture-time trace"):
-        ta.open(REPLAY).ops(capture=REPLAY)
-    r = CliRunner().invoke(main, ["ops", str(REPLAY), "--capture", str(REPLAY)])
+        ta.open(_replay()).ops(capture=_replay())
+    r = CliRunner().invoke(main, ["ops", str(_replay()), "--capture", str(_replay())])
     assert r.exit_code == 1
     [line] = r.output.strip().splitlines()
-    assert line.startswith("traceanalyze: error: ") and str(REPLAY) in line
-    r = CliRunner().invoke(main, ["ops", str(REPLAY), "--capture", str(tmp_path / "nope.json")])
+    assert line.startswith("traceanalyze: error: ") and str(_replay()) in line
+    r = CliRunner().invoke(main, ["ops", str(_replay()), "--capture", str(tmp_path / "nope.json")])
     assert r.exit_code == 1 and "nope.json" in r.output
 
 
@@ -348,7 +356,7 @@ def _id(p: Path) -> str:
 @pytest.mark.skipif(not SHARED_TRACES.exists(), reason="../shared is absent: no public traces")
 def test_the_known_graph_traces_are_found() -> None:
     names = {p.name for p in GRAPH_TRACES}
-    assert {"hta_cudagraph_a100_rank0.json.gz", REPLAY.name} <= names
+    assert {"hta_cudagraph_a100_rank0.json.gz", _replay().name} <= names
 
 
 @pytest.mark.parametrize("path", GRAPH_TRACES, ids=_id)
