@@ -416,12 +416,34 @@ def test_perfetto_protobuf_equals_the_json_for_replays(graph: Path, tmp_path: Pa
     assert len(graphs) == sql(graph, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE")[0][0]
 
 
-def test_critical_path_says_what_it_leaves_out(graph: Path) -> None:
-    (n, t) = sql(graph, "SELECT count(*), sum(end - start) FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE")[0]
-    with pytest.warns(UserWarning, match=f"leaves out {n} whole-graph") as w:
-        ta.open(graph).critical_path()
-    (msg,) = [str(x.message) for x in w if "whole-graph" in str(x.message)]
-    assert f"{t / 1e6:,.3f} ms" in msg
+@pytest.mark.parametrize("factor", [20, 100])
+def test_critical_path_has_a_node_per_whole_graph_replay(
+    graph: Path, node: Path, factor: int
+) -> None:
+    """A whole-graph replay is one GPU event of the path (`CUDA graph <id>`, launched by its
+    call): scaling them by `factor` lengthens the graph-mode path, by at most (factor - 1) x the
+    replays' total time (SQL; adding W to some events lengthens a longest path by W at most),
+    while the node-mode export, which has no such event, keeps its path; factor 1 gives the path
+    back exactly. Both exports' paths are the same length (the same window)."""
+    (t,) = sql(graph, "SELECT sum(end - start) FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE")[0]
+    spec = f"kernel:^CUDA graph={factor}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 30 GPU events launched before the capture (real file)
+        g1 = (
+            ta.open(graph)
+            .critical_path(what_if=["kernel:^CUDA graph=1"])
+            .iterations.row(0, named=True)
+        )
+        g = ta.open(graph).critical_path(what_if=[spec]).iterations.row(0, named=True)
+        n = ta.open(node).critical_path(what_if=[spec]).iterations.row(0, named=True)
+    assert g1["predicted_ms"] == g1["path_ms"]
+    assert g["path_ms"] == n["path_ms"]
+    assert g["path_ms"] < g["predicted_ms"] <= g["path_ms"] + (factor - 1) * t / 1e6 + 1e-9
+    assert n["predicted_ms"] == n["path_ms"]
+    split = [
+        c for c in g if c.endswith("_ms") and c not in ("path_ms", "duration_ms", "predicted_ms")
+    ]
+    assert sum(g[c] for c in split) == pytest.approx(g["path_ms"])
 
 
 # --- held out: every shared export with graph rows ------------------------------------------

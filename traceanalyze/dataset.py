@@ -410,14 +410,12 @@ class Dataset:
         that several ranks share (joined at their collectives); `each_iteration`: every what-if
         replayed on each iteration alone, its carry kept (as `iteration=N` gives for each N; the
         savings `diagnose` reports). A `file` column names each source."""
-        from .adapters.diagnose import warn_whole_graphs_left_out
+        from .adapters.diagnose import path_tables
         from .analyses.critical_path import critical_path
 
-        warn_whole_graphs_left_out(self, "the critical path")  # (it has no node for them)
         names = self.names()
-        tables = ("kernels", "memcpy", "api_calls", "ops", "markers", "iterations")
         res = critical_path(
-            *(self.scan(t) for t in tables),
+            *path_tables(self),
             names=names,
             iteration=iteration,
             what_if=tuple(what_if),

@@ -14,6 +14,7 @@ import polars as pl
 from ..analyses import diagnose as dg
 from ..analyses.critical_path import critical_path
 from ..analyses.ops import host_ops
+from ..analyses.timeline import with_replays
 from ..errors import TraceanalyzeError
 from ..results import Diagnosis
 from . import DatasetView
@@ -34,31 +35,18 @@ def _path(
     ds: DatasetView, names: dict[str, str], what_if: tuple[str, ...] = (), chain: bool = True
 ) -> Any:
     return critical_path(
-        *(ds.scan(t) for t in _CP_TABLES),
-        names=names,
-        what_if=what_if,
-        by_event=not what_if,
-        chain=chain,
+        *path_tables(ds), names=names, what_if=what_if, by_event=not what_if, chain=chain
     )
 
 
-def warn_whole_graphs_left_out(ds: DatasetView, what: str) -> None:
-    """The critical path has no node for a whole-graph replay (`graph_replays`: nsys
-    `--cuda-graph-trace=graph` writes one row per replay and no kernel rows): say how many
-    replays and how much GPU time `what` leaves out, rather than drop them silently."""
-    g = (
-        ds.scan("graph_replays")
-        .select(pl.len().alias("n"), (pl.col("end_ns") - pl.col("start_ns")).sum().alias("t"))
-        .collect()
-    )
-    n, t = int(g["n"][0]), int(g["t"][0] or 0)
-    if n:
-        warnings.warn(
-            f"{what} leaves out {n} whole-graph CUDA graph replays ({t / 1e6:,.3f} ms of GPU "
-            "time; nsys --cuda-graph-trace=graph records no kernel rows for them): their GPU "
-            "work is not on the path (profile with --cuda-graph-trace=node to include it)",
-            stacklevel=3,
-        )
+def path_tables(ds: DatasetView) -> list[pl.LazyFrame]:
+    """The critical path's inputs (`_CP_TABLES`), a whole-graph replay (`graph_replays`: nsys
+    `--cuda-graph-trace=graph` writes one row per replay and no kernel rows) among the kernels as
+    one GPU event named `CUDA graph <graph_id>`: on its stream, launched by its graph launch call
+    (one launch edge), counted as GPU compute (what it ran is not in the export)."""
+    scans = [ds.scan(t) for t in _CP_TABLES]
+    scans[0] = with_replays(scans[0], ds.scan("graph_replays")).drop("whole_graph")
+    return scans
 
 
 def saving(ds: DatasetView, spec: str) -> float:
@@ -153,7 +141,6 @@ def _host(w: _Windowed) -> pl.DataFrame:
 def inputs(ds: DatasetView) -> dg.Inputs:
     """Everything the rules read, collected once."""
     names = ds.names()
-    warn_whole_graphs_left_out(ds, "diagnose (its critical path)")
     cp = _path(ds, names)
     ev = cp.events if cp.events is not None else pl.DataFrame()
     if ev.height:
