@@ -146,6 +146,20 @@ def _strs(events: Any, attr: str, name: str | None = None) -> pl.Series:
     return pl.Series(name or attr, _col(events, attr), dtype=pl.String, strict=False)
 
 
+def _cats(sub: list[Any], name: str, of: Callable[[str], str] | None = None) -> pl.Series:
+    """The events' categories (or `of` each) as a String column. A batch's events of one table
+    mostly share one category (every API call `cuda_runtime`, every op `cpu_op`): the column is
+    then one value repeated, made without a Python string per row (24,000 ops: 0.2 instead of
+    1.0 ms)."""
+    cats = _col(sub, "cat")
+    first = cats[0]
+    if cats.count(first) == len(cats) and (first is None or isinstance(first, str)):
+        value = of(first) if of is not None and first is not None else first
+        return pl.repeat(value, len(cats), dtype=pl.String, eager=True).alias(name)
+    values = cats if of is None else list(map(of, cats))
+    return pl.Series(name, values, dtype=pl.String, strict=False)
+
+
 _CODES = (None, *range(len(_ROLE_NAMES)))
 
 
@@ -316,7 +330,7 @@ def _api_calls(sub: list[Any]) -> pl.DataFrame:
             _ints(args, "correlation", "correlation_id"),
             # names are plain (cudaLaunchKernel, cuLaunchKernel, hipMemcpyWithStream): no
             # nsys-style `_v7000` suffix to strip
-            pl.Series("api", list(map(_Api().__getitem__, _col(sub, "cat"))), dtype=pl.String),
+            _cats(sub, "api", _Api().__getitem__),
             _strs(sub, "name"),
             # ROCm writes the HIP API id as `cid`
             _or(_ints(args, "cbid"), lambda: _ints(args, "cid")).alias("callback_id"),
@@ -344,7 +358,7 @@ def _ops(sub: list[Any]) -> pl.DataFrame:
             _ints(sub, "pid", "process_id"),
             _ints(sub, "tid", "thread_id"),
             _strs(sub, "name"),
-            _strs(sub, "cat", "category"),
+            _cats(sub, "category"),
             _or(_ints(args, "external_id"), lambda: _ints(args, "external_id_old")),
             *_times(sub),
         ]
@@ -356,7 +370,7 @@ def _markers(sub: list[Any]) -> pl.DataFrame:
     return pl.DataFrame(
         [
             _strs(sub, "ph"),
-            _strs(sub, "cat", "category"),
+            _cats(sub, "category"),
             _ints(sub, "pid"),
             _ints(sub, "tid"),
             _ints(args, "device"),

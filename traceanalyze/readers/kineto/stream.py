@@ -276,17 +276,20 @@ class Spiller:
 def timed(df: pl.DataFrame, base_ns: int) -> pl.DataFrame:
     """Add start/duration/end ns from the `ts`/`dur` text; relative-to-base traces become epoch
     ns here (time_origin_epoch_ns = 0). Shared with `read_kineto_json`."""
-    start, dur = _us_to_ns("ts") + base_ns, _us_to_ns("dur")
-    # Lazy, so that each text is parsed once: `DataFrame.with_columns` runs without common
-    # subexpression elimination and parsed `ts` and `dur` twice each (end = start + dur): 6.4 vs
-    # 2.8 ms on 45,000 rows.
-    return (
-        df.lazy()
-        .with_columns(
-            start_ns=_ns_int(start), duration_ns=_ns_int(dur), end_ns=_ns_int(start + dur)
-        )
-        .collect()
+    # Each text parsed once, then plain Series arithmetic: one `with_columns` giving all three
+    # parsed ts and dur twice (no common-subexpression elimination in eager queries: 6.4 vs
+    # 2.8 ms on 45,000 rows), and a lazy query, which has it, peaked ~4 MB higher.
+    start, dur = df.select(_us_to_ns("ts") + base_ns, _us_to_ns("dur")).get_columns()
+    return df.with_columns(
+        _ns_int_series(start).alias("start_ns"),
+        _ns_int_series(dur).alias("duration_ns"),
+        _ns_int_series(start + dur).alias("end_ns"),
     )
+
+
+def _ns_int_series(s: pl.Series) -> pl.Series:
+    """`frames._ns_int` on a Series: Int128 ns -> int64, null where it does not fit."""
+    return s.cast(pl.Int64, strict=False)
 
 
 def _bounds(sample: np.ndarray[Any, Any], base_ns: int, spill: _Spill) -> np.ndarray[Any, Any]:
