@@ -446,6 +446,72 @@ def test_critical_path_has_a_node_per_whole_graph_replay(
     assert sum(g[c] for c in split) == pytest.approx(g["path_ms"])
 
 
+K_SQL, G_SQL = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+
+
+def _quiet(fn, *args, **kwargs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn(*args, **kwargs)
+    return out, [str(w.message) for w in caught]
+
+
+def test_ops_give_each_replay_to_the_range_around_its_launch(graph: Path) -> None:
+    # The GPU columns add up to the source's GPU time (module docstring of analyses.ops): with
+    # the replays, kernels' plus replays' durations; before, the replays' 2.1 ms were missing.
+    ds = ta.open(graph)
+    ((t_k,),) = sql(graph, f"SELECT sum(end - start) FROM {K_SQL}")
+    ((t_g,),) = sql(graph, f"SELECT sum(end - start) FROM {G_SQL}")
+    st, _ = _quiet(ds.ops, top=0)
+    assert st["kernel_self_ns"].sum() == t_k + t_g
+    by_kernel, _ = _quiet(ds.ops, by="kernel", top=0)
+    rows = by_kernel.filter(pl.col("kernel").str.starts_with("CUDA graph "))
+    want = sql(graph, f"SELECT graphId, count(*), sum(end - start) FROM {G_SQL} GROUP BY graphId")
+    got = rows.group_by("kernel").agg(pl.col("kernel_count").sum(), pl.col("kernel_ns").sum())
+    assert sorted(got.iter_rows()) == sorted((f"CUDA graph {gid}", n, t) for gid, n, t in want)
+    # each replay goes to an operator (the NVTX range open on its launch's thread), not to the
+    # row of unattributed GPU time
+    assert rows["op"].null_count() == 0
+
+
+def test_annotations_count_each_replay_as_one_event(graph: Path) -> None:
+    ds = ta.open(graph)
+    got, _ = _quiet(ds.annotations)
+    per = got.group_by("device_id").agg(
+        pl.col("duration_ns").sum(), pl.col("event_count").sum(), pl.col("kernel_count").sum()
+    )
+    parts = " UNION ALL ".join(
+        f"SELECT deviceId AS d, end - start AS t, {int(t == K_SQL)} AS k FROM {t}"
+        for t in (K_SQL, "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", G_SQL)
+    )
+    want = sql(graph, f"SELECT d, sum(t), count(*), sum(k) FROM ({parts}) GROUP BY d")
+    assert sorted(per.iter_rows()) == sorted(want)
+
+
+def test_overlap_counts_replays_as_computation_and_says_so(graph: Path) -> None:
+    import re
+
+    from traceanalyze.analyses.overlap import COMM_KERNEL
+
+    comm = re.compile(COMM_KERNEL)
+    rows = sql(
+        graph,
+        f"SELECT k.deviceId, k.start, k.end, s.value FROM {K_SQL} k "
+        "JOIN StringIds s ON s.id = k.demangledName",
+    )
+    got, said = _quiet(ta.open(graph).overlap)
+    whole = got.filter(pl.col("iteration").is_null())
+    for d in (0, 1):
+        compute = [(a, b) for dev, a, b, name in rows if dev == d and not comm.search(name)]
+        replays = _intervals(graph, G_SQL, d)
+        assert replays
+        row = whole.filter(pl.col("device_id") == d)
+        assert row["compute_ns"][0] == union_ns(compute + replays)
+        assert row["compute_ns"][0] > union_ns(compute)  # the replays were left out before
+    ((n,),) = sql(graph, f"SELECT count(*) FROM {G_SQL}")
+    assert any(f"{n} whole-graph replay(s)" in m and "computation" in m for m in said), said
+
+
 # --- held out: every shared export with graph rows ------------------------------------------
 
 

@@ -348,8 +348,8 @@ class Dataset:
         from .analyses.overlap import comm_overlap
 
         names = self.names()
-        k, m, it = (self.scan(t) for t in ("kernels", "memcpy", "iterations"))
-        res = comm_overlap(k, m, it, api_calls=self.scan("api_calls"), names=names)
+        k, m, it, g = (self.scan(t) for t in ("kernels", "memcpy", "iterations", "graph_replays"))
+        res = comm_overlap(k, m, it, api_calls=self.scan("api_calls"), names=names, graph_replays=g)
         return with_file(res, names)
 
     def annotations(self, *, depth: int | None = None, strip_ids: bool = False) -> pl.DataFrame:
@@ -359,8 +359,12 @@ class Dataset:
         from .analyses.annotations import annotation_time
 
         names = self.names()
-        k, m, a, mk = (self.scan(t) for t in ("kernels", "memcpy", "api_calls", "markers"))
-        res = annotation_time(k, m, a, mk, depth=depth, strip_ids=strip_ids, names=names)
+        k, m, a, mk, g = (
+            self.scan(t) for t in ("kernels", "memcpy", "api_calls", "markers", "graph_replays")
+        )
+        res = annotation_time(
+            k, m, a, mk, depth=depth, strip_ids=strip_ids, names=names, graph_replays=g
+        )
         return with_file(res, names)
 
     # --- several ranks of one job (traceanalyze.analyses.ranks.stragglers) ------------------------

@@ -94,6 +94,7 @@ def _overlap(ds: _Windowed, names: dict[str, str]) -> pl.DataFrame | None:
             ds.scan("iterations"),
             api_calls=ds.scan("api_calls"),
             names=names,
+            graph_replays=ds.scan("graph_replays"),
         )
     except TraceanalyzeError:  # no GPU work at all (a CPU run)
         return None

@@ -24,10 +24,13 @@ def ops(
     capture-time trace of the graphs `ds` replays, whose operators then get the replayed kernels
     (`graph_stacks`)."""
     from ..analyses.ops import op_kernels, op_stats
+    from ..analyses.summary import replays_as_kernels
 
     if by not in ("op", "kernel"):
         raise UsageProblem(f"by must be 'op' or 'kernel', not {by!r}")
-    args = (ds.scan("ops"), ds.scan("api_calls"), ds.scan("kernels"), ds.scan("markers"))
+    # a whole-graph replay (nsys --cuda-graph-trace=graph) is one GPU event of its launch call
+    kernels = replays_as_kernels(ds.scan("kernels"), ds.scan("graph_replays"))
+    args = (ds.scan("ops"), ds.scan("api_calls"), kernels, ds.scan("markers"))
     grafted = None if capture is None else graph_stacks(ds, capture)
     if by == "op":
         df = op_stats(*args, launching_processes_only=bool(ds.device_filter), grafted=grafted)
@@ -44,7 +47,7 @@ def ops(
             pl.len().alias("kernel_count"), pl.col("kernel_ns").sum().alias("kernel_ns")
         )
         sort = ["source_id", "kernel_ns"]
-    if by == "kernel" and df.height == 0 and ds.scan("kernels").head(1).collect().height == 0:
+    if by == "kernel" and df.height == 0 and kernels.head(1).collect().height == 0:
         raise NotAnswerable(f"no GPU kernels in {ds.origin} (a CPU run?): try by=op")
     if df.height == 0 or (by == "op" and df["op"].drop_nulls().len() == 0):
         raise NotAnswerable(

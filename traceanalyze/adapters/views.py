@@ -225,9 +225,10 @@ def compare(
 
     desc = {"A": desc_a, "B": desc_b}
     if ops:
-        diff = compare_ops(
-            both("ops"), both("api_calls"), both("kernels"), both("markers"), "A", "B", names=desc
-        )
+        from ..analyses.summary import replays_as_kernels
+
+        k = replays_as_kernels(both("kernels"), both("graph_replays"))
+        diff = compare_ops(both("ops"), both("api_calls"), k, both("markers"), "A", "B", names=desc)
         return Comparison(desc_a, desc_b, ops_diff_overview(diff), pl.DataFrame(), ops=diff)
     # A collect run's iteration log and trace are one GPU-run, on each side (issue 21: their
     # iterations were pooled, counted twice).

@@ -29,6 +29,9 @@ from .naming import source_name
 Frame = pl.DataFrame | pl.LazyFrame
 
 GPU_ANNOTATION = "gpu_user_annotation"
+# the `event` of a whole-graph replay (nsys --cuda-graph-trace=graph: one row per replay, no
+# kernel rows), tied to annotations through its graph launch call as a kernel is
+GRAPH_REPLAY = "graph_replay"
 HOST_RANGES = ("nvtx", "user_annotation")
 # torch.autograd.profiler.emit_nvtx appends these to every op's range name
 PYTORCH_IDS = r", (seq|op_id) = \d+"
@@ -85,10 +88,13 @@ def innermost(ranges: pl.DataFrame, points: pl.DataFrame, lane: list[str]) -> pl
     )
 
 
-def _events(kernels: Frame, memcpy: Frame) -> pl.LazyFrame:
+def _events(kernels: Frame, memcpy: Frame, graph_replays: Frame | None = None) -> pl.LazyFrame:
     cols = ["source_id", "process_id", "device_id", "stream_id", "correlation_id"]
     times = ("start_ns", "end_ns", "duration_ns")
     k = _lazy(kernels).select(*cols, *times, pl.lit("kernel").alias("event"))
+    if graph_replays is not None:
+        r = _lazy(graph_replays).select(*cols, *times, pl.lit(GRAPH_REPLAY).alias("event"))
+        k = pl.concat([k, r.cast(k.collect_schema())])
     c = _lazy(memcpy).select(
         *cols,
         *times,
@@ -101,11 +107,18 @@ def _events(kernels: Frame, memcpy: Frame) -> pl.LazyFrame:
 
 
 def attribute_events(
-    kernels: Frame, memcpy: Frame, api_calls: Frame, markers: Frame, *, strip_ids: bool = False
+    kernels: Frame,
+    memcpy: Frame,
+    api_calls: Frame,
+    markers: Frame,
+    *,
+    strip_ids: bool = False,
+    graph_replays: Frame | None = None,
 ) -> pl.DataFrame:
     """Every GPU event with `path` (list of range names, outermost first, or null) and
-    `method` (how it was tied). `strip_ids` drops `emit_nvtx`'s `, seq = N` / `, op_id = N`."""
-    ev = _events(kernels, memcpy).collect().with_row_index("_row")
+    `method` (how it was tied). `strip_ids` drops `emit_nvtx`'s `, seq = N` / `, op_id = N`;
+    `graph_replays`: whole-graph replays are events too (`GRAPH_REPLAY`)."""
+    ev = _events(kernels, memcpy, graph_replays).collect().with_row_index("_row")
     mk = _lazy(markers).filter(pl.col("end_ns").is_not_null()).collect()
     if strip_ids:
         mk = mk.with_columns(pl.col("name").str.replace_all(PYTORCH_IDS, ""))
@@ -157,12 +170,17 @@ def annotation_time(
     depth: int | None = None,
     strip_ids: bool = False,
     names: Mapping[str, str] | None = None,
+    graph_replays: Frame | None = None,
 ) -> pl.DataFrame:
     """Per source, device and annotation path (null: none): event_count, kernel_count,
     memcpy_count, memset_count, duration_ns (sum of the events' durations) and gpu_time_pct (of
     the device's event time); sorted by time. `method` says how events were tied. Paths join
-    names with '/' (a name may hold '/' itself; `depth` counts ranges, not slashes)."""
-    ev = attribute_events(kernels, memcpy, api_calls, markers, strip_ids=strip_ids)
+    names with '/' (a name may hold '/' itself; `depth` counts ranges, not slashes).
+    A whole-graph replay (`graph_replays`) is one event, in event_count and duration_ns but
+    none of the three kinds."""
+    ev = attribute_events(
+        kernels, memcpy, api_calls, markers, strip_ids=strip_ids, graph_replays=graph_replays
+    )
     if ev.height == 0:
         raise NotAnswerable("no GPU events (kernels, copies, memsets) with start times")
     for sid, n in ev.group_by("source_id").agg(pl.col("path").is_not_null().sum()).iter_rows():

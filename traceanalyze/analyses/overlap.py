@@ -5,7 +5,8 @@ Communication is (a) collective and point-to-point kernels, recognised by name (
 AllToAll, SendRecv or Broadcast in any spelling), and (b) copies that leave the device: peer
 copies (`PtoP`) and host copies (any kind with an `H`: `HtoD`, `DtoH`, `HtoH`, pinned or
 unified). Device-local copies (`DtoD`) and memsets are neither. Computation is every other
-kernel.
+kernel, and every whole-graph replay (nsys `--cuda-graph-trace=graph` writes one row per replay
+and no kernel rows; what it ran is not in the export, so a warning says so).
 
 Per device, intervals are merged first (unions), then: `comm_ns` = |communication|,
 `compute_ns` = |computation|, `overlapped_ns` = |communication ∩ computation|, `exposed_ns` =
@@ -97,6 +98,28 @@ def classify(kernels: Frame, memcpy: Frame) -> pl.DataFrame:
     return pl.concat([k, c.cast(k.collect_schema())]).drop_nulls(["start_ns", "end_ns"]).collect()
 
 
+def _whole_graphs(
+    kernels: Frame, graph_replays: Frame, names: Mapping[str, str] | None
+) -> pl.LazyFrame:
+    """The kernels and the whole-graph replays (nsys `--cuda-graph-trace=graph`: one row per
+    replay, no kernel rows) as computation, one interval each, with a warning per source that
+    has any: what a replay ran (computation or collectives captured in the graph) is not in the
+    export, and `--cuda-graph-trace=node` records its kernels one by one."""
+    from .summary import replays_as_kernels
+
+    timed = _lazy(graph_replays).filter(pl.col("start_ns").is_not_null())
+    counts = timed.group_by("source_id").len().sort("source_id").collect()
+    for sid, n in counts.iter_rows():
+        warnings.warn(
+            f"{source_name(names, sid)}: {n} whole-graph replay(s) (nsys "
+            "--cuda-graph-trace=graph) counted as computation: what they ran is not in the "
+            "export (collectives captured in a graph would be communication); "
+            "--cuda-graph-trace=node records their kernels",
+            stacklevel=3,
+        )
+    return replays_as_kernels(kernels, graph_replays)
+
+
 def _launched_at(rows: pl.DataFrame, api_calls: Frame | None) -> pl.DataFrame:
     """`rows` with `at_ns`: the start of the event's launch call, else the event's start."""
     if api_calls is None:
@@ -137,14 +160,17 @@ def comm_overlap(
     *,
     api_calls: Frame | None = None,
     names: Mapping[str, str] | None = None,
+    graph_replays: Frame | None = None,
 ) -> pl.DataFrame:
     """Per source and device (and iteration): compute, communication, overlapped and exposed ns.
 
     Iterations with a null `device_id` (host-side steps) frame every device of their source;
     an iteration's work is what it launched (`api_calls` give the launches; module docstring).
     Columns: see `COLUMNS`. A source without any communication gets a warning, not a row of
-    zeros only: its `overlap_pct` is null.
+    zeros only: its `overlap_pct` is null. `graph_replays`: see `_whole_graphs`.
     """
+    if graph_replays is not None:
+        kernels = _whole_graphs(kernels, graph_replays, names)
     rows = classify(kernels, memcpy)
     if rows.height == 0:
         raise NotAnswerable("no kernels or copies with start and end times")

@@ -85,6 +85,28 @@ def replay_name() -> pl.Expr:
     return name.alias("name")
 
 
+def replays_as_kernels(kernels: Frame, graph_replays: Frame | None) -> pl.LazyFrame:
+    """`kernels` and, after them, one kernel row per whole-graph replay, for the analyses that
+    give GPU time per kernel row (operators, annotations, communication overlap): named
+    `CUDA graph <graph_id>` (`replay_name`), on its device and stream, launched by its graph
+    launch call (its correlation id), the kernel-only columns null and `kernel_id` -1, -2, … (an
+    id of its own, never a launch index). What a replay ran is not in the export."""
+    k = _lazy(kernels)
+    if graph_replays is None:
+        return k
+    cols = k.collect_schema().names()
+    r = _lazy(graph_replays)
+    have = set(r.collect_schema().names())
+    keep = [c for c in cols if c in have and c not in ("name", "kernel_id")]
+    rows = r.select(
+        *keep,
+        replay_name(),
+        (-1 - pl.int_range(pl.len(), dtype=pl.Int64)).alias("kernel_id"),
+        *([pl.lit(True).alias("graph_launch")] if "graph_launch" in cols else []),
+    )
+    return pl.concat([k, rows], how="diagonal_relaxed").select(cols)
+
+
 def graph_replay_rows(graph_replays: Frame) -> pl.LazyFrame:
     """Whole-graph replays as named rows for `top_kernels` (`replay_name`), `_d` their
     duration."""
