@@ -289,7 +289,8 @@ def timed(df: pl.DataFrame, base_ns: int) -> pl.DataFrame:
 
 def _ns_int_series(s: pl.Series) -> pl.Series:
     """`frames._ns_int` on a Series: Int128 ns -> int64, null where it does not fit."""
-    return s.cast(pl.Int64, strict=False)
+    out: pl.Series = s.cast(pl.Int64, strict=False)
+    return out
 
 
 def _bounds(sample: np.ndarray[Any, Any], base_ns: int, spill: _Spill) -> np.ndarray[Any, Any]:
