@@ -30,7 +30,6 @@ from __future__ import annotations
 import re
 import warnings
 from array import array
-from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -206,11 +205,18 @@ def _sweep(ev: pl.DataFrame, grp: pl.Series, n_ops: int) -> tuple[pl.Series, pl.
     per operator row its parent row, child time and whether a same-name ancestor is open
     (Series `parent`, `child_ns`, `nested_same`, in operator row order)."""
     idx = ev["_i"]  # names as numbers in `_c` (equal names, equal numbers): no Python strings
+    codes = ev["_c"]
+    if len(codes) and int(codes.max()) >= 2 * len(codes) + 1024:
+        # category codes are process-wide: made dense, so that a list indexed by them is small
+        codes = codes.rank("dense").cast(pl.Int64) - 1
+        ev = ev.with_columns(codes.alias("_c"))
     parent = array("q", [-1]) * n_ops  # machine integers, not Python objects
     child = array("q", [0]) * n_ops
     nested_same = bytearray(n_ops)
+    # open operators per name number: a list, not a Counter (half the sweep's time)
+    on_stack = [0] * (int(codes.max()) + 1 if len(codes) else 1)
     stack: list[tuple[int, int, int]] = []  # open operators: (end, row, name number)
-    on_stack: Counter[int] = Counter()
+    push, pop = stack.append, stack.pop
     cur = None
     # The sweep goes through the events in slices, so that only one slice's values are Python
     # objects at a time (millions of operators would take gigabytes as Python ints).
@@ -221,17 +227,20 @@ def _sweep(ev: pl.DataFrame, grp: pl.Series, n_ops: int) -> tuple[pl.Series, pl.
         ss, es = sl["start_ns"].to_list(), sl["end_ns"].to_list()
         cs = sl["_c"].to_list()
         for g, i, s, e, c in zip(gs, ii, ss, es, cs, strict=True):
-            if g != cur:
-                cur, stack = g, []
-                on_stack.clear()
+            if g != cur:  # another thread: nothing open
+                cur = g
+                for _, _, open_c in stack:
+                    on_stack[open_c] -= 1
+                stack.clear()
             while stack and stack[-1][0] <= s:
-                on_stack[stack.pop()[2]] -= 1
-            top = stack[-1][1] if stack else -1
-            parent[i] = top
-            if top >= 0:
-                child[top] += min(e, stack[-1][0]) - s
-            nested_same[i] = on_stack[c] > 0
-            stack.append((e, i, c))
+                on_stack[pop()[2]] -= 1
+            if stack:
+                top_end, top, _ = stack[-1]
+                parent[i] = top
+                child[top] += (e if e < top_end else top_end) - s
+            if on_stack[c]:
+                nested_same[i] = 1
+            push((e, i, c))
             on_stack[c] += 1
     return (
         _int_series("parent", parent),
