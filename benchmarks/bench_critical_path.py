@@ -13,6 +13,16 @@ iteration numbers offset), so the graph has real shapes; 22 copies are ~1.0 M ev
 * `critical-path`  — `Dataset.critical_path()` over the store;
 * `what-if`        — the same with `what_if=("kernel:.=0.5",)` (a second longest path per step).
 
+    python benchmarks/bench_critical_path.py --copies 6 --ranks 4
+
+stores the same source `--ranks` times (one source id per rank, the same iteration numbers), as
+the ranks of one job, and adds
+
+* `across-ranks`   — `Dataset.critical_path(across_ranks=True)`: every rank's path and each
+  iteration's job-wide path over the ranks (`ranks.across`). Its peak RSS beside
+  `critical-path`'s says what the job-wide paths hold: one iteration's window graphs at a time,
+  not the whole job's.
+
 Prints wall and CPU seconds (user + system of the child; wall time is noisy on a shared machine),
 CPU seconds per million events and peak RSS per task.
 
@@ -32,6 +42,7 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +53,7 @@ TRACE = TRACE / "hta_resnet50_v100_ns_resolution_rank0.pt.trace.json.gz"
 TABLES = ("kernels", "memcpy", "api_calls", "ops", "markers", "iterations")
 
 
-def make_store(path: Path, copies: int) -> int:
+def make_store(path: Path, copies: int, ranks: int = 1) -> int:
     import polars as pl
 
     import traceanalyze as ta
@@ -70,9 +81,12 @@ def make_store(path: Path, copies: int) -> int:
             parts.append(f.with_columns(*shift, *extra))
         out[name] = pl.concat(parts)
     keep = {n: f for n, f in t.items() if n not in out}
-    tables = Tables.build(**keep, **out).with_source_id("c0ffee" + f"{copies:010x}")
-    Store(path).write(tables)
-    return sum(out[n].height for n in TABLES if n != "iterations")
+    tables = Tables.build(**keep, **out)
+    for r in range(ranks):  # rank r: the same events under a source id of its own
+        sid = "c0ffee" + f"{copies:06x}" + (f"{r:04x}" if ranks > 1 else "0000")
+        sources = tables.sources.with_columns(pl.lit(r, dtype=pl.Int64).alias("rank"))
+        Store(path).write(replace(tables, sources=sources).with_source_id(sid))
+    return ranks * sum(out[n].height for n in TABLES if n != "iterations")
 
 
 def child(task: str, store: str) -> None:
@@ -87,7 +101,7 @@ def child(task: str, store: str) -> None:
         rows = sum(ds.scan(n).collect().height for n in TABLES)
     else:
         wi = ("kernel:.=0.5",) if task == "what-if" else ()
-        res = ds.critical_path(what_if=wi)
+        res = ds.critical_path(what_if=wi, across_ranks=task == "across-ranks")
         rows = int(res.iterations["event_count"].sum())
         assert res.iterations.height > 0 and isinstance(res.iterations, pl.DataFrame)
     wall = time.perf_counter() - t0
@@ -153,6 +167,7 @@ def hta_compare() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--copies", type=int, default=22)
+    ap.add_argument("--ranks", type=int, default=1, help="Sources of one job (adds across-ranks).")
     ap.add_argument("--hta", action="store_true", help="Compare with HTA 0.5.0 per step.")
     ap.add_argument("--child", nargs=2, metavar=("TASK", "STORE"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -165,15 +180,18 @@ def main() -> None:
         hta_compare()
         return
     store = ROOT / "bench-data" / f"critical-path-{a.copies}"
+    if a.ranks > 1:
+        store = store.with_name(f"{store.name}-ranks-{a.ranks}")
     if not store.exists():
         t0 = time.perf_counter()
-        n = make_store(store, a.copies)
+        n = make_store(store, a.copies, a.ranks)
         print(f"made {store} ({n:,} events) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     print(
         f"{'task':<14} {'wall s':>8} {'CPU s':>7} {'CPU s / M events':>17} "
         f"{'peak RSS MiB':>13} {'events':>10}"
     )
-    for task in ("load", "critical-path", "what-if"):
+    tasks = ("load", "critical-path", "what-if", *(("across-ranks",) if a.ranks > 1 else ()))
+    for task in tasks:
         out = subprocess.run(
             [sys.executable, __file__, "--child", task, str(store)],
             capture_output=True,

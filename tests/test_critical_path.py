@@ -412,3 +412,31 @@ def test_cli_across_ranks_json_equals_the_library() -> None:
     # stdout only: stderr may carry data-quality warnings (GPU ops without a launch call)
     assert json.loads(r.stdout) == json.loads(render.to_json(lib))
     assert json.loads(r.stdout)[0]["end_file"] in files
+
+
+def test_across_ranks_of_many_iterations_keeps_every_rank_path(tmp_path: Path) -> None:
+    # Two ranks of five iterations each: the ResNet-50 trace and a byte-different copy of it
+    # (gzipped again, same events). The job-wide paths are made an iteration at a time, in an
+    # order that visits the ranks' k-th windows together; the ranks' own rows must not change.
+    import gzip
+
+    a = shared(RESNET)
+    b = tmp_path / "rank_copy.pt.trace.json.gz"
+    b.write_bytes(gzip.compress(gzip.decompress(a.read_bytes()), mtime=1))
+    ds = ta.open(a, b)
+    alone = ds.critical_path(what_if=["kernel:.=0.5"])
+    both = ds.critical_path(what_if=["kernel:.=0.5"], across_ranks=True)
+    assert both.iterations.equals(alone.iterations)
+    assert both.predicted is not None and alone.predicted is not None
+    assert both.predicted.equals(alone.predicted)
+    steps = sorted({int(i) for i in alone.iterations["iteration"].drop_nulls()})
+    assert len(steps) == 5
+    assert both.ranks is not None
+    assert both.ranks["iteration"].to_list() == steps
+    # the two ranks are the same work at the same times, joined by no collective: each
+    # iteration's job-wide path is either rank's own
+    per_step = alone.iterations.group_by("iteration").agg(pl.col("path_ms").max())
+    got = both.ranks.join(per_step, on="iteration", suffix="_rank")
+    for row in got.iter_rows(named=True):
+        assert row["path_ms"] == pytest.approx(row["path_ms_rank"], rel=1e-12)
+        assert row["rank_count"] == 2

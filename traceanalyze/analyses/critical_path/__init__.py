@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -92,33 +93,16 @@ def critical_path(
         (kernels, memcpy, api_calls, ops, markers), iterations, iteration, what_if, names
     )
     wi = plan.what_if
-    rows: list[dict[str, object]] = []
-    frames: list[pl.DataFrame] = []
-    preds: list[dict[str, object]] = []
-    parts: dict[int, list[cr.Part]] = {}  # across ranks: each source's window graphs
-    ends: cp.Ends = {}
-    current = None
-    for job in plan.jobs:
-        win = ce.window(job, wi)
-        if win is None:
-            continue
-        if job.source_id != current and job.note:
-            warnings.warn(job.note, stacklevel=2)
-        if job.source_id != current or not chain:
-            current, ends = job.source_id, {}
-        built = cg.build(win.sl.host, win.sl.gpu, win.lo, wi.launch if wi else 1.0)
-        paths = cp.paths(win, built, ends, wi is not None)
-        out = cs.rows(win, built, paths, by_event)
-        row, pred = cwi.predict(out, paths)
-        rows.append(row)
-        frames.extend(out.frames)
-        preds.extend([pred] if pred is not None else [])
-        ends = paths.ends
-        if across_ranks and job.iteration is not None:
-            parts.setdefault(job.iteration, []).append(cr.Part(win.ev, win.sl, built))
+    # across ranks: each iteration's window graphs, joined as soon as every source has given its
+    # window of it (the k-th windows of all sources are visited together), then let go
+    joint = _Joint(plan, wi is not None, by_event) if across_ranks else None
+    done = _analyse(plan, by_event, chain, joint)
+    rows = [d.row for d in done]
+    frames = [f for d in done for f in d.frames]
+    preds = [d.pred for d in done if d.pred is not None]
     if not rows:
         raise NotAnswerable(plan.why_none)
-    ranks, jframes = cr.across(parts, plan.ends, wi is not None, by_event)
+    ranks, jframes = joint.result() if joint is not None else (None, [])
     events = pl.concat(frames) if by_event else None
     if events is not None and jframes:
         events = pl.concat([events, *jframes], how="diagonal_relaxed")
@@ -129,3 +113,92 @@ def critical_path(
         predicted = predicted.with_columns(it64)
     specs = tuple(what_if) if isinstance(what_if, list | tuple) else ()
     return CriticalPath(table, events, predicted, specs, ranks)
+
+
+def _analyse(plan: cw.Plan, by_event: bool, chain: bool, joint: _Joint | None) -> list[_Done]:
+    """Every job through the stages, once each; what each gave, in plan order."""
+    wi = plan.what_if
+    done: list[tuple[int, _Done]] = []  # (the job's place in plan.jobs, what it gave)
+    ends_of: dict[str, cp.Ends] = {}  # per source: the last window's ends (the next one's carry)
+    warned: set[str] = set()
+    for n in _order(plan.jobs, joint is not None):
+        job = plan.jobs[n]
+        win = ce.window(job, wi)
+        if win is None:
+            if joint is not None:
+                joint.skip(job)
+            continue
+        if job.note and job.source_id not in warned:
+            warnings.warn(job.note, stacklevel=3)
+        warned.add(job.source_id)
+        ends = ends_of.get(job.source_id, {}) if chain else {}
+        built = cg.build(win.sl.host, win.sl.gpu, win.lo, wi.launch if wi else 1.0)
+        paths = cp.paths(win, built, ends, wi is not None)
+        out = cs.rows(win, built, paths, by_event)
+        row, pred = cwi.predict(out, paths)
+        done.append((n, _Done(row, out.frames, pred)))
+        ends_of[job.source_id] = paths.ends
+        if joint is not None:
+            joint.add(job, cr.Part(win.ev, win.sl, built))
+    done.sort(key=lambda d: d[0])  # source by source, as the plan lists them
+    return [d for _, d in done]
+
+
+@dataclass
+class _Done:
+    row: dict[str, object]
+    frames: list[pl.DataFrame]
+    pred: dict[str, object] | None
+
+
+def _order(jobs: list[cw.Job], across_ranks: bool) -> list[int]:
+    """The jobs' visiting order: the plan's (source by source), or across ranks the first window
+    of every source, then the second of every source, …: each source's windows stay in order
+    (their carry chains), and an iteration's windows over the ranks come close together."""
+    if not across_ranks:
+        return list(range(len(jobs)))
+    place: dict[str, int] = {}
+    keyed = []
+    for n, job in enumerate(jobs):
+        k = place.get(job.source_id, 0)
+        place[job.source_id] = k + 1
+        keyed.append((k, n))
+    return [n for _, n in sorted(keyed)]
+
+
+class _Joint:
+    """`ranks.across` one iteration at a time: an iteration's parts are joined once every job of
+    that iteration number has been visited (or skipped: no events), and dropped then, so memory
+    holds the graphs of the iterations still open, not of the whole job."""
+
+    def __init__(self, plan: cw.Plan, what_if: bool, by_event: bool) -> None:
+        self.ends, self.what_if, self.by_event = plan.ends, what_if, by_event
+        self.left: dict[int, int] = {}
+        for job in plan.jobs:
+            if job.iteration is not None:
+                self.left[job.iteration] = self.left.get(job.iteration, 0) + 1
+        self.parts: dict[int, list[cr.Part]] = {}
+        self.out: list[tuple[int, pl.DataFrame | None, list[pl.DataFrame]]] = []
+
+    def add(self, job: cw.Job, part: cr.Part) -> None:
+        if job.iteration is not None:
+            self.parts.setdefault(job.iteration, []).append(part)
+            self._seen(job.iteration)
+
+    def skip(self, job: cw.Job) -> None:
+        if job.iteration is not None:
+            self._seen(job.iteration)
+
+    def _seen(self, it: int) -> None:
+        self.left[it] -= 1
+        if self.left[it] == 0:
+            members = self.parts.pop(it, [])
+            row, frames = cr.across({it: members}, self.ends, self.what_if, self.by_event)
+            self.out.append((it, row, frames))
+
+    def result(self) -> tuple[pl.DataFrame | None, list[pl.DataFrame]]:
+        """The job-wide rows (by iteration number) and their events, as `ranks.across` gives."""
+        self.out.sort(key=lambda o: o[0])
+        rows = [r for _, r, _ in self.out if r is not None]
+        frames = [f for _, _, fs in self.out for f in fs]
+        return (pl.concat(rows, how="diagonal_relaxed") if rows else None), frames
