@@ -206,15 +206,17 @@ def _sweep(ev: pl.DataFrame, grp: pl.Series, n_ops: int) -> tuple[pl.Series, pl.
     (Series `parent`, `child_ns`, `nested_same`, in operator row order)."""
     idx = ev["_i"]  # names as numbers in `_c` (equal names, equal numbers): no Python strings
     codes = ev["_c"]
-    if len(codes) and int(codes.max()) >= 2 * len(codes) + 1024:
+    top_code = int(codes.max() or 0) if len(codes) else 0  # type: ignore[arg-type]
+    if top_code >= 2 * len(codes) + 1024:
         # category codes are process-wide: made dense, so that a list indexed by them is small
         codes = codes.rank("dense").cast(pl.Int64) - 1
         ev = ev.with_columns(codes.alias("_c"))
+        top_code = len(codes)
     parent = array("q", [-1]) * n_ops  # machine integers, not Python objects
     child = array("q", [0]) * n_ops
     nested_same = bytearray(n_ops)
     # open operators per name number: a list, not a Counter (half the sweep's time)
-    on_stack = [0] * (int(codes.max()) + 1 if len(codes) else 1)
+    on_stack = [0] * (top_code + 1)
     stack: list[tuple[int, int, int]] = []  # open operators: (end, row, name number)
     push, pop = stack.append, stack.pop
     cur = None

@@ -155,7 +155,8 @@ def _cats(sub: list[Any], name: str, of: Callable[[str], str] | None = None) -> 
     first = cats[0]
     if cats.count(first) == len(cats) and (first is None or isinstance(first, str)):
         value = of(first) if of is not None and first is not None else first
-        return pl.Series(name, [value], dtype=pl.String).new_from_index(0, len(cats))
+        repeated: pl.Series = pl.Series(name, [value], dtype=pl.String).new_from_index(0, len(cats))
+        return repeated
     values = cats if of is None else list(map(of, cats))
     return pl.Series(name, values, dtype=pl.String, strict=False)
 
