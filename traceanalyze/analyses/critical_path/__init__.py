@@ -44,7 +44,8 @@ below and importing only the stages before it (tests/test_architecture.py): `win
 analyse: the what-if rules, sources, windows, each window's frames) -> `events` (the window's event
 arrays) -> `graph` (the dependency graph) -> `path` (its longest paths) -> `split` (the result's
 rows) -> `whatif` (predicted times). What a later stage needs travels in what an earlier one
-returns. `ranks` (the job-wide path) joins the ranks' window graphs once all windows are done.
+returns. `ranks` (the job-wide path) joins an iteration's window graphs over the ranks as soon as
+every rank has given its window of it (`_Joint`; the ranks' k-th windows are visited together).
 """
 
 from __future__ import annotations
