@@ -570,3 +570,19 @@ def test_held_out_discovery_finds_the_made_exports(graph: Path, node: Path) -> N
     for p in found:
         check_counts(p)
     assert _graph_counts(graph) == (6, 0) and _graph_counts(node) == (0, 36)
+
+
+def test_diagnose_knows_the_step_already_replays_graphs(graph: Path) -> None:
+    # host_bound advises CUDA graphs to a step without them; this one replays some already
+    r = run("diagnose", str(graph), "--json")
+    assert r.exit_code == 0
+    out = json.loads(r.output[r.output.index("{") :])
+    (f,) = [f for f in out["findings"] if f["rule"] == "host_bound"]
+    ((n,),) = sql(
+        graph,
+        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId "
+        "WHERE s.value LIKE 'cudaGraphLaunch%' OR s.value LIKE 'cuGraphLaunch%'",
+    )
+    assert n == 6
+    assert f["evidence"]["graph_launch_count"] == n
+    assert f"already replays CUDA graphs ({n} graph launches)" in f["advice"]

@@ -9,6 +9,7 @@ import re
 import polars as pl
 
 from ...results import Finding
+from ...schema import GRAPH_LAUNCH_API
 from .model import Inputs, Outcome, Skip, ms, top_events, with_duration
 
 # PyTorch profiler names the loader's step `enumerate(DataLoader)#_SingleProcessDataLoaderIter
@@ -109,6 +110,7 @@ def host_bound(inp: Inputs) -> Outcome:
         k = inp.kernels.join(calls, on=["source_id", "correlation_id"], how="inner")
         short = k.filter((pl.col("end_ns") - pl.col("start_ns")) < pl.col("call_ns")).height
     per_it = host / inp.iteration_count
+    graphs = graph_launch_count(inp)
     outer = outer_regex(inp.host)
     # A trace without GPU work (a CPU run, or one recorded without CUDA activities) is host work
     # by construction: no launch overhead to cut, so no GPU-side advice (CUDA graphs).
@@ -128,9 +130,7 @@ def host_bound(inp: Inputs) -> Outcome:
             rule="host_bound",
             severity="high",
             title=title,
-            advice="Cut host work per GPU step: capture the step in a CUDA graph "
-            "(torch.cuda.graphs / torch.compile(mode='reduce-overhead')), raise the batch size, "
-            "fuse small operators (torch.compile), keep Python out of the loop."
+            advice=_graph_advice(graphs)
             if gpu_work
             else "Run the step on a GPU, or record its CUDA activities (the PyTorch profiler's "
             "ProfilerActivity.CUDA, nsys -t cuda) if it did run on one; on the CPU, the "
@@ -140,6 +140,7 @@ def host_bound(inp: Inputs) -> Outcome:
                 "own_path_ms": ms(own),
                 "host_share_pct": ms(100 * host / own, 1),
                 "kernels_shorter_than_launch_count": short,
+                "graph_launch_count": graphs,
                 "assumed": "host time inside the outermost operators or ranges halved",
             },
             where=inp.where(),
@@ -147,6 +148,31 @@ def host_bound(inp: Inputs) -> Outcome:
             problem_ms=ms(per_it),
         )
     ]
+
+
+def graph_launch_count(inp: Inputs) -> int:
+    """The graph launch calls (`cudaGraphLaunch`, `cuGraphLaunch`, `hipGraphLaunch`, …) in the
+    input: a step that already replays CUDA/HIP graphs."""
+    if inp.api_calls.is_empty():
+        return 0
+    return int(inp.api_calls["name"].str.contains(GRAPH_LAUNCH_API).fill_null(False).sum())
+
+
+def _graph_advice(graphs: int) -> str:
+    """host_bound's advice: CUDA graphs first, unless the step already replays some."""
+    rest = (
+        "raise the batch size, fuse small operators (torch.compile), keep Python out of the loop."
+    )
+    if graphs:
+        return (
+            f"The step already replays CUDA graphs ({graphs} graph launches): capture more of it "
+            "(the host work on the path runs outside them: torch.cuda.make_graphed_callables on "
+            "the parts left out, torch.compile(mode='reduce-overhead') on the whole step), " + rest
+        )
+    return (
+        "Cut host work per GPU step: capture the step in a CUDA graph (torch.cuda.graphs / "
+        "torch.compile(mode='reduce-overhead')), " + rest
+    )
 
 
 def sync(inp: Inputs) -> Outcome:
