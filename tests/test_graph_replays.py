@@ -520,3 +520,24 @@ def test_a_what_if_of_factor_1_gives_the_path_back_exactly(rel: str) -> None:
     assert res.iterations["change_pct"].to_list() == [0.0] * 5
     assert res.predicted is not None
     assert res.predicted["path_ms"].to_list() == res.iterations["path_ms"].to_list()
+
+
+def test_small_kernels_leave_out_the_kernels_of_graph_replays() -> None:
+    # diagnose's small_kernels: "the step pays one launch each" is not so for kernels a graph
+    # replay launched together. Expected from the raw JSON: kernels under 10 µs whose
+    # correlation id is no graph launch's, and the kernels that carry one.
+    from decimal import Decimal
+
+    import traceanalyze as ta
+
+    launches = _expected(A100)["launches"]
+    kernels = [e for e in _events(A100) if e.get("cat") == "kernel"]
+    one_by_one = [e for e in kernels if e["args"].get("correlation") not in launches]
+    small = sum(1 for e in one_by_one if Decimal(str(e["dur"])) < 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d = ta.open(shared(A100)).diagnose()
+    (f,) = [f for f in d.findings if f.rule == "small_kernels"]
+    assert f.evidence["graph_kernel_count"] == len(kernels) - len(one_by_one) > 0
+    assert (f.evidence["count"], f.evidence["kernel_count"]) == (small, len(one_by_one))
+    assert f"({len(kernels) - len(one_by_one)} kernels of graph replays left out)" in f.title

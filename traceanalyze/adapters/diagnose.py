@@ -28,6 +28,7 @@ _KERNEL_COLS = (
     "name",
     "start_ns",
     "end_ns",
+    "graph_launch",  # small_kernels leaves out the kernels of graph replays
 )
 
 

@@ -219,10 +219,18 @@ def sync(inp: Inputs) -> Outcome:
 
 
 def small_kernels(inp: Inputs) -> Outcome:
-    """Many kernels shorter than a launch: the step pays one launch each."""
+    """Many kernels shorter than a launch: the step pays one launch each (kernels of graph
+    replays, launched together, are left out)."""
     if inp.kernels.is_empty():
         return Skip("no kernels")
     k = inp.kernels.with_columns(d=pl.col("end_ns") - pl.col("start_ns"))
+    # a graph replay launches its kernels together: only kernels launched one by one pay a launch
+    replayed = pl.col("graph_launch").fill_null(False) if "graph_launch" in k.columns else None
+    graph_kernels = 0 if replayed is None else int(k.select(replayed.sum()).item())
+    if replayed is not None and graph_kernels:
+        k = k.filter(~replayed)
+    if k.is_empty():  # every kernel ran in a graph replay: no launch per kernel to cut
+        return []
     small = k.filter(pl.col("d") < SMALL_KERNEL_NS)
     per_it = small.height / inp.iteration_count
     if small.height < SMALL_SHARE * k.height or per_it < SMALL_PER_ITERATION:
@@ -233,12 +241,14 @@ def small_kernels(inp: Inputs) -> Outcome:
             rule="small_kernels",
             severity="medium",
             title=f"{small.height} of {k.height} kernels ({100 * small.height / k.height:.0f} "
-            f"%) run under {SMALL_KERNEL_NS // 1000} µs: {per_it:.0f} per iteration",
+            f"%) run under {SMALL_KERNEL_NS // 1000} µs: {per_it:.0f} per iteration"
+            + (f" ({graph_kernels} kernels of graph replays left out)" if graph_kernels else ""),
             advice="Fewer, larger kernels: torch.compile (fusion), CUDA graphs to replay the "
             "launches, fused optimizers (foreach=True / fused=True), larger batches.",
             evidence={
                 "count": small.height,
                 "kernel_count": k.height,
+                "graph_kernel_count": graph_kernels,
                 "small_total_ms": ms(float(small["d"].sum()) / 1e6),
                 "launch_on_path_ms_per_iteration": ms(launch_ms),
                 "top": top_events(small.with_columns(duration_ns=pl.col("d"))),
