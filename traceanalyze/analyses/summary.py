@@ -85,12 +85,15 @@ def replay_name() -> pl.Expr:
     return name.alias("name")
 
 
-def replays_as_kernels(kernels: Frame, graph_replays: Frame | None) -> pl.LazyFrame:
+def replays_as_kernels(
+    kernels: Frame, graph_replays: Frame | None, *, ids: bool = True
+) -> pl.LazyFrame:
     """`kernels` and, after them, one kernel row per whole-graph replay, for the analyses that
-    give GPU time per kernel row (operators, annotations, communication overlap): named
+    give GPU time per kernel row (operators, overlap; the timeline's `with_replays`): named
     `CUDA graph <graph_id>` (`replay_name`), on its device and stream, launched by its graph
-    launch call (its correlation id), the kernel-only columns null and `kernel_id` -1, -2, … (an
-    id of its own, never a launch index). What a replay ran is not in the export."""
+    launch call (its correlation id), the columns of `kernels` it lacks null and `kernel_id` -1,
+    -2, … (an id of its own, never a launch index; null with `ids=False`). What a replay ran is
+    not in the export."""
     k = _lazy(kernels)
     if graph_replays is None:
         return k
@@ -101,7 +104,7 @@ def replays_as_kernels(kernels: Frame, graph_replays: Frame | None) -> pl.LazyFr
     rows = r.select(
         *keep,
         replay_name(),
-        (-1 - pl.int_range(pl.len(), dtype=pl.Int64)).alias("kernel_id"),
+        *([(-1 - pl.int_range(pl.len(), dtype=pl.Int64)).alias("kernel_id")] if ids else []),
         *([pl.lit(True).alias("graph_launch")] if "graph_launch" in cols else []),
     )
     return pl.concat([k, rows], how="diagonal_relaxed").select(cols)

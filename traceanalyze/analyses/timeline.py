@@ -35,7 +35,7 @@ import polars as pl
 
 from ..errors import NotAnswerable, UsageProblem
 from .busy import binned_busy
-from .summary import replay_name
+from .summary import replays_as_kernels
 
 Frame = pl.DataFrame | pl.LazyFrame
 
@@ -48,17 +48,11 @@ def with_replays(kernels: Frame, graph_replays: Frame | None) -> pl.LazyFrame:
     """`kernels` and, after them, one kernel-shaped row per whole-graph replay (name
     `CUDA graph <graph_id>`, the kernel-only columns null, `kernel_id` null); a `whole_graph`
     column tells them apart."""
-    cols = kernels.lazy().collect_schema().names()
     k = kernels.lazy().with_columns(pl.lit(False).alias("whole_graph"))
     if graph_replays is None:
         return k
-    r = graph_replays.lazy()
-    have = r.collect_schema().names()
-    keep = [c for c in cols if c in have and c != "name"]
-    rows = r.select(*keep, replay_name(), pl.lit(True).alias("whole_graph"))
-    if "graph_launch" in cols:
-        rows = rows.with_columns(pl.lit(True).alias("graph_launch"))
-    return pl.concat([k, rows], how="diagonal_relaxed").select(*cols, "whole_graph")
+    rows = graph_replays.lazy().with_columns(pl.lit(True).alias("whole_graph"))
+    return replays_as_kernels(k, rows, ids=False)
 
 
 def _name(df: Frame, column: str = "name") -> pl.Expr:
